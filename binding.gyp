@@ -1,0 +1,10 @@
+{
+  "targets": [
+    {
+      "target_name": "vmpod_native",
+      "sources": ["native/vmpod.c"],
+      "cflags": ["-Wall", "-Wextra", "-O2", "-std=gnu11"],
+      "defines": ["NAPI_VERSION=8", "_GNU_SOURCE"]
+    }
+  ]
+}

@@ -1,0 +1,125 @@
+// Typed loader of the C N-API addon (native/vmpod.c): the only place that makes raw syscalls.
+// Every function is one synchronous call. Failures throw an Error whose `code` is the errno name
+// (e.g. "ENOENT", "EBUSY") and whose message names the operation, e.g. "TUNSETIFF tap0: EBUSY (Device or resource busy)".
+import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface PeerCred {
+  pid: number;
+  uid: number;
+  gid: number;
+}
+
+export interface RecvMsgResult {
+  /** bytes received; length 0 means EOF */
+  data: Buffer;
+  /** fds received with SCM_RIGHTS, already close-on-exec (MSG_CMSG_CLOEXEC) */
+  fds: number[];
+  /** MSG_CTRUNC was set: the control buffer was too small and the kernel dropped fds */
+  ctrunc: boolean;
+}
+
+export interface RecvFromResult {
+  data: Buffer;
+  address: string;
+  port: number;
+  /** index of the interface the datagram arrived on (IP_PKTINFO) */
+  ifindex: number;
+}
+
+export interface Poller {
+  /** stop watching; idempotent. Does not close the fd. */
+  stop(): void;
+}
+
+export interface TapOptions {
+  /** IFF_VNET_HDR */
+  vnetHdr?: boolean;
+  /** IFF_MULTI_QUEUE */
+  multiQueue?: boolean;
+}
+
+export interface Native {
+  // ---- Unix stream sockets (daemon side: nonblocking, driven from the event loop) ----
+  /** socket(AF_UNIX, SOCK_STREAM|NONBLOCK|CLOEXEC), unlink a stale socket file, bind, chmod(mode), listen(backlog). */
+  listenUnix(path: string, mode: number, backlog: number): number;
+  /** accept4(NONBLOCK|CLOEXEC); returns -1 when there is nothing to accept (EAGAIN). */
+  accept(fd: number): number;
+  /** SO_PEERCRED of a connected Unix socket. */
+  peerCred(fd: number): PeerCred;
+  /** read up to max bytes; null on EAGAIN; an empty Buffer on EOF. */
+  read(fd: number, max: number): Buffer | null;
+  /**
+   * sendmsg(data, SCM_RIGHTS(fds)) in one call with MSG_NOSIGNAL. If data is empty and fds are given,
+   * one filler byte 0x00 is sent. On a nonblocking fd, waits (poll, up to timeoutMs) while the socket is full
+   * and continues with the rest of the data (the fds go with the first chunk only). Returns bytes written.
+   */
+  sendMsg(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
+  /** uv_poll on fd for readability (and hangup/error); cb runs on the main loop. Keep the returned object referenced. */
+  pollReadable(fd: number, cb: (err: Error | null) => void): Poller;
+  /** close(fd); EBADF throws. */
+  close(fd: number): void;
+
+  // ---- Unix stream sockets (client side: blocking, used by vmwrapper and tapctl) ----
+  /** socket + connect (blocking, CLOEXEC). */
+  connectUnix(path: string): number;
+  /** write all of data (blocking, MSG_NOSIGNAL). */
+  writeAll(fd: number, data: Buffer): void;
+  /**
+   * one recvmsg(MSG_CMSG_CLOEXEC) with a data buffer of maxData bytes and a control buffer of
+   * exactly oobSize bytes (0 = none). Blocking.
+   */
+  recvMsg(fd: number, maxData: number, oobSize: number): RecvMsgResult;
+  /** set SO_RCVTIMEO and SO_SNDTIMEO on a socket (ms, 0 = none). */
+  setTimeouts(fd: number, ms: number): void;
+
+  // ---- fds and processes ----
+  /** clear (inheritable=true) or set FD_CLOEXEC. */
+  setInheritable(fd: number, inheritable: boolean): void;
+  /** dup with F_DUPFD_CLOEXEC at or above minFd. */
+  dupCloexec(fd: number, minFd: number): number;
+  /**
+   * execve(path, argv, env). Before exec: fds 0..2 blocking and inheritable; every fd in keepFds inheritable;
+   * every other fd >= 3 close-on-exec; SIGPIPE and SIGXFSZ back to SIG_DFL; signal mask emptied.
+   * Only returns by throwing.
+   */
+  execve(path: string, argv: string[], env: string[], keepFds: number[]): never;
+
+  // ---- netns-bound operations (each enters the netns, does its work and returns to the caller's netns) ----
+  /** open /dev/net/tun inside the netns at nsPath and TUNSETIFF(name, IFF_TAP|IFF_NO_PI[|VNET_HDR][|MULTI_QUEUE]); returns the fd (CLOEXEC). */
+  openTap(nsPath: string, name: string, opts?: TapOptions): number;
+  /**
+   * a UDP socket created inside the netns at nsPath, NONBLOCK|CLOEXEC, SO_REUSEADDR, SO_BROADCAST, IP_PKTINFO,
+   * SO_BINDTODEVICE(ifname), bound to 0.0.0.0:port.
+   */
+  udpSocketInNetns(nsPath: string, ifname: string, port: number): number;
+  /** recvfrom on a nonblocking UDP socket; null on EAGAIN. */
+  recvFrom(fd: number, max: number): RecvFromResult | null;
+  /** sendto(address:port) on a UDP socket. */
+  sendTo(fd: number, data: Buffer, address: string, port: number): number;
+}
+
+function addonPath(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const env = process.env.VMPOD_NATIVE_ADDON;
+  if (env) return env;
+  // src/native.ts -> ../build, dist/native.js -> ../build, bin bundle (dist/bundle/x.js) -> ../../build
+  for (const rel of ['../build/Release/vmpod_native.node', '../../build/Release/vmpod_native.node']) {
+    const p = join(here, rel);
+    if (existsSync(p)) return p;
+  }
+  throw new Error(`vmpod native addon not found near ${here}: run "npm ci" (it builds native/ with node-gyp)`);
+}
+
+let cached: Native | undefined;
+
+/** Loads the addon once. */
+export function native(): Native {
+  if (!cached) {
+    const require = createRequire(import.meta.url);
+    cached = require(addonPath()) as Native;
+  }
+  return cached;
+}

@@ -1,0 +1,65 @@
+// Virtlet's JSON payloads, field names exactly as Virtlet's Go code marshals them (reference/fd-protocol.md).
+import type { CniDns } from '../cni/types.js';
+
+/** Virtlet's PodNetworkDesc. Note the upper-case "DNS" key. */
+export interface PodNetworkDesc {
+  podId: string;
+  podNs: string;
+  podName: string;
+  DNS?: CniDns | null;
+}
+
+/** add (0) request payload. */
+export interface GetFDPayload {
+  podNetworkDesc: PodNetworkDesc;
+}
+
+/** Virtlet's network.InterfaceType */
+export const InterfaceType = { Tap: 0, VF: 1 } as const;
+export type InterfaceType = (typeof InterfaceType)[keyof typeof InterfaceType];
+
+/** Virtlet's network.InterfaceDescription. HardwareAddr is Go-style base64 of the 6 MAC bytes on the wire. */
+export interface NetIf {
+  Type: InterfaceType;
+  Name: string;
+  HardwareAddr: string;
+  PCIAddress: string;
+  MTU: number;
+  VlanID: number;
+  /** ours (Go ignores unknown keys): the MAC in colon-hex for humans */
+  mac?: string;
+}
+
+/**
+ * The CNI result as Virtlet carries it: CNI 0.3.1-shaped (ips[].version present, "interface" omitted when 0).
+ * Built by src/cni/result.ts toV031().
+ */
+export interface CniResultV031 {
+  cniVersion?: string;
+  interfaces?: { name: string; mac?: string; sandbox?: string }[];
+  ips?: { version: '4' | '6'; interface?: number; address: string; gateway?: string }[];
+  routes?: { dst: string; gw?: string }[];
+  dns?: CniDns;
+}
+
+/** Virtlet's network.ContainerSideNetwork: add's response payload and part of recover's request. */
+export interface ContainerSideNetwork {
+  Result: CniResultV031 | null;
+  NsPath: string;
+  Interfaces: NetIf[];
+}
+
+/** recover (3) request payload. */
+export interface RecoverPayload {
+  podNetworkDesc: PodNetworkDesc;
+  csn: ContainerSideNetwork;
+  HaveRunningContainers: boolean;
+}
+
+/** One element of get's (2) response array. mac is base64 of the 6 bytes. */
+export interface GetInfo {
+  type: InterfaceType;
+  mac: string;
+  fdIndex: number;
+  pciAddress: string;
+}
