@@ -1,3 +1,1396 @@
+// vmpod_native: the only place in vmpod-node that makes raw syscalls.
+//
+// Every exported function is one synchronous call. Failures throw an Error whose `code` is the errno
+// name ("EBUSY"), `errno` the positive errno number, and whose message names the operation and the
+// object, e.g. "TUNSETIFF tap0 in /var/run/netns/x: EBUSY (Device or resource busy)". Bad JS
+// arguments throw TypeError. Every fd this file creates is close-on-exec. Blocking calls retry EINTR.
+//
+// The typed interface and the doc of every function is src/native.ts.
+
 #include <node_api.h>
-static napi_value Init(napi_env env, napi_value exports) { (void)env; return exports; }
+#include <uv.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+// SCM_MAX_FD (include/net/scm.h): the kernel refuses more fds in one SCM_RIGHTS message with EINVAL.
+#define MAX_SCM_FDS 253
+// Upper bound for one read/recv buffer: protects against a bogus size from JS.
+#define MAX_IO_BYTES (64 * 1024 * 1024)
+#define MAX_OOB_BYTES (64 * 1024)
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// errors
+
+static const struct {
+  int num;
+  const char *name;
+} errno_names[] = {
+    {EPERM, "EPERM"},
+    {ENOENT, "ENOENT"},
+    {ESRCH, "ESRCH"},
+    {EINTR, "EINTR"},
+    {EIO, "EIO"},
+    {ENXIO, "ENXIO"},
+    {E2BIG, "E2BIG"},
+    {ENOEXEC, "ENOEXEC"},
+    {EBADF, "EBADF"},
+    {ECHILD, "ECHILD"},
+    {EAGAIN, "EAGAIN"},
+    {ENOMEM, "ENOMEM"},
+    {EACCES, "EACCES"},
+    {EFAULT, "EFAULT"},
+    {EBUSY, "EBUSY"},
+    {EEXIST, "EEXIST"},
+    {EXDEV, "EXDEV"},
+    {ENODEV, "ENODEV"},
+    {ENOTDIR, "ENOTDIR"},
+    {EISDIR, "EISDIR"},
+    {EINVAL, "EINVAL"},
+    {ENFILE, "ENFILE"},
+    {EMFILE, "EMFILE"},
+    {ENOTTY, "ENOTTY"},
+    {ETXTBSY, "ETXTBSY"},
+    {EFBIG, "EFBIG"},
+    {ENOSPC, "ENOSPC"},
+    {ESPIPE, "ESPIPE"},
+    {EROFS, "EROFS"},
+    {EMLINK, "EMLINK"},
+    {EPIPE, "EPIPE"},
+    {ERANGE, "ERANGE"},
+    {ENAMETOOLONG, "ENAMETOOLONG"},
+    {ENOSYS, "ENOSYS"},
+    {ENOTEMPTY, "ENOTEMPTY"},
+    {ELOOP, "ELOOP"},
+    {EOVERFLOW, "EOVERFLOW"},
+    {ENOTSOCK, "ENOTSOCK"},
+    {EDESTADDRREQ, "EDESTADDRREQ"},
+    {EMSGSIZE, "EMSGSIZE"},
+    {EPROTOTYPE, "EPROTOTYPE"},
+    {ENOPROTOOPT, "ENOPROTOOPT"},
+    {EPROTONOSUPPORT, "EPROTONOSUPPORT"},
+    {EOPNOTSUPP, "EOPNOTSUPP"},
+    {EAFNOSUPPORT, "EAFNOSUPPORT"},
+    {EADDRINUSE, "EADDRINUSE"},
+    {EADDRNOTAVAIL, "EADDRNOTAVAIL"},
+    {ENETDOWN, "ENETDOWN"},
+    {ENETUNREACH, "ENETUNREACH"},
+    {ECONNABORTED, "ECONNABORTED"},
+    {ECONNRESET, "ECONNRESET"},
+    {ENOBUFS, "ENOBUFS"},
+    {EISCONN, "EISCONN"},
+    {ENOTCONN, "ENOTCONN"},
+    {ETIMEDOUT, "ETIMEDOUT"},
+    {ECONNREFUSED, "ECONNREFUSED"},
+    {EHOSTDOWN, "EHOSTDOWN"},
+    {EHOSTUNREACH, "EHOSTUNREACH"},
+    {EALREADY, "EALREADY"},
+    {EINPROGRESS, "EINPROGRESS"},
+    {ENOMEDIUM, "ENOMEDIUM"},
+    {ECANCELED, "ECANCELED"},
+};
+
+static const char *errno_name(int err, char *buf, size_t len) {
+  for (size_t i = 0; i < sizeof(errno_names) / sizeof(errno_names[0]); i++)
+    if (errno_names[i].num == err) return errno_names[i].name;
+  snprintf(buf, len, "E%d", err);
+  return buf;
+}
+
+// Throws Error("<what>: ENAME (strerror)") with code and errno. `what` names the operation and object.
+// Always returns NULL so callers can `return throw_errno(...)`.
+__attribute__((format(printf, 3, 4))) static napi_value throw_errno(napi_env env, int err,
+                                                                     const char *fmt, ...) {
+  char what[512], namebuf[16], msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  const char *name = errno_name(err, namebuf, sizeof(namebuf));
+  char sbuf[128];
+  const char *s = strerror_r(err, sbuf, sizeof(sbuf));  // GNU variant: returns the message
+  snprintf(msg, sizeof(msg), "%s: %s (%s)", what, name, s);
+
+  napi_value jmsg, jcode, jerr, jerrno;
+  if (napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &jmsg) != napi_ok ||
+      napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &jcode) != napi_ok ||
+      napi_create_error(env, NULL, jmsg, &jerr) != napi_ok ||
+      napi_create_int32(env, err, &jerrno) != napi_ok) {
+    napi_throw_error(env, name, msg);
+    return NULL;
+  }
+  napi_set_named_property(env, jerr, "code", jcode);
+  napi_set_named_property(env, jerr, "errno", jerrno);
+  napi_throw(env, jerr);
+  return NULL;
+}
+
+__attribute__((format(printf, 2, 3))) static napi_value throw_type(napi_env env, const char *fmt,
+                                                                   ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  napi_throw_type_error(env, NULL, msg);
+  return NULL;
+}
+
+// Something in N-API itself failed (out of memory, pending exception): make sure an exception is pending.
+static napi_value throw_napi(napi_env env, const char *what) {
+  bool pending = false;
+  napi_is_exception_pending(env, &pending);
+  if (!pending) napi_throw_error(env, NULL, what);
+  return NULL;
+}
+
+#define NAPI_OK(call, what)                        \
+  do {                                             \
+    if ((call) != napi_ok) return throw_napi(env, what); \
+  } while (0)
+
+// ---------------------------------------------------------------------------------------------
+// argument helpers. Each returns false with a pending TypeError.
+
+static bool get_args(napi_env env, napi_callback_info info, size_t want, napi_value *argv,
+                     const char *fn) {
+  size_t argc = want;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) {
+    throw_napi(env, "napi_get_cb_info failed");
+    return false;
+  }
+  (void)fn;
+  return true;
+}
+
+// An integral JS number in [min, max].
+static bool get_int(napi_env env, napi_value v, const char *fn, const char *name, int64_t min,
+                    int64_t max, int64_t *out) {
+  napi_valuetype t;
+  double d;
+  if (napi_typeof(env, v, &t) != napi_ok || t != napi_number ||
+      napi_get_value_double(env, v, &d) != napi_ok || d != d || d < (double)min ||
+      d > (double)max || d != (double)(int64_t)d) {
+    throw_type(env, "%s: %s must be an integer in [%lld, %lld]", fn, name, (long long)min,
+               (long long)max);
+    return false;
+  }
+  *out = (int64_t)d;
+  return true;
+}
+
+static bool get_fd(napi_env env, napi_value v, const char *fn, int *fd) {
+  int64_t x;
+  // Negative fds are passed to the kernel, which answers EBADF: close(-1) is an EBADF error, not a TypeError.
+  if (!get_int(env, v, fn, "fd", INT32_MIN, INT32_MAX, &x)) return false;
+  *fd = (int)x;
+  return true;
+}
+
+static bool get_bool(napi_env env, napi_value v, const char *fn, const char *name, bool *out) {
+  napi_valuetype t;
+  if (napi_typeof(env, v, &t) != napi_ok || t != napi_boolean ||
+      napi_get_value_bool(env, v, out) != napi_ok) {
+    throw_type(env, "%s: %s must be a boolean", fn, name);
+    return false;
+  }
+  return true;
+}
+
+// A malloc'd UTF-8 copy of a JS string without embedded NUL bytes. Caller frees.
+static char *get_string(napi_env env, napi_value v, const char *fn, const char *name) {
+  napi_valuetype t;
+  size_t len = 0, got = 0;
+  if (napi_typeof(env, v, &t) != napi_ok || t != napi_string ||
+      napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) {
+    throw_type(env, "%s: %s must be a string", fn, name);
+    return NULL;
+  }
+  char *s = malloc(len + 1);
+  if (!s) {
+    throw_errno(env, ENOMEM, "%s: %s", fn, name);
+    return NULL;
+  }
+  if (napi_get_value_string_utf8(env, v, s, len + 1, &got) != napi_ok) {
+    free(s);
+    throw_napi(env, "napi_get_value_string_utf8 failed");
+    return NULL;
+  }
+  if (strlen(s) != got) {
+    free(s);
+    throw_type(env, "%s: %s must not contain NUL characters", fn, name);
+    return NULL;
+  }
+  return s;
+}
+
+// Bytes of a Buffer / Uint8Array (borrowed, valid during the call).
+static bool get_bytes(napi_env env, napi_value v, const char *fn, const char *name,
+                      const uint8_t **data, size_t *len) {
+  bool is = false;
+  napi_typedarray_type type;
+  void *p = NULL;
+  size_t n = 0;
+  if (napi_is_typedarray(env, v, &is) != napi_ok || !is ||
+      napi_get_typedarray_info(env, v, &type, &n, &p, NULL, NULL) != napi_ok ||
+      type != napi_uint8_array) {
+    throw_type(env, "%s: %s must be a Buffer or Uint8Array", fn, name);
+    return false;
+  }
+  *data = p;
+  *len = n;
+  return true;
+}
+
+static bool get_array_len(napi_env env, napi_value v, const char *fn, const char *name,
+                          uint32_t *len) {
+  bool is = false;
+  if (napi_is_array(env, v, &is) != napi_ok || !is ||
+      napi_get_array_length(env, v, len) != napi_ok) {
+    throw_type(env, "%s: %s must be an array", fn, name);
+    return false;
+  }
+  return true;
+}
+
+// An array of fds (integers >= 0), malloc'd (NULL with *n = 0 for an empty array). Caller frees.
+static bool get_fd_array(napi_env env, napi_value v, const char *fn, const char *name, int **out,
+                         uint32_t *n, uint32_t maxn) {
+  uint32_t len;
+  *out = NULL;
+  *n = 0;
+  if (!get_array_len(env, v, fn, name, &len)) return false;
+  if (len > maxn) {
+    throw_errno(env, EINVAL, "%s: %s: %u fds, at most %u allowed", fn, name, len, maxn);
+    return false;
+  }
+  if (len == 0) return true;
+  int *fds = malloc(sizeof(int) * len);
+  if (!fds) {
+    throw_errno(env, ENOMEM, "%s: %s", fn, name);
+    return false;
+  }
+  for (uint32_t i = 0; i < len; i++) {
+    napi_value e;
+    int64_t x;
+    if (napi_get_element(env, v, i, &e) != napi_ok) {
+      free(fds);
+      throw_napi(env, "napi_get_element failed");
+      return false;
+    }
+    if (!get_int(env, e, fn, "fd array element", 0, INT32_MAX, &x)) {
+      free(fds);
+      return false;
+    }
+    fds[i] = (int)x;
+  }
+  *out = fds;
+  *n = len;
+  return true;
+}
+
+static void free_strv(char **v) {
+  if (!v) return;
+  for (char **p = v; *p; p++) free(*p);
+  free(v);
+}
+
+// A NULL-terminated malloc'd array of malloc'd strings. Caller frees with free_strv.
+static char **get_string_array(napi_env env, napi_value v, const char *fn, const char *name) {
+  uint32_t len;
+  if (!get_array_len(env, v, fn, name, &len)) return NULL;
+  char **out = calloc((size_t)len + 1, sizeof(char *));
+  if (!out) {
+    throw_errno(env, ENOMEM, "%s: %s", fn, name);
+    return NULL;
+  }
+  for (uint32_t i = 0; i < len; i++) {
+    napi_value e;
+    if (napi_get_element(env, v, i, &e) != napi_ok) {
+      free_strv(out);
+      throw_napi(env, "napi_get_element failed");
+      return NULL;
+    }
+    out[i] = get_string(env, e, fn, name);
+    if (!out[i]) {
+      free_strv(out);
+      return NULL;
+    }
+  }
+  return out;
+}
+
+static napi_value make_int(napi_env env, int64_t x) {
+  napi_value v;
+  if (napi_create_int64(env, x, &v) != napi_ok) return throw_napi(env, "napi_create_int64 failed");
+  return v;
+}
+
+static napi_value make_undefined(napi_env env) {
+  napi_value v;
+  napi_get_undefined(env, &v);
+  return v;
+}
+
+static napi_value make_null(napi_env env) {
+  napi_value v;
+  napi_get_null(env, &v);
+  return v;
+}
+
+static void close_fds(const int *fds, size_t n) {
+  for (size_t i = 0; i < n; i++) close(fds[i]);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unix stream sockets, daemon side
+
+static bool fill_sockaddr_un(napi_env env, const char *fn, const char *path, struct sockaddr_un *sa) {
+  memset(sa, 0, sizeof(*sa));
+  sa->sun_family = AF_UNIX;
+  size_t len = strlen(path);
+  if (len == 0) {
+    throw_type(env, "%s: path must not be empty", fn);
+    return false;
+  }
+  // Keep a terminating NUL inside sun_path (108 bytes on Linux), like every libc user expects.
+  if (len >= sizeof(sa->sun_path)) {
+    throw_errno(env, ENAMETOOLONG, "%s %s: longer than %zu bytes", fn, path,
+                sizeof(sa->sun_path) - 1);
+    return false;
+  }
+  memcpy(sa->sun_path, path, len);
+  return true;
+}
+
+static napi_value js_listenUnix(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  int64_t mode, backlog;
+  if (!get_args(env, info, 3, argv, "listenUnix")) return NULL;
+  if (!get_int(env, argv[1], "listenUnix", "mode", 0, 07777, &mode)) return NULL;
+  if (!get_int(env, argv[2], "listenUnix", "backlog", 0, INT32_MAX, &backlog)) return NULL;
+  char *path = get_string(env, argv[0], "listenUnix", "path");
+  if (!path) return NULL;
+
+  napi_value ret = NULL;
+  struct sockaddr_un sa;
+  struct stat st;
+  int fd = -1;
+  if (!fill_sockaddr_un(env, "listenUnix", path, &sa)) goto out;
+
+  // A socket file left by an earlier run would make bind fail with EADDRINUSE: remove it.
+  // Anything else at that path is not ours to delete.
+  if (lstat(path, &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      throw_errno(env, EEXIST, "listenUnix %s: exists and is not a socket", path);
+      goto out;
+    }
+    if (unlink(path) < 0 && errno != ENOENT) {
+      throw_errno(env, errno, "unlink stale socket %s", path);
+      goto out;
+    }
+  } else if (errno != ENOENT) {
+    throw_errno(env, errno, "lstat %s", path);
+    goto out;
+  }
+
+  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    throw_errno(env, errno, "socket(AF_UNIX) for %s", path);
+    goto out;
+  }
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    throw_errno(env, errno, "bind %s", path);
+    goto fail;
+  }
+  // chmod before listen: no client can connect while the mode is still the umask default.
+  if (chmod(path, (mode_t)mode) < 0) {
+    throw_errno(env, errno, "chmod %s to %llo", path, (unsigned long long)mode);
+    goto fail_unlink;
+  }
+  if (listen(fd, (int)backlog) < 0) {
+    throw_errno(env, errno, "listen %s", path);
+    goto fail_unlink;
+  }
+  ret = make_int(env, fd);
+  if (!ret) goto fail_unlink;
+  goto out;
+
+fail_unlink:
+  unlink(path);
+fail:
+  close(fd);
+out:
+  free(path);
+  return ret;
+}
+
+static napi_value js_accept(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  int fd;
+  if (!get_args(env, info, 1, argv, "accept") || !get_fd(env, argv[0], "accept", &fd)) return NULL;
+  for (;;) {
+    int c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c >= 0) {
+      napi_value v = make_int(env, c);
+      if (!v) close(c);
+      return v;
+    }
+    // ECONNABORTED: a queued connection went away before we took it; look at the next one.
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return make_int(env, -1);
+    return throw_errno(env, errno, "accept4 fd %d", fd);
+  }
+}
+
+static napi_value js_peerCred(napi_env env, napi_callback_info info) {
+  napi_value argv[1], obj, v;
+  int fd;
+  if (!get_args(env, info, 1, argv, "peerCred") || !get_fd(env, argv[0], "peerCred", &fd))
+    return NULL;
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+    return throw_errno(env, errno, "getsockopt SO_PEERCRED fd %d", fd);
+  NAPI_OK(napi_create_object(env, &obj), "napi_create_object failed");
+  NAPI_OK(napi_create_int64(env, cred.pid, &v), "napi_create_int64 failed");
+  NAPI_OK(napi_set_named_property(env, obj, "pid", v), "napi_set_named_property failed");
+  NAPI_OK(napi_create_int64(env, cred.uid, &v), "napi_create_int64 failed");
+  NAPI_OK(napi_set_named_property(env, obj, "uid", v), "napi_set_named_property failed");
+  NAPI_OK(napi_create_int64(env, cred.gid, &v), "napi_create_int64 failed");
+  NAPI_OK(napi_set_named_property(env, obj, "gid", v), "napi_set_named_property failed");
+  return obj;
+}
+
+static napi_value js_read(napi_env env, napi_callback_info info) {
+  napi_value argv[2], buf;
+  int fd;
+  int64_t max;
+  if (!get_args(env, info, 2, argv, "read") || !get_fd(env, argv[0], "read", &fd) ||
+      !get_int(env, argv[1], "read", "max", 1, MAX_IO_BYTES, &max))
+    return NULL;
+  uint8_t *p = malloc((size_t)max);
+  if (!p) return throw_errno(env, ENOMEM, "read fd %d: %lld bytes", fd, (long long)max);
+  ssize_t n;
+  do n = read(fd, p, (size_t)max);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    int err = errno;
+    free(p);
+    if (err == EAGAIN || err == EWOULDBLOCK) return make_null(env);
+    return throw_errno(env, err, "read fd %d", fd);
+  }
+  napi_status s = napi_create_buffer_copy(env, (size_t)n, p, NULL, &buf);
+  free(p);
+  if (s != napi_ok) return throw_napi(env, "napi_create_buffer_copy failed");
+  return buf;
+}
+
+// Waits until fd is writable or the deadline passes (deadline < 0: no limit). Returns 0 or an errno.
+static int wait_writable(int fd, int64_t deadline) {
+  for (;;) {
+    int timeout = -1;
+    if (deadline >= 0) {
+      int64_t left = deadline - now_ms();
+      if (left <= 0) return ETIMEDOUT;
+      timeout = left > INT32_MAX ? INT32_MAX : (int)left;
+    }
+    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+    int r = poll(&pfd, 1, timeout);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (r == 0) continue;  // re-checks the deadline
+    // POLLERR/POLLHUP: let the next sendmsg report the real error (EPIPE, ECONNRESET).
+    return 0;
+  }
+}
+
+static napi_value js_sendMsg(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  int fd;
+  const uint8_t *data;
+  size_t len;
+  int *fds = NULL;
+  uint32_t nfds = 0;
+  int64_t timeout_ms;
+  if (!get_args(env, info, 4, argv, "sendMsg") || !get_fd(env, argv[0], "sendMsg", &fd) ||
+      !get_bytes(env, argv[1], "sendMsg", "data", &data, &len) ||
+      !get_int(env, argv[3], "sendMsg", "timeoutMs", INT32_MIN, INT32_MAX, &timeout_ms))
+    return NULL;
+  if (!get_fd_array(env, argv[2], "sendMsg", "fds", &fds, &nfds, MAX_SCM_FDS)) return NULL;
+
+  // A negative timeout waits forever; 0 does not wait at all.
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  static const uint8_t filler = 0;
+  // A cmsg needs at least one byte of data on a stream socket: send one 0x00 when data is empty.
+  if (len == 0 && nfds > 0) {
+    data = &filler;
+    len = 1;
+  }
+  size_t ctl_len = nfds ? CMSG_SPACE(sizeof(int) * nfds) : 0;
+  // union-aligned control buffer, as the kernel and CMSG_* macros expect
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * MAX_SCM_FDS)];
+  } ctl;
+  memset(&ctl, 0, sizeof(ctl));
+  if (nfds) {
+    struct cmsghdr *c = (struct cmsghdr *)ctl.buf;
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  }
+  free(fds);
+
+  size_t off = 0;
+  while (off < len) {
+    struct iovec iov = {.iov_base = (void *)(data + off), .iov_len = len - off};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (off == 0 && nfds) {  // the fds go with the first chunk only
+      msg.msg_control = ctl.buf;
+      msg.msg_controllen = ctl_len;
+    }
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      int err = errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) {
+        int werr = wait_writable(fd, deadline);
+        if (werr == 0) continue;
+        return throw_errno(env, werr, "sendmsg fd %d: %zu of %zu bytes sent, waiting for room", fd,
+                           off, len);
+      }
+      return throw_errno(env, err, "sendmsg fd %d (%zu bytes, %u fds)", fd, len, nfds);
+    }
+    off += (size_t)n;
+  }
+  return make_int(env, (int64_t)off);
+}
+
+// ---- pollReadable ----
+
+typedef struct {
+  uv_poll_t handle;
+  napi_env env;
+  napi_ref cb;       // the JS callback, strong while active
+  napi_ref self;     // the returned JS object, strong while active (a GC must not stop the poll)
+  napi_async_context async;
+  int fd;
+  bool active;
+  int refs;          // the uv handle until its close callback + the stop function until finalised
+} poller_t;
+
+static void poller_unref(poller_t *p) {
+  if (--p->refs == 0) free(p);
+}
+
+static void poller_closed(uv_handle_t *h) { poller_unref((poller_t *)h->data); }
+
+static void poller_cleanup_hook(void *arg);
+
+static void poller_stop(poller_t *p, bool from_cleanup) {
+  if (!p->active) return;
+  p->active = false;
+  uv_poll_stop(&p->handle);
+  uv_close((uv_handle_t *)&p->handle, poller_closed);
+  if (!from_cleanup) napi_remove_env_cleanup_hook(p->env, poller_cleanup_hook, p);
+  napi_async_destroy(p->env, p->async);
+  napi_delete_reference(p->env, p->cb);
+  napi_delete_reference(p->env, p->self);
+  p->async = NULL;
+  p->cb = NULL;
+  p->self = NULL;
+}
+
+// The environment is going away (process exit, worker termination): close the uv handle.
+static void poller_cleanup_hook(void *arg) { poller_stop((poller_t *)arg, true); }
+
+static void poller_fn_finalize(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  poller_unref((poller_t *)data);
+}
+
+static void poller_cb(uv_poll_t *h, int status, int events) {
+  (void)events;
+  poller_t *p = h->data;
+  if (!p->active) return;
+  napi_env env = p->env;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  napi_value cb, recv, arg, result;
+  if (napi_get_reference_value(env, p->cb, &cb) == napi_ok &&
+      napi_get_reference_value(env, p->self, &recv) == napi_ok) {
+    if (status < 0) {
+      char msg[256];
+      napi_value jmsg, jcode;
+      snprintf(msg, sizeof(msg), "poll fd %d: %s (%s)", p->fd, uv_err_name(status),
+               uv_strerror(status));
+      napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &jmsg);
+      napi_create_string_utf8(env, uv_err_name(status), NAPI_AUTO_LENGTH, &jcode);
+      napi_create_error(env, NULL, jmsg, &arg);
+      napi_set_named_property(env, arg, "code", jcode);
+      napi_value jerrno;
+      napi_create_int32(env, -status, &jerrno);
+      napi_set_named_property(env, arg, "errno", jerrno);
+    } else {
+      napi_get_null(env, &arg);
+    }
+    napi_status s = napi_make_callback(env, p->async, recv, cb, 1, &arg, &result);
+    if (s != napi_ok) {
+      // A throwing callback becomes an uncaught exception, like any other event-loop callback.
+      bool pending = false;
+      napi_is_exception_pending(env, &pending);
+      if (pending) {
+        napi_value exc;
+        if (napi_get_and_clear_last_exception(env, &exc) == napi_ok) napi_fatal_exception(env, exc);
+      }
+    }
+  }
+  napi_close_handle_scope(env, scope);
+}
+
+static napi_value js_poller_stop(napi_env env, napi_callback_info info) {
+  void *data = NULL;
+  size_t argc = 0;
+  if (napi_get_cb_info(env, info, &argc, NULL, NULL, &data) != napi_ok)
+    return throw_napi(env, "napi_get_cb_info failed");
+  poller_stop((poller_t *)data, false);
+  return make_undefined(env);
+}
+
+static napi_value js_pollReadable(napi_env env, napi_callback_info info) {
+  napi_value argv[2], obj, stop, name;
+  napi_valuetype t;
+  int fd;
+  if (!get_args(env, info, 2, argv, "pollReadable") || !get_fd(env, argv[0], "pollReadable", &fd))
+    return NULL;
+  if (napi_typeof(env, argv[1], &t) != napi_ok || t != napi_function)
+    return throw_type(env, "pollReadable: cb must be a function");
+  if (fd < 0) return throw_errno(env, EBADF, "uv_poll fd %d", fd);
+
+  uv_loop_t *loop;
+  NAPI_OK(napi_get_uv_event_loop(env, &loop), "napi_get_uv_event_loop failed");
+  poller_t *p = calloc(1, sizeof(*p));
+  if (!p) return throw_errno(env, ENOMEM, "pollReadable fd %d", fd);
+  p->env = env;
+  p->fd = fd;
+  p->handle.data = p;
+
+  if (napi_create_object(env, &obj) != napi_ok ||
+      napi_create_function(env, "stop", NAPI_AUTO_LENGTH, js_poller_stop, p, &stop) != napi_ok ||
+      napi_set_named_property(env, obj, "stop", stop) != napi_ok ||
+      napi_create_string_utf8(env, "vmpod.pollReadable", NAPI_AUTO_LENGTH, &name) != napi_ok) {
+    free(p);
+    return throw_napi(env, "pollReadable: creating the poller object failed");
+  }
+  int r = uv_poll_init(loop, &p->handle, fd);
+  if (r < 0) {
+    free(p);
+    return throw_errno(env, -r, "uv_poll_init fd %d", fd);
+  }
+  // From here the uv handle owns one reference and needs uv_close to go away.
+  p->refs = 1;
+  r = uv_poll_start(&p->handle, UV_READABLE | UV_DISCONNECT, poller_cb);
+  if (r < 0) {
+    uv_close((uv_handle_t *)&p->handle, poller_closed);
+    return throw_errno(env, -r, "uv_poll_start fd %d", fd);
+  }
+  if (napi_create_reference(env, argv[1], 1, &p->cb) != napi_ok ||
+      napi_create_reference(env, obj, 1, &p->self) != napi_ok ||
+      napi_async_init(env, obj, name, &p->async) != napi_ok) {
+    if (p->cb) napi_delete_reference(env, p->cb);
+    if (p->self) napi_delete_reference(env, p->self);
+    uv_poll_stop(&p->handle);
+    uv_close((uv_handle_t *)&p->handle, poller_closed);
+    return throw_napi(env, "pollReadable: napi reference failed");
+  }
+  p->active = true;
+  // The stop function holds p as its data: p lives until the function is collected too.
+  p->refs = 2;
+  if (napi_add_finalizer(env, stop, p, poller_fn_finalize, NULL, NULL) != napi_ok) {
+    p->refs = 1;  // never finalised: the uv handle is then the only owner
+    poller_stop(p, true);
+    return throw_napi(env, "pollReadable: napi_add_finalizer failed");
+  }
+  napi_add_env_cleanup_hook(env, poller_cleanup_hook, p);
+  return obj;
+}
+
+static napi_value js_close(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  int fd;
+  if (!get_args(env, info, 1, argv, "close") || !get_fd(env, argv[0], "close", &fd)) return NULL;
+  // Linux releases the fd even when close fails with EINTR: never retry (it could close a reused fd).
+  if (close(fd) < 0 && errno != EINTR) return throw_errno(env, errno, "close fd %d", fd);
+  return make_undefined(env);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unix stream sockets, client side
+
+static napi_value js_connectUnix(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  if (!get_args(env, info, 1, argv, "connectUnix")) return NULL;
+  char *path = get_string(env, argv[0], "connectUnix", "path");
+  if (!path) return NULL;
+  napi_value ret = NULL;
+  struct sockaddr_un sa;
+  int fd = -1;
+  if (!fill_sockaddr_un(env, "connectUnix", path, &sa)) goto out;
+  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    throw_errno(env, errno, "socket(AF_UNIX) for %s", path);
+    goto out;
+  }
+  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    int err = errno;
+    if (err == EINTR) {
+      // An interrupted blocking connect goes on in the background: wait for it, then read its result.
+      struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+      int r;
+      do r = poll(&pfd, 1, -1);
+      while (r < 0 && errno == EINTR);
+      socklen_t l = sizeof(err);
+      if (r < 0)
+        err = errno;
+      else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+        err = errno;
+    }
+    if (err != 0) {
+      throw_errno(env, err, "connect %s", path);
+      close(fd);
+      goto out;
+    }
+  }
+  ret = make_int(env, fd);
+  if (!ret) close(fd);
+out:
+  free(path);
+  return ret;
+}
+
+static napi_value js_writeAll(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  int fd;
+  const uint8_t *data;
+  size_t len;
+  if (!get_args(env, info, 2, argv, "writeAll") || !get_fd(env, argv[0], "writeAll", &fd) ||
+      !get_bytes(env, argv[1], "writeAll", "data", &data, &len))
+    return NULL;
+  size_t off = 0;
+  bool sock = true;
+  while (off < len) {
+    ssize_t n = sock ? send(fd, data + off, len - off, MSG_NOSIGNAL) : write(fd, data + off, len - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == ENOTSOCK && sock) {  // a pipe or a file: plain write
+        sock = false;
+        continue;
+      }
+      // EAGAIN here is SO_SNDTIMEO expiring (or a nonblocking fd): an error for a blocking writer.
+      return throw_errno(env, errno, "write fd %d: %zu of %zu bytes written", fd, off, len);
+    }
+    off += (size_t)n;
+  }
+  return make_undefined(env);
+}
+
+static napi_value js_recvMsg(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  int fd;
+  int64_t max_data, oob_size;
+  if (!get_args(env, info, 3, argv, "recvMsg") || !get_fd(env, argv[0], "recvMsg", &fd) ||
+      !get_int(env, argv[1], "recvMsg", "maxData", 1, MAX_IO_BYTES, &max_data) ||
+      !get_int(env, argv[2], "recvMsg", "oobSize", 0, MAX_OOB_BYTES, &oob_size))
+    return NULL;
+
+  uint8_t *buf = malloc((size_t)max_data);
+  // malloc alignment satisfies struct cmsghdr
+  void *ctl = oob_size ? calloc(1, (size_t)oob_size) : NULL;
+  if (!buf || (oob_size && !ctl)) {
+    free(buf);
+    free(ctl);
+    return throw_errno(env, ENOMEM, "recvmsg fd %d", fd);
+  }
+  struct iovec iov = {.iov_base = buf, .iov_len = (size_t)max_data};
+  struct msghdr msg;
+  ssize_t n;
+  do {
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = (size_t)oob_size;
+    n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    int err = errno;
+    free(buf);
+    free(ctl);
+    return throw_errno(env, err, "recvmsg fd %d", fd);
+  }
+
+  // Collect fds from every SCM_RIGHTS message (normally exactly one).
+  size_t nfds = 0, cap = 0;
+  int *fds = NULL;
+  bool oom = false;
+  if (ctl && msg.msg_controllen > 0) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      const int *in = (const int *)CMSG_DATA(c);
+      for (size_t i = 0; i < k; i++) {
+        int f;
+        memcpy(&f, in + i, sizeof(int));
+        if (oom) {
+          close(f);
+          continue;
+        }
+        if (nfds == cap) {
+          size_t ncap = cap ? cap * 2 : 8;
+          int *nf = realloc(fds, ncap * sizeof(int));
+          if (!nf) {
+            oom = true;
+            close(f);
+            continue;
+          }
+          fds = nf;
+          cap = ncap;
+        }
+        fds[nfds++] = f;
+      }
+    }
+  }
+  free(ctl);
+  if (oom) {
+    close_fds(fds, nfds);
+    free(fds);
+    free(buf);
+    return throw_errno(env, ENOMEM, "recvmsg fd %d: collecting fds", fd);
+  }
+
+  napi_value obj, data, arr, v, ctrunc;
+  bool ok = napi_create_object(env, &obj) == napi_ok &&
+            napi_create_buffer_copy(env, (size_t)n, buf, NULL, &data) == napi_ok &&
+            napi_set_named_property(env, obj, "data", data) == napi_ok &&
+            napi_create_array_with_length(env, nfds, &arr) == napi_ok &&
+            napi_get_boolean(env, (msg.msg_flags & MSG_CTRUNC) != 0, &ctrunc) == napi_ok &&
+            napi_set_named_property(env, obj, "ctrunc", ctrunc) == napi_ok;
+  for (size_t i = 0; ok && i < nfds; i++)
+    ok = napi_create_int32(env, fds[i], &v) == napi_ok &&
+         napi_set_element(env, arr, (uint32_t)i, v) == napi_ok;
+  ok = ok && napi_set_named_property(env, obj, "fds", arr) == napi_ok;
+  free(buf);
+  if (!ok) {
+    close_fds(fds, nfds);  // nobody would ever close them
+    free(fds);
+    return throw_napi(env, "recvMsg: building the result failed");
+  }
+  free(fds);
+  return obj;
+}
+
+static napi_value js_setTimeouts(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  int fd;
+  int64_t ms;
+  if (!get_args(env, info, 2, argv, "setTimeouts") || !get_fd(env, argv[0], "setTimeouts", &fd) ||
+      !get_int(env, argv[1], "setTimeouts", "ms", 0, INT32_MAX, &ms))
+    return NULL;
+  struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+    return throw_errno(env, errno, "setsockopt SO_RCVTIMEO fd %d", fd);
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+    return throw_errno(env, errno, "setsockopt SO_SNDTIMEO fd %d", fd);
+  return make_undefined(env);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fds and processes
+
+static int set_cloexec(int fd, bool on) {
+  int fl = fcntl(fd, F_GETFD);
+  if (fl < 0) return -1;
+  int nfl = on ? (fl | FD_CLOEXEC) : (fl & ~FD_CLOEXEC);
+  if (nfl != fl && fcntl(fd, F_SETFD, nfl) < 0) return -1;
+  return 0;
+}
+
+static napi_value js_setInheritable(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  int fd;
+  bool inheritable;
+  if (!get_args(env, info, 2, argv, "setInheritable") ||
+      !get_fd(env, argv[0], "setInheritable", &fd) ||
+      !get_bool(env, argv[1], "setInheritable", "inheritable", &inheritable))
+    return NULL;
+  if (set_cloexec(fd, !inheritable) < 0)
+    return throw_errno(env, errno, "fcntl F_SETFD fd %d", fd);
+  return make_undefined(env);
+}
+
+static napi_value js_dupCloexec(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  int fd;
+  int64_t min_fd;
+  if (!get_args(env, info, 2, argv, "dupCloexec") || !get_fd(env, argv[0], "dupCloexec", &fd) ||
+      !get_int(env, argv[1], "dupCloexec", "minFd", 0, INT32_MAX, &min_fd))
+    return NULL;
+  int d = fcntl(fd, F_DUPFD_CLOEXEC, (int)min_fd);
+  if (d < 0) return throw_errno(env, errno, "fcntl F_DUPFD_CLOEXEC fd %d (min %lld)", fd, (long long)min_fd);
+  napi_value v = make_int(env, d);
+  if (!v) close(d);
+  return v;
+}
+
+// Marks every fd >= 3 close-on-exec. close_range (Linux 5.11) does it in one call; older kernels
+// get a walk of /proc/self/fd.
+static int cloexec_from_3(void) {
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int dfd = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end;
+    long fd = strtol(e->d_name, &end, 10);
+    if (*end || end == e->d_name || fd < 3 || fd == dfd) continue;
+    set_cloexec((int)fd, true);  // EBADF: closed meanwhile, nothing to do
+  }
+  closedir(d);
+  return 0;
+}
+
+static napi_value js_execve(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  if (!get_args(env, info, 4, argv, "execve")) return NULL;
+  char *path = NULL, **av = NULL, **ev = NULL;
+  int *keep = NULL;
+  uint32_t nkeep = 0;
+  path = get_string(env, argv[0], "execve", "path");
+  if (!path) return NULL;
+  av = get_string_array(env, argv[1], "execve", "argv");
+  if (!av) goto out;
+  ev = get_string_array(env, argv[2], "execve", "env");
+  if (!ev) goto out;
+  if (!get_fd_array(env, argv[3], "execve", "keepFds", &keep, &nkeep, 65536)) goto out;
+
+  // Check every fd to keep before touching any process state.
+  int *keep_old = nkeep ? calloc(nkeep, sizeof(int)) : NULL;
+  if (nkeep && !keep_old) {
+    throw_errno(env, ENOMEM, "execve %s", path);
+    goto out;
+  }
+  for (uint32_t i = 0; i < nkeep; i++) {
+    keep_old[i] = fcntl(keep[i], F_GETFD);
+    if (keep_old[i] < 0) {
+      throw_errno(env, errno, "execve %s: keepFds fd %d", path, keep[i]);
+      free(keep_old);
+      goto out;
+    }
+  }
+
+  // Node marks 0..2 close-on-exec at start-up and libuv may leave them O_NONBLOCK: the new program
+  // needs plain blocking stdio.
+  int std_fl[3], std_fd[3];
+  for (int i = 0; i < 3; i++) {
+    std_fl[i] = fcntl(i, F_GETFL);
+    std_fd[i] = fcntl(i, F_GETFD);
+    if (std_fl[i] >= 0 && (std_fl[i] & O_NONBLOCK)) fcntl(i, F_SETFL, std_fl[i] & ~O_NONBLOCK);
+    if (std_fd[i] >= 0 && (std_fd[i] & FD_CLOEXEC)) fcntl(i, F_SETFD, std_fd[i] & ~FD_CLOEXEC);
+  }
+  // Everything else Node has open (epoll, eventfds, sockets, files) must not leak into the new program.
+  int cerr = cloexec_from_3() < 0 ? errno : 0;
+  for (uint32_t i = 0; !cerr && i < nkeep; i++)
+    if (keep[i] >= 3 && set_cloexec(keep[i], false) < 0) cerr = errno;
+
+  // Node ignores SIGPIPE and SIGXFSZ; ignored dispositions and the mask survive execve.
+  struct sigaction dfl, old_pipe, old_xfsz;
+  sigset_t empty, old_mask;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigemptyset(&empty);
+  int eerr = cerr;
+  if (!cerr) {
+    sigaction(SIGPIPE, &dfl, &old_pipe);
+    sigaction(SIGXFSZ, &dfl, &old_xfsz);
+    pthread_sigmask(SIG_SETMASK, &empty, &old_mask);
+    execve(path, av, ev);
+    eerr = errno;
+    // Still here: put back what Node relies on (a default SIGPIPE would kill it on the next EPIPE).
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+    sigaction(SIGXFSZ, &old_xfsz, NULL);
+  }
+  for (int i = 0; i < 3; i++) {
+    if (std_fl[i] >= 0) fcntl(i, F_SETFL, std_fl[i]);
+    if (std_fd[i] >= 0) fcntl(i, F_SETFD, std_fd[i]);
+  }
+  // Fds to keep go back to their old flags; other fds stay close-on-exec (harmless: libuv spawns
+  // with explicit stdio and every fd it creates is close-on-exec anyway).
+  for (uint32_t i = 0; i < nkeep; i++)
+    if (keep[i] >= 3) fcntl(keep[i], F_SETFD, keep_old[i]);
+  free(keep_old);
+  if (cerr)
+    throw_errno(env, cerr, "execve %s: preparing fds", path);
+  else
+    throw_errno(env, eerr, "execve %s", path);
+
+out:
+  free(path);
+  free_strv(av);
+  free_strv(ev);
+  free(keep);
+  return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// netns-bound operations
+//
+// setns(CLONE_NEWNET) moves only the calling thread (Node's main thread). Each operation enters the
+// target netns, makes its object and leaves again in the same synchronous call, so no JS ever runs in
+// a foreign netns. The object keeps the netns it was created in (a tap: the netns current when
+// /dev/net/tun was opened; a socket: the netns current at socket()).
+
+typedef struct {
+  int orig;    // this thread's netns before entering
+  int target;  // the netns at nsPath
+} netns_guard_t;
+
+// Enters the netns at ns_path. On failure throws and returns false with nothing left open.
+static bool netns_enter(napi_env env, const char *fn, const char *ns_path, netns_guard_t *g) {
+  g->orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (g->orig < 0) {
+    throw_errno(env, errno, "%s: open /proc/thread-self/ns/net", fn);
+    return false;
+  }
+  g->target = open(ns_path, O_RDONLY | O_CLOEXEC);
+  if (g->target < 0) {
+    int err = errno;
+    close(g->orig);
+    throw_errno(env, err, "%s: open netns %s", fn, ns_path);
+    return false;
+  }
+  if (setns(g->target, CLONE_NEWNET) < 0) {
+    int err = errno;
+    close(g->orig);
+    close(g->target);
+    throw_errno(env, err, "%s: setns %s", fn, ns_path);
+    return false;
+  }
+  return true;
+}
+
+// Returns to the original netns. Failing that, the main thread would run everything that follows
+// (sockets, child processes) in a foreign netns: abort instead.
+static void netns_leave(netns_guard_t *g, const char *ns_path) {
+  if (setns(g->orig, CLONE_NEWNET) < 0) {
+    fprintf(stderr, "vmpod_native: setns back from %s failed: %s; aborting\n", ns_path,
+            strerror(errno));
+    abort();
+  }
+  close(g->orig);
+  close(g->target);
+}
+
+static napi_value js_openTap(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  napi_valuetype t;
+  bool vnet_hdr = false, multi_queue = false;
+  if (!get_args(env, info, 3, argv, "openTap")) return NULL;
+  if (napi_typeof(env, argv[2], &t) != napi_ok) return throw_napi(env, "napi_typeof failed");
+  if (t == napi_object) {
+    const char *keys[2] = {"vnetHdr", "multiQueue"};
+    bool *outs[2] = {&vnet_hdr, &multi_queue};
+    for (int i = 0; i < 2; i++) {
+      napi_value v;
+      napi_valuetype vt;
+      NAPI_OK(napi_get_named_property(env, argv[2], keys[i], &v), "napi_get_named_property failed");
+      NAPI_OK(napi_typeof(env, v, &vt), "napi_typeof failed");
+      if (vt == napi_undefined) continue;
+      if (!get_bool(env, v, "openTap", keys[i], outs[i])) return NULL;
+    }
+  } else if (t != napi_undefined && t != napi_null) {
+    return throw_type(env, "openTap: opts must be an object");
+  }
+  char *ns_path = NULL, *name = NULL;
+  napi_value ret = NULL;
+  ns_path = get_string(env, argv[0], "openTap", "nsPath");
+  if (!ns_path) return NULL;
+  name = get_string(env, argv[1], "openTap", "name");
+  if (!name) goto out;
+  size_t nlen = strlen(name);
+  if (nlen == 0 || nlen >= IFNAMSIZ) {
+    throw_type(env, "openTap: name must be 1 to %d bytes, got %zu", IFNAMSIZ - 1, nlen);
+    goto out;
+  }
+
+  netns_guard_t g;
+  if (!netns_enter(env, "openTap", ns_path, &g)) goto out;
+  int err = 0;
+  const char *op = "open /dev/net/tun";
+  int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    err = errno;
+  } else {
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, name, nlen);
+    // IFF_MULTI_QUEUE must match an existing link's flags or TUNSETIFF fails with EINVAL.
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0) |
+                    (multi_queue ? IFF_MULTI_QUEUE : 0);
+    int r;
+    do r = ioctl(fd, TUNSETIFF, &ifr);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+      err = errno;
+      op = "TUNSETIFF";
+      close(fd);
+      fd = -1;
+    }
+  }
+  netns_leave(&g, ns_path);
+  if (err) {
+    throw_errno(env, err, "%s %s in %s", op, name, ns_path);
+    goto out;
+  }
+  ret = make_int(env, fd);
+  if (!ret) close(fd);
+out:
+  free(ns_path);
+  free(name);
+  return ret;
+}
+
+static napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  int64_t port;
+  if (!get_args(env, info, 3, argv, "udpSocketInNetns") ||
+      !get_int(env, argv[2], "udpSocketInNetns", "port", 0, 65535, &port))
+    return NULL;
+  char *ns_path = NULL, *ifname = NULL;
+  napi_value ret = NULL;
+  int fd = -1;
+  ns_path = get_string(env, argv[0], "udpSocketInNetns", "nsPath");
+  if (!ns_path) return NULL;
+  ifname = get_string(env, argv[1], "udpSocketInNetns", "ifname");
+  if (!ifname) goto out;
+  size_t nlen = strlen(ifname);
+  if (nlen == 0 || nlen >= IFNAMSIZ) {
+    throw_type(env, "udpSocketInNetns: ifname must be 1 to %d bytes, got %zu", IFNAMSIZ - 1, nlen);
+    goto out;
+  }
+
+  netns_guard_t g;
+  if (!netns_enter(env, "udpSocketInNetns", ns_path, &g)) goto out;
+  // The socket belongs to the netns current at socket(); options and bind act in that netns from
+  // anywhere, so only socket() runs inside.
+  fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int err = fd < 0 ? errno : 0;
+  netns_leave(&g, ns_path);
+  if (fd < 0) {
+    throw_errno(env, err, "socket(AF_INET, SOCK_DGRAM) in %s", ns_path);
+    goto out;
+  }
+  int one = 1;
+  const char *what = NULL;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
+    what = "setsockopt SO_REUSEADDR";
+  else if (setsockopt(fd, SOL_SOCKET, SO_BROADCAST, &one, sizeof(one)) < 0)
+    what = "setsockopt SO_BROADCAST";
+  else if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) < 0)
+    what = "setsockopt IP_PKTINFO";
+  else if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname, (socklen_t)nlen + 1) < 0)
+    what = "setsockopt SO_BINDTODEVICE";
+  if (what) {
+    throw_errno(env, errno, "%s %s in %s", what, ifname, ns_path);
+    goto fail;
+  }
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    throw_errno(env, errno, "bind 0.0.0.0:%lld on %s in %s", (long long)port, ifname, ns_path);
+    goto fail;
+  }
+  ret = make_int(env, fd);
+  if (ret) goto out;
+fail:
+  close(fd);
+out:
+  free(ns_path);
+  free(ifname);
+  return ret;
+}
+
+static napi_value js_recvFrom(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  int fd;
+  int64_t max;
+  if (!get_args(env, info, 2, argv, "recvFrom") || !get_fd(env, argv[0], "recvFrom", &fd) ||
+      !get_int(env, argv[1], "recvFrom", "max", 1, MAX_IO_BYTES, &max))
+    return NULL;
+  uint8_t *buf = malloc((size_t)max);
+  if (!buf) return throw_errno(env, ENOMEM, "recvmsg fd %d", fd);
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(struct in_pktinfo)) + 256];
+  } ctl;
+  struct sockaddr_in from;
+  struct iovec iov = {.iov_base = buf, .iov_len = (size_t)max};
+  struct msghdr msg;
+  ssize_t n;
+  do {
+    memset(&msg, 0, sizeof(msg));
+    memset(&from, 0, sizeof(from));
+    msg.msg_name = &from;
+    msg.msg_namelen = sizeof(from);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof(ctl.buf);
+    n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    int err = errno;
+    free(buf);
+    if (err == EAGAIN || err == EWOULDBLOCK) return make_null(env);
+    return throw_errno(env, err, "recvmsg fd %d", fd);
+  }
+  int ifindex = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+      struct in_pktinfo pi;
+      memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+      ifindex = pi.ipi_ifindex;
+    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      // not possible on AF_INET, but never leak an fd
+      close_fds((const int *)CMSG_DATA(c), (c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    }
+  }
+  char addr[INET_ADDRSTRLEN] = "";
+  if (from.sin_family == AF_INET) inet_ntop(AF_INET, &from.sin_addr, addr, sizeof(addr));
+
+  napi_value obj, data, v;
+  bool ok = napi_create_object(env, &obj) == napi_ok &&
+            napi_create_buffer_copy(env, (size_t)n, buf, NULL, &data) == napi_ok &&
+            napi_set_named_property(env, obj, "data", data) == napi_ok &&
+            napi_create_string_utf8(env, addr, NAPI_AUTO_LENGTH, &v) == napi_ok &&
+            napi_set_named_property(env, obj, "address", v) == napi_ok &&
+            napi_create_int32(env, ntohs(from.sin_port), &v) == napi_ok &&
+            napi_set_named_property(env, obj, "port", v) == napi_ok &&
+            napi_create_int32(env, ifindex, &v) == napi_ok &&
+            napi_set_named_property(env, obj, "ifindex", v) == napi_ok;
+  free(buf);
+  if (!ok) return throw_napi(env, "recvFrom: building the result failed");
+  return obj;
+}
+
+static napi_value js_sendTo(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  int fd;
+  const uint8_t *data;
+  size_t len;
+  int64_t port;
+  if (!get_args(env, info, 4, argv, "sendTo") || !get_fd(env, argv[0], "sendTo", &fd) ||
+      !get_bytes(env, argv[1], "sendTo", "data", &data, &len) ||
+      !get_int(env, argv[3], "sendTo", "port", 0, 65535, &port))
+    return NULL;
+  char *address = get_string(env, argv[2], "sendTo", "address");
+  if (!address) return NULL;
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  if (inet_pton(AF_INET, address, &sa.sin_addr) != 1) {
+    throw_type(env, "sendTo: address must be a dotted-quad IPv4 address, got '%s'", address);
+    free(address);
+    return NULL;
+  }
+  ssize_t n;
+  do n = sendto(fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT, (struct sockaddr *)&sa, sizeof(sa));
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    throw_errno(env, errno, "sendto fd %d %s:%lld", fd, address, (long long)port);
+    free(address);
+    return NULL;
+  }
+  free(address);
+  return make_int(env, n);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static napi_value Init(napi_env env, napi_value exports) {
+  static const struct {
+    const char *name;
+    napi_callback cb;
+  } fns[] = {
+      {"listenUnix", js_listenUnix},
+      {"accept", js_accept},
+      {"peerCred", js_peerCred},
+      {"read", js_read},
+      {"sendMsg", js_sendMsg},
+      {"pollReadable", js_pollReadable},
+      {"close", js_close},
+      {"connectUnix", js_connectUnix},
+      {"writeAll", js_writeAll},
+      {"recvMsg", js_recvMsg},
+      {"setTimeouts", js_setTimeouts},
+      {"setInheritable", js_setInheritable},
+      {"dupCloexec", js_dupCloexec},
+      {"execve", js_execve},
+      {"openTap", js_openTap},
+      {"udpSocketInNetns", js_udpSocketInNetns},
+      {"recvFrom", js_recvFrom},
+      {"sendTo", js_sendTo},
+  };
+  for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
+    napi_value f;
+    if (napi_create_function(env, fns[i].name, NAPI_AUTO_LENGTH, fns[i].cb, NULL, &f) != napi_ok ||
+        napi_set_named_property(env, exports, fns[i].name, f) != napi_ok)
+      return NULL;
+  }
+  return exports;
+}
+
 NAPI_MODULE(NODE_GYP_MODULE_NAME, Init)

@@ -8,6 +8,8 @@ export interface CniInterface {
   sandbox?: string;
   mtu?: number;
   pciID?: string;
+  /** CNI 1.1.0: path of a socket (vhost-user and similar) that stands for the interface */
+  socketPath?: string;
 }
 
 export interface CniIpConfig {
@@ -22,6 +24,11 @@ export interface CniRoute {
   dst: string;
   gw?: string;
   mtu?: number;
+  /** CNI 1.1.0 route attributes (rtnetlink RTAX_ADVMSS, RTA_PRIORITY, RTA_TABLE, rtm_scope) */
+  advmss?: number;
+  priority?: number;
+  table?: number;
+  scope?: number;
 }
 
 export interface CniDns {

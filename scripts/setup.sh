@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything vmpod-node needs on a fresh Debian 12 machine (as root), then builds it.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  containernetworking-plugins   # the node's CNI plugins (/usr/lib/cni)
+  iproute2                      # ip, ip netns, bridge, tc
+  qemu-system-x86               # the emulator (TCG where KVM is unusable)
+  busybox-static                # the tiny guest's userland, and udhcpc for DHCP tests
+  dnsmasq-base                  # the off-the-shelf DHCP server of the baseline benchmark
+  libvirt-daemon libvirt-clients libvirt-daemon-driver-qemu   # libvirt as the real client (e2e)
+  cpio gzip kmod xz-utils zstd  # building the guest's initramfs
+  iputils-ping curl             # the demo and the e2e tests reach the guest
+  ca-certificates
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# node_modules and the addon (npm ci runs node-gyp with --nodedir=/usr: no header download)
+if [ ! -f build/Release/vmpod_native.node ] || [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund
+fi
+npm run build --silent

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need, builds, runs every test (unit, integration against the real
+# kernel and CNI plugins, e2e with qemu and libvirt), and ends with one line "N passed, N failed".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+mkdir -p .cache
+report=.cache/vitest-report.json
+rm -f "$report"
+status=0
+npx vitest run --reporter=default --reporter=json --outputFile.json="$report" "$@" || status=$?
+if [ -f "$report" ]; then
+  node -e '
+    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    const failedFiles = r.testResults.filter((f) => f.status === "failed" && f.assertionResults.length === 0).length;
+    console.log(`${r.numPassedTests} passed, ${r.numFailedTests + failedFiles} failed`);
+  ' "$report"
+else
+  echo "0 passed, 1 failed"
+  [ "$status" -ne 0 ] || status=1
+fi
+exit "$status"

@@ -1,0 +1,193 @@
+// tapctl: a CLI over tapmanager's socket. Exit 0 on success, 1 on a server or runtime error, 2 on a usage error.
+import { readFileSync, accessSync, constants } from 'node:fs';
+import { delimiter, join } from 'node:path';
+import { FdClient } from '../client/fdclient.js';
+import { native } from '../native.js';
+import { decodeCsn } from '../protocol/codec.js';
+import { base64ToMac } from '../protocol/mac.js';
+import type { PodNetworkDesc } from '../protocol/payloads.js';
+import { errorChain } from '../errors.js';
+
+const USAGE = `Usage: tapctl [--socket PATH] [--timeout MS] COMMAND ...
+
+Commands:
+  add KEY --pod-name NAME --pod-namespace NS [--pod-id ID] [--dns JSON]
+                          set up the pod network; prints the ContainerSideNetwork JSON
+  get KEY                 prints the interface descriptions (fds are received and closed)
+  get KEY --exec -- CMD [ARG...]
+                          runs CMD with the tap fds inherited; {fd0}, {fd1}... in ARGs become their numbers
+  release KEY             tears the pod network down
+  recover KEY --csn FILE [--pod-name NAME] [--pod-namespace NS] [--pod-id ID] [--running]
+                          re-attaches to an existing pod network (FILE: ContainerSideNetwork JSON, - for stdin)
+  list                    prints every pod network tapmanager holds
+  status                  says whether tapmanager answers, and how many pods it holds
+
+Options:
+  --socket PATH           tapmanager's socket (default $VIRTLET_FD_SERVER_SOCKET_PATH or /var/lib/virtlet/tapfdserver.sock)
+  --timeout MS            give up on a reply after MS milliseconds (default 120000)
+  --help                  show this text`;
+
+class UsageError extends Error {}
+
+interface Parsed {
+  positional: string[];
+  opts: Map<string, string | true>;
+  rest: string[];
+}
+
+const VALUE_OPTS = new Set(['--socket', '--timeout', '--pod-name', '--pod-namespace', '--pod-id', '--dns', '--csn']);
+const BOOL_OPTS = new Set(['--exec', '--running', '--help']);
+
+export function parseArgs(argv: string[]): Parsed {
+  const positional: string[] = [];
+  const opts = new Map<string, string | true>();
+  let rest: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--') {
+      rest = argv.slice(i + 1);
+      break;
+    }
+    if (a.startsWith('--')) {
+      const eq = a.indexOf('=');
+      const name = eq >= 0 ? a.slice(0, eq) : a;
+      if (VALUE_OPTS.has(name)) {
+        const v = eq >= 0 ? a.slice(eq + 1) : argv[++i];
+        if (v === undefined) throw new UsageError(`${name} needs a value`);
+        opts.set(name, v);
+      } else if (BOOL_OPTS.has(name) && eq < 0) {
+        opts.set(name, true);
+      } else {
+        throw new UsageError(`unknown option ${a}`);
+      }
+    } else {
+      positional.push(a);
+    }
+  }
+  return { positional, opts, rest };
+}
+
+function str(p: Parsed, name: string): string | undefined {
+  const v = p.opts.get(name);
+  return typeof v === 'string' ? v : undefined;
+}
+
+function need(p: Parsed, name: string): string {
+  const v = str(p, name);
+  if (v === undefined) throw new UsageError(`${name} is required`);
+  return v;
+}
+
+function oneKey(p: Parsed): string {
+  if (p.positional.length !== 2) throw new UsageError(`${p.positional[0]} takes exactly one KEY`);
+  return p.positional[1]!;
+}
+
+function which(cmd: string): string {
+  if (cmd.includes('/')) return cmd;
+  for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(delimiter)) {
+    const p = join(dir, cmd);
+    try {
+      accessSync(p, constants.X_OK);
+      return p;
+    } catch {
+      /* next */
+    }
+  }
+  throw new Error(`${cmd}: not found in PATH`);
+}
+
+function desc(p: Parsed, key: string, requireNames: boolean): PodNetworkDesc {
+  const dns = str(p, '--dns');
+  let DNS: PodNetworkDesc['DNS'] = null;
+  if (dns !== undefined) {
+    try {
+      DNS = JSON.parse(dns) as PodNetworkDesc['DNS'];
+    } catch (e) {
+      throw new UsageError(`--dns is not JSON: ${(e as Error).message}`);
+    }
+  }
+  return {
+    podId: str(p, '--pod-id') ?? key,
+    podName: requireNames ? need(p, '--pod-name') : (str(p, '--pod-name') ?? ''),
+    podNs: requireNames ? need(p, '--pod-namespace') : (str(p, '--pod-namespace') ?? ''),
+    DNS,
+  };
+}
+
+function main(argv: string[]): number {
+  let p: Parsed;
+  try {
+    p = parseArgs(argv);
+  } catch (e) {
+    process.stderr.write(`tapctl: ${(e as Error).message}\n${USAGE}\n`);
+    return 2;
+  }
+  if (p.opts.has('--help')) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  const socket = str(p, '--socket') ?? (process.env.VIRTLET_FD_SERVER_SOCKET_PATH || '/var/lib/virtlet/tapfdserver.sock');
+  const timeout = Number(str(p, '--timeout') ?? 120000);
+  const out = (v: unknown) => process.stdout.write(`${JSON.stringify(v, null, 2)}\n`);
+  try {
+    if (!Number.isInteger(timeout) || timeout <= 0) throw new UsageError(`--timeout ${JSON.stringify(str(p, '--timeout'))} is not a positive integer`);
+    const client = new FdClient(socket, { timeoutMs: timeout });
+    const cmd = p.positional[0];
+    switch (cmd) {
+      case 'add': {
+        const key = oneKey(p);
+        out(client.add(key, desc(p, key, true)));
+        return 0;
+      }
+      case 'get': {
+        const key = oneKey(p);
+        if (p.opts.has('--exec')) {
+          if (p.rest.length === 0) throw new UsageError('get --exec needs -- CMD [ARG...]');
+          const { fds } = client.get(key);
+          const n = native();
+          const args = p.rest.map((a) => a.replace(/\{fd(\d+)\}/g, (m, i: string) => (fds[Number(i)] !== undefined ? String(fds[Number(i)]) : m)));
+          const path = which(args[0]!);
+          n.execve(path, args, Object.entries(process.env).map(([k, v]) => `${k}=${v}`), fds);
+        }
+        const { infos, fds } = client.get(key);
+        for (const fd of fds) native().close(fd);
+        out(infos.map((i) => ({ ...i, macAddress: base64ToMac(i.mac) })));
+        return 0;
+      }
+      case 'release':
+        client.release(oneKey(p));
+        return 0;
+      case 'recover': {
+        const key = oneKey(p);
+        const file = need(p, '--csn');
+        const csn = decodeCsn(readFileSync(file === '-' ? 0 : file));
+        client.recover(key, { podNetworkDesc: desc(p, key, false), csn, HaveRunningContainers: p.opts.has('--running') });
+        return 0;
+      }
+      case 'list':
+        if (p.positional.length !== 1) throw new UsageError('list takes no arguments');
+        out(client.list());
+        return 0;
+      case 'status': {
+        if (p.positional.length !== 1) throw new UsageError('status takes no arguments');
+        const pods = client.list() as unknown[];
+        out({ socket, answering: true, pods: pods.length });
+        return 0;
+      }
+      case undefined:
+        throw new UsageError('no command given');
+      default:
+        throw new UsageError(`unknown command ${JSON.stringify(cmd)}`);
+    }
+  } catch (e) {
+    if (e instanceof UsageError) {
+      process.stderr.write(`tapctl: ${e.message}\n${USAGE}\n`);
+      return 2;
+    }
+    process.stderr.write(`tapctl: ${errorChain(e)}\n`);
+    return 1;
+  }
+}
+
+process.exitCode = main(process.argv.slice(2));

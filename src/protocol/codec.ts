@@ -1,0 +1,465 @@
+// JSON codecs for Virtlet's payloads (reference/fd-protocol.md, field names as Go marshals them).
+// Decoders check everything and report every problem at once, each with its path and the bad value.
+// Unknown fields are ignored, as Go's encoding/json does. MACs are accepted as base64 or colon-hex and
+// normalised: HardwareAddr / mac become Go base64, and NetIf gets our extra colon-hex `mac`.
+import { isIP } from 'node:net';
+import { ErrorCode, VmpodError } from '../errors.js';
+import type { CniDns } from '../cni/types.js';
+import { macToBase64, parseMac } from './mac.js';
+import {
+  InterfaceType,
+  type CniResultV031,
+  type ContainerSideNetwork,
+  type GetFDPayload,
+  type GetInfo,
+  type NetIf,
+  type PodNetworkDesc,
+  type RecoverPayload,
+} from './payloads.js';
+
+type Obj = Record<string, unknown>;
+
+/** Collects "path: problem (got value)" lines. */
+class Problems {
+  readonly list: string[] = [];
+  add(path: string, what: string, value: unknown): void {
+    this.list.push(`${path} ${what} (got ${show(value)})`);
+  }
+}
+
+function show(v: unknown): string {
+  if (v === undefined) return 'nothing';
+  const s = JSON.stringify(v);
+  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+}
+
+function isObj(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function parseJson(buf: Buffer, what: string): unknown {
+  try {
+    return JSON.parse(buf.toString('utf8'));
+  } catch (e) {
+    throw new VmpodError(ErrorCode.BadRequest, `${what} is not JSON: ${(e as Error).message}`, { cause: e });
+  }
+}
+
+function fail(what: string, p: Problems): never {
+  throw new VmpodError(ErrorCode.BadRequest, `${what} is invalid: ${p.list.join('; ')}`);
+}
+
+// ---- field readers: each reports its own problem and returns a usable default ----
+
+function reqObj(o: Obj, f: string, path: string, p: Problems): Obj | undefined {
+  const v = o[f];
+  if (isObj(v)) return v;
+  p.add(`${path}${f}`, 'must be an object', v);
+  return undefined;
+}
+
+function reqStr(o: Obj, f: string, path: string, p: Problems): string {
+  const v = o[f];
+  if (typeof v === 'string') return v;
+  p.add(`${path}${f}`, 'must be a string', v);
+  return '';
+}
+
+/** Go zero value "" when missing or null. */
+function optStr(o: Obj, f: string, path: string, p: Problems): string | undefined {
+  const v = o[f];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === 'string') return v;
+  p.add(`${path}${f}`, 'must be a string', v);
+  return undefined;
+}
+
+function optInt(o: Obj, f: string, path: string, p: Problems, min: number, max: number): number | undefined {
+  const v = o[f];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max) return v;
+  p.add(`${path}${f}`, `must be an integer in ${min}..${max}`, v);
+  return undefined;
+}
+
+function optBool(o: Obj, f: string, path: string, p: Problems): boolean | undefined {
+  const v = o[f];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === 'boolean') return v;
+  p.add(`${path}${f}`, 'must be a boolean', v);
+  return undefined;
+}
+
+/** An array or null/missing (Go marshals a nil slice as null). */
+function optArr(o: Obj, f: string, path: string, p: Problems): unknown[] | undefined {
+  const v = o[f];
+  if (v === undefined || v === null) return undefined;
+  if (Array.isArray(v)) return v;
+  p.add(`${path}${f}`, 'must be an array', v);
+  return undefined;
+}
+
+function optStrArr(o: Obj, f: string, path: string, p: Problems): string[] | undefined {
+  const a = optArr(o, f, path, p);
+  if (!a) return undefined;
+  const out: string[] = [];
+  a.forEach((v, i) => {
+    if (typeof v === 'string') out.push(v);
+    else p.add(`${path}${f}[${i}]`, 'must be a string', v);
+  });
+  return out;
+}
+
+function interfaceType(o: Obj, f: string, path: string, p: Problems): InterfaceType {
+  const v = o[f];
+  if (v === undefined || v === null) return InterfaceType.Tap;
+  if (v === InterfaceType.Tap || v === InterfaceType.VF) return v;
+  p.add(`${path}${f}`, `must be ${InterfaceType.Tap} (tap) or ${InterfaceType.VF} (VF)`, v);
+  return InterfaceType.Tap;
+}
+
+/** A MAC in base64 or colon-hex; returns lower-case colon-hex, or '' after reporting. */
+function macField(o: Obj, f: string, path: string, p: Problems): string {
+  const v = o[f];
+  if (typeof v !== 'string') {
+    p.add(`${path}${f}`, 'must be a MAC (base64 of 6 bytes or colon-hex)', v);
+    return '';
+  }
+  try {
+    return parseMac(v);
+  } catch {
+    p.add(`${path}${f}`, 'must be a MAC (base64 of 6 bytes or colon-hex)', v);
+    return '';
+  }
+}
+
+/** PCI address with or without the domain: [dddd:]bb:dd.f (lspci -D form). Empty = none. */
+const PCI_ADDR = /^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$/i;
+
+function pciField(o: Obj, f: string, path: string, p: Problems): string {
+  const v = optStr(o, f, path, p) ?? '';
+  if (v !== '' && !PCI_ADDR.test(v)) p.add(`${path}${f}`, 'must be a PCI address like 0000:03:00.1 or ""', v);
+  return v;
+}
+
+function checkCidr(s: string, path: string, p: Problems): void {
+  const m = /^([^/]+)\/(\d{1,3})$/.exec(s);
+  const family = m ? isIP(m[1]!) : 0;
+  const max = family === 4 ? 32 : 128;
+  if (!m || family === 0 || Number(m[2]) > max) p.add(path, 'must be an address with prefix length (CIDR)', s);
+}
+
+function checkIp(s: string | undefined, path: string, p: Problems): void {
+  if (s !== undefined && isIP(s) === 0) p.add(path, 'must be an IP address', s);
+}
+
+// ---- structures ----
+
+function dns(v: unknown, path: string, p: Problems): CniDns {
+  if (!isObj(v)) {
+    p.add(path, 'must be an object', v);
+    return {};
+  }
+  const out: CniDns = {};
+  const nameservers = optStrArr(v, 'nameservers', `${path}.`, p);
+  nameservers?.forEach((s, i) => checkIp(s, `${path}.nameservers[${i}]`, p));
+  const domain = optStr(v, 'domain', `${path}.`, p);
+  const search = optStrArr(v, 'search', `${path}.`, p);
+  const options = optStrArr(v, 'options', `${path}.`, p);
+  if (nameservers) out.nameservers = nameservers;
+  if (domain !== undefined) out.domain = domain;
+  if (search) out.search = search;
+  if (options) out.options = options;
+  return out;
+}
+
+function podNetworkDesc(v: unknown, path: string, p: Problems): PodNetworkDesc {
+  if (!isObj(v)) {
+    p.add(path, 'must be an object', v);
+    return { podId: '', podNs: '', podName: '', DNS: null };
+  }
+  const pre = `${path}.`;
+  const desc: PodNetworkDesc = {
+    podId: reqStr(v, 'podId', pre, p),
+    podNs: reqStr(v, 'podNs', pre, p),
+    podName: reqStr(v, 'podName', pre, p),
+    DNS: v.DNS === undefined || v.DNS === null ? null : dns(v.DNS, `${pre}DNS`, p),
+  };
+  return desc;
+}
+
+function cniResult(v: unknown, path: string, p: Problems): CniResultV031 {
+  if (!isObj(v)) {
+    p.add(path, 'must be an object or null', v);
+    return {};
+  }
+  const pre = `${path}.`;
+  const out: CniResultV031 = {};
+  const cniVersion = optStr(v, 'cniVersion', pre, p);
+  if (cniVersion !== undefined) out.cniVersion = cniVersion;
+
+  const ifs = optArr(v, 'interfaces', pre, p);
+  if (ifs) {
+    out.interfaces = ifs.map((e, i) => {
+      const ip = `${pre}interfaces[${i}]`;
+      if (!isObj(e)) {
+        p.add(ip, 'must be an object', e);
+        return { name: '' };
+      }
+      const r: { name: string; mac?: string; sandbox?: string } = { name: reqStr(e, 'name', `${ip}.`, p) };
+      const mac = optStr(e, 'mac', `${ip}.`, p);
+      if (mac) r.mac = macField(e, 'mac', `${ip}.`, p);
+      const sandbox = optStr(e, 'sandbox', `${ip}.`, p);
+      if (sandbox !== undefined) r.sandbox = sandbox;
+      return r;
+    });
+  }
+
+  const ips = optArr(v, 'ips', pre, p);
+  if (ips) {
+    out.ips = ips.map((e, i) => {
+      const ip = `${pre}ips[${i}]`;
+      if (!isObj(e)) {
+        p.add(ip, 'must be an object', e);
+        return { version: '4' as const, address: '' };
+      }
+      let version: '4' | '6' = '4';
+      if (e.version === '4' || e.version === '6') version = e.version;
+      else p.add(`${ip}.version`, 'must be "4" or "6"', e.version);
+      const address = reqStr(e, 'address', `${ip}.`, p);
+      if (typeof e.address === 'string') checkCidr(address, `${ip}.address`, p);
+      const r: NonNullable<CniResultV031['ips']>[number] = { version, address };
+      const iface = optInt(e, 'interface', `${ip}.`, p, 0, 0xffff);
+      if (iface !== undefined) r.interface = iface;
+      const gateway = optStr(e, 'gateway', `${ip}.`, p);
+      checkIp(gateway, `${ip}.gateway`, p);
+      if (gateway !== undefined) r.gateway = gateway;
+      // Go field order: version, interface, address, gateway
+      return { version: r.version, ...(r.interface !== undefined ? { interface: r.interface } : {}), address: r.address, ...(r.gateway !== undefined ? { gateway: r.gateway } : {}) };
+    });
+  }
+
+  const routes = optArr(v, 'routes', pre, p);
+  if (routes) {
+    out.routes = routes.map((e, i) => {
+      const rp = `${pre}routes[${i}]`;
+      if (!isObj(e)) {
+        p.add(rp, 'must be an object', e);
+        return { dst: '' };
+      }
+      const dst = reqStr(e, 'dst', `${rp}.`, p);
+      if (typeof e.dst === 'string') checkCidr(dst, `${rp}.dst`, p);
+      const gw = optStr(e, 'gw', `${rp}.`, p);
+      checkIp(gw, `${rp}.gw`, p);
+      return gw !== undefined ? { dst, gw } : { dst };
+    });
+  }
+
+  if (v.dns !== undefined && v.dns !== null) out.dns = dns(v.dns, `${pre}dns`, p);
+  return out;
+}
+
+function netIf(v: unknown, path: string, p: Problems): NetIf {
+  if (!isObj(v)) {
+    p.add(path, 'must be an object', v);
+    return { Type: InterfaceType.Tap, Name: '', HardwareAddr: '', PCIAddress: '', MTU: 0, VlanID: 0 };
+  }
+  const pre = `${path}.`;
+  const Type = interfaceType(v, 'Type', pre, p);
+  const Name = reqStr(v, 'Name', pre, p);
+  const mac = macField(v, 'HardwareAddr', pre, p);
+  const PCIAddress = pciField(v, 'PCIAddress', pre, p);
+  const MTU = optInt(v, 'MTU', pre, p, 0, 65535) ?? 0;
+  // 802.1Q VLAN ids are 12 bits; 0 = untagged
+  const VlanID = optInt(v, 'VlanID', pre, p, 0, 4094) ?? 0;
+  return { Type, Name, HardwareAddr: mac ? macToBase64(mac) : '', PCIAddress, MTU, VlanID, mac };
+}
+
+function csn(v: unknown, path: string, p: Problems): ContainerSideNetwork {
+  if (!isObj(v)) {
+    p.add(path, 'must be an object', v);
+    return { Result: null, NsPath: '', Interfaces: [] };
+  }
+  const pre = path ? `${path}.` : '';
+  const Result = v.Result === undefined || v.Result === null ? null : cniResult(v.Result, `${pre}Result`, p);
+  const NsPath = reqStr(v, 'NsPath', pre, p);
+  const Interfaces = (optArr(v, 'Interfaces', pre, p) ?? []).map((e, i) => netIf(e, `${pre}Interfaces[${i}]`, p));
+  return { Result, NsPath, Interfaces };
+}
+
+// ---- public decoders ----
+
+/** add (0) request payload: {"podNetworkDesc": {...}}. */
+export function decodeGetFDPayload(buf: Buffer): GetFDPayload {
+  const what = 'add payload';
+  const v = parseJson(buf, what);
+  const p = new Problems();
+  if (!isObj(v)) {
+    p.add('payload', 'must be an object', v);
+    fail(what, p);
+  }
+  const out = { podNetworkDesc: podNetworkDesc(v.podNetworkDesc, 'podNetworkDesc', p) };
+  if (p.list.length) fail(what, p);
+  return out;
+}
+
+/** recover (3) request payload: {"podNetworkDesc", "csn", "HaveRunningContainers"}. */
+export function decodeRecoverPayload(buf: Buffer): RecoverPayload {
+  const what = 'recover payload';
+  const v = parseJson(buf, what);
+  const p = new Problems();
+  if (!isObj(v)) {
+    p.add('payload', 'must be an object', v);
+    fail(what, p);
+  }
+  const out: RecoverPayload = {
+    podNetworkDesc: podNetworkDesc(v.podNetworkDesc, 'podNetworkDesc', p),
+    csn: csn(v.csn, 'csn', p),
+    HaveRunningContainers: optBool(v, 'HaveRunningContainers', '', p) ?? false,
+  };
+  if (p.list.length) fail(what, p);
+  return out;
+}
+
+/** A ContainerSideNetwork (add's response payload). */
+export function decodeCsn(buf: Buffer): ContainerSideNetwork {
+  const what = 'container side network';
+  const v = parseJson(buf, what);
+  const p = new Problems();
+  const out = csn(v, '', p);
+  if (p.list.length) fail(what, p);
+  return out;
+}
+
+/** get's (2) response payload: [{"type","mac","fdIndex","pciAddress"}]; mac normalised to base64. */
+export function decodeGetInfo(buf: Buffer): GetInfo[] {
+  const what = 'get info';
+  const v = parseJson(buf, what);
+  const p = new Problems();
+  if (v !== null && !Array.isArray(v)) {
+    p.add('get info', 'must be an array', v);
+    fail(what, p);
+  }
+  const arr: unknown[] = Array.isArray(v) ? v : [];
+  const seen = new Map<number, number>();
+  const out = arr.map((e, i): GetInfo => {
+    const path = `[${i}]`;
+    if (!isObj(e)) {
+      p.add(path, 'must be an object', e);
+      return { type: InterfaceType.Tap, mac: '', fdIndex: 0, pciAddress: '' };
+    }
+    const pre = `${path}.`;
+    const type = interfaceType(e, 'type', pre, p);
+    const mac = macField(e, 'mac', pre, p);
+    let fdIndex = 0;
+    // each interface has one fd; fdIndex is its place in the SCM_RIGHTS array
+    if (typeof e.fdIndex === 'number' && Number.isInteger(e.fdIndex) && e.fdIndex >= 0 && e.fdIndex < arr.length) {
+      fdIndex = e.fdIndex;
+      const prev = seen.get(fdIndex);
+      if (prev !== undefined) p.add(`${pre}fdIndex`, `repeats [${prev}].fdIndex`, e.fdIndex);
+      else seen.set(fdIndex, i);
+    } else {
+      p.add(`${pre}fdIndex`, `must be an integer in 0..${arr.length - 1}`, e.fdIndex);
+    }
+    const pciAddress = pciField(e, 'pciAddress', pre, p);
+    return { type, mac: mac ? macToBase64(mac) : '', fdIndex, pciAddress };
+  });
+  if (p.list.length) fail(what, p);
+  return out;
+}
+
+// ---- encoders (Go's field order and omitempty rules, so the bytes match what Virtlet sends) ----
+
+function encodeDns(d: CniDns | undefined): CniDns {
+  const out: CniDns = {};
+  if (d?.nameservers?.length) out.nameservers = d.nameservers;
+  if (d?.domain) out.domain = d.domain;
+  if (d?.search?.length) out.search = d.search;
+  if (d?.options?.length) out.options = d.options;
+  return out;
+}
+
+/** CNI 0.3.1 types/current.Result: everything omitempty except dns (a struct value, always present). */
+function encodeResult(r: CniResultV031): unknown {
+  const out: Obj = {};
+  if (r.cniVersion) out.cniVersion = r.cniVersion;
+  if (r.interfaces?.length) {
+    out.interfaces = r.interfaces.map((i) => ({
+      name: i.name,
+      ...(i.mac ? { mac: i.mac } : {}),
+      ...(i.sandbox ? { sandbox: i.sandbox } : {}),
+    }));
+  }
+  if (r.ips?.length) {
+    out.ips = r.ips.map((ip) => ({
+      version: ip.version,
+      ...(ip.interface !== undefined ? { interface: ip.interface } : {}),
+      address: ip.address,
+      ...(ip.gateway ? { gateway: ip.gateway } : {}),
+    }));
+  }
+  if (r.routes?.length) out.routes = r.routes.map((rt) => (rt.gw ? { dst: rt.dst, gw: rt.gw } : { dst: rt.dst }));
+  out.dns = encodeDns(r.dns);
+  return out;
+}
+
+export interface EncodeCsnOptions {
+  /** add our colon-hex `mac` beside each HardwareAddr (default true; Go ignores it) */
+  withMac?: boolean;
+}
+
+function csnObject(c: ContainerSideNetwork, opts: EncodeCsnOptions = {}): unknown {
+  const withMac = opts.withMac ?? true;
+  return {
+    Result: c.Result === null ? null : encodeResult(c.Result),
+    NsPath: c.NsPath,
+    Interfaces: c.Interfaces.map((i) => {
+      const hex = parseMac(i.HardwareAddr);
+      return {
+        Type: i.Type,
+        Name: i.Name,
+        HardwareAddr: macToBase64(hex),
+        PCIAddress: i.PCIAddress,
+        MTU: i.MTU,
+        VlanID: i.VlanID,
+        ...(withMac ? { mac: hex } : {}),
+      };
+    }),
+  };
+}
+
+/** ContainerSideNetwork JSON: HardwareAddr as Go base64 (accepts base64 or colon-hex in), plus `mac` colon-hex. */
+export function encodeCsn(c: ContainerSideNetwork, opts: EncodeCsnOptions = {}): Buffer {
+  return Buffer.from(JSON.stringify(csnObject(c, opts)), 'utf8');
+}
+
+function descObject(d: PodNetworkDesc): unknown {
+  return { podId: d.podId, podNs: d.podNs, podName: d.podName, DNS: d.DNS ? encodeDns(d.DNS) : null };
+}
+
+/** add (0) request payload. */
+export function encodeGetFDPayload(p: GetFDPayload): Buffer {
+  return Buffer.from(JSON.stringify({ podNetworkDesc: descObject(p.podNetworkDesc) }), 'utf8');
+}
+
+/** recover (3) request payload. */
+export function encodeRecoverPayload(p: RecoverPayload): Buffer {
+  return Buffer.from(
+    JSON.stringify({
+      podNetworkDesc: descObject(p.podNetworkDesc),
+      csn: csnObject(p.csn),
+      HaveRunningContainers: p.HaveRunningContainers,
+    }),
+    'utf8',
+  );
+}
+
+/** get's response payload; mac emitted as Go base64 whatever form it is given in. */
+export function encodeGetInfo(infos: GetInfo[]): Buffer {
+  return Buffer.from(
+    JSON.stringify(
+      infos.map((i) => ({ type: i.type, mac: macToBase64(parseMac(i.mac)), fdIndex: i.fdIndex, pciAddress: i.pciAddress })),
+    ),
+    'utf8',
+  );
+}

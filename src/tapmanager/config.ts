@@ -1,0 +1,203 @@
+// tapmanager's configuration: flags over env over defaults, all in one table (pino's defaultOptions habit).
+// Pure: parseConfig(argv, env) returns a config or a list of every problem found.
+import { isLogLevel } from '../log.js';
+import type { LevelWithSilent } from 'pino';
+
+export interface TapmanagerConfig {
+  socket: string;
+  cniConfDir: string;
+  cniBinDirs: string[];
+  cniCacheDir: string;
+  stateDir: string;
+  logLevel: LevelWithSilent;
+  /** extra group (name or gid) whose members may use the socket; the socket file gets this group */
+  socketGroup?: string;
+  /** per-plugin CNI timeout */
+  cniTimeoutMs: number;
+  enableSriov: boolean;
+  sysfsRoot: string;
+  netnsDir: string;
+  help: boolean;
+}
+
+interface FlagSpec {
+  flag: string;
+  env?: string;
+  def: string;
+  kind: 'string' | 'bool' | 'int';
+  help: string;
+}
+
+/** Every flag, its env var and its default. README's table is written from this. */
+export const FLAGS = {
+  socket: {
+    flag: '--socket',
+    env: 'VIRTLET_FD_SERVER_SOCKET_PATH',
+    def: '/var/lib/virtlet/tapfdserver.sock',
+    kind: 'string',
+    help: 'Unix socket to serve the fd protocol on (created with mode 0660)',
+  },
+  cniConfDir: {
+    flag: '--cni-conf-dir',
+    env: 'VIRTLET_CNI_CONFIG_DIR',
+    def: '/etc/cni/net.d',
+    kind: 'string',
+    help: 'CNI config dir: the first .conf/.conflist/.json file in lexical order is used',
+  },
+  cniBinDirs: {
+    flag: '--cni-bin-dir',
+    env: 'VIRTLET_CNI_PLUGIN_DIR',
+    def: '/opt/cni/bin',
+    kind: 'string',
+    help: 'CNI plugin dir(s), colon-separated, searched in order',
+  },
+  cniCacheDir: {
+    flag: '--cni-cache-dir',
+    env: 'VMPOD_CNI_CACHE_DIR',
+    def: '/var/lib/cni',
+    kind: 'string',
+    help: 'CNI result cache dir (results/<net>-<id>-<if>, as libcni)',
+  },
+  stateDir: {
+    flag: '--state-dir',
+    env: 'VMPOD_STATE_DIR',
+    def: '/var/lib/vmpod-node',
+    kind: 'string',
+    help: 'per-pod state records (survive a restart)',
+  },
+  logLevel: {
+    flag: '--log-level',
+    env: 'VMPOD_LOG_LEVEL',
+    def: 'info',
+    kind: 'string',
+    help: 'fatal, error, warn, info, debug, trace or silent',
+  },
+  socketGroup: {
+    flag: '--socket-group',
+    env: 'VMPOD_SOCKET_GROUP',
+    def: '',
+    kind: 'string',
+    help: 'group (name or gid) that owns the socket and whose members are served besides uid 0',
+  },
+  cniTimeoutMs: {
+    flag: '--cni-timeout',
+    env: 'VMPOD_CNI_TIMEOUT_MS',
+    def: '60000',
+    kind: 'int',
+    help: 'per-plugin CNI timeout in ms; a plugin still running then is killed',
+  },
+  enableSriov: {
+    flag: '--enable-sriov',
+    env: 'VIRTLET_SRIOV_SUPPORT',
+    def: 'false',
+    kind: 'bool',
+    help: 'bind SR-IOV VFs found in the pod netns to vfio-pci (otherwise a VF is an error)',
+  },
+  sysfsRoot: {
+    flag: '--sysfs-root',
+    env: 'VMPOD_SYSFS_ROOT',
+    def: '/sys',
+    kind: 'string',
+    help: 'where sysfs is read (tests point it at a fake tree)',
+  },
+  netnsDir: {
+    flag: '--netns-dir',
+    env: 'VMPOD_NETNS_DIR',
+    def: '/var/run/netns',
+    kind: 'string',
+    help: 'where named netns live (ip netns uses /var/run/netns)',
+  },
+} as const satisfies Record<string, FlagSpec>;
+
+type Key = keyof typeof FLAGS;
+
+function parseBool(v: string): boolean | undefined {
+  if (/^(1|true|yes|on)$/i.test(v)) return true;
+  if (/^(0|false|no|off|)$/i.test(v)) return false;
+  return undefined;
+}
+
+export type ParseResult = { ok: true; config: TapmanagerConfig } | { ok: false; errors: string[] };
+
+export function parseConfig(argv: string[], env: Record<string, string | undefined>): ParseResult {
+  const errors: string[] = [];
+  const raw = new Map<Key, string>();
+  let help = false;
+  const byFlag = new Map<string, Key>(Object.entries(FLAGS).map(([k, s]) => [s.flag, k as Key]));
+
+  for (const k of Object.keys(FLAGS) as Key[]) {
+    const spec: FlagSpec = FLAGS[k];
+    const v = spec.env ? env[spec.env] : undefined;
+    if (v !== undefined && v !== '') raw.set(k, v);
+  }
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--help' || arg === '-h') {
+      help = true;
+      continue;
+    }
+    const eq = arg.indexOf('=');
+    const name = eq >= 0 ? arg.slice(0, eq) : arg;
+    const k = byFlag.get(name);
+    if (!k) {
+      errors.push(`unknown argument ${JSON.stringify(arg)}`);
+      continue;
+    }
+    const spec: FlagSpec = FLAGS[k];
+    if (spec.kind === 'bool' && eq < 0) {
+      raw.set(k, 'true');
+      continue;
+    }
+    const value = eq >= 0 ? arg.slice(eq + 1) : argv[++i];
+    if (value === undefined) {
+      errors.push(`${name} needs a value`);
+      continue;
+    }
+    raw.set(k, value);
+  }
+  const get = (k: Key): string => raw.get(k) ?? FLAGS[k].def;
+
+  const logLevel = get('logLevel');
+  if (!isLogLevel(logLevel)) errors.push(`--log-level ${JSON.stringify(logLevel)} is not one of fatal, error, warn, info, debug, trace, silent`);
+  const timeout = Number(get('cniTimeoutMs'));
+  if (!Number.isInteger(timeout) || timeout <= 0) errors.push(`--cni-timeout ${JSON.stringify(get('cniTimeoutMs'))} is not a positive integer (ms)`);
+  const sriov = parseBool(get('enableSriov'));
+  if (sriov === undefined) errors.push(`--enable-sriov / VIRTLET_SRIOV_SUPPORT ${JSON.stringify(get('enableSriov'))} is not a boolean`);
+  for (const k of ['socket', 'cniConfDir', 'cniCacheDir', 'stateDir', 'sysfsRoot', 'netnsDir'] as const) {
+    if (!get(k).startsWith('/')) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} must be an absolute path`);
+  }
+  const binDirs = get('cniBinDirs').split(':').filter((d) => d !== '');
+  if (binDirs.length === 0 || binDirs.some((d) => !d.startsWith('/'))) {
+    errors.push(`--cni-bin-dir ${JSON.stringify(get('cniBinDirs'))} must be absolute paths separated by ':'`);
+  }
+  if (errors.length > 0) return { ok: false, errors };
+  const group = get('socketGroup');
+  return {
+    ok: true,
+    config: {
+      socket: get('socket'),
+      cniConfDir: get('cniConfDir'),
+      cniBinDirs: binDirs,
+      cniCacheDir: get('cniCacheDir'),
+      stateDir: get('stateDir'),
+      logLevel: logLevel as LevelWithSilent,
+      ...(group ? { socketGroup: group } : {}),
+      cniTimeoutMs: timeout,
+      enableSriov: sriov!,
+      sysfsRoot: get('sysfsRoot'),
+      netnsDir: get('netnsDir'),
+      help,
+    },
+  };
+}
+
+export function usage(): string {
+  const lines = ['Usage: tapmanager [flags]', '', 'Serves the Virtlet fd protocol: sets up VM pod networks and hands over their tap fds.', '', 'Flags (env var in brackets):'];
+  for (const spec of Object.values(FLAGS) as FlagSpec[]) {
+    const env = spec.env ? ` [${spec.env}]` : '';
+    const def = spec.def === '' ? '' : ` (default ${spec.def})`;
+    lines.push(`  ${spec.flag.padEnd(16)} ${spec.help}${def}${env}`);
+  }
+  lines.push(`  ${'--help'.padEnd(16)} show this text`);
+  return lines.join('\n');
+}
