@@ -77,7 +77,8 @@ export class FdClient {
     validateKey(key);
     const r = this.request(Command.Get, key, null, true);
     try {
-      const infos = this.decode(Command.Get, key, () => decodeGetInfo(r.data));
+      // a pod without interfaces may come with no payload at all
+      const infos = r.data.length === 0 ? [] : this.decode(Command.Get, key, () => decodeGetInfo(r.data));
       if (r.fds.length !== infos.length) {
         throw this.protocolError(Command.Get, key, `${r.fds.length} fds for ${infos.length} interfaces`);
       }
@@ -111,7 +112,12 @@ export class FdClient {
     try {
       return f();
     } catch (e) {
-      throw new VmpodError(ErrorCode.Protocol, `${commandName(command)} ${JSON.stringify(key)}: bad response payload`, { cause: e, key, op: commandName(command) });
+      const why = e instanceof Error ? e.message : String(e);
+      throw new VmpodError(ErrorCode.Protocol, `${commandName(command)} ${JSON.stringify(key)} via ${this.socketPath}: bad response payload: ${why}`, {
+        cause: e,
+        key,
+        op: commandName(command),
+      });
     }
   }
 

@@ -226,16 +226,18 @@ function cniResult(v: unknown, path: string, p: Problems): CniResultV031 {
       let version: '4' | '6' = '4';
       if (e.version === '4' || e.version === '6') version = e.version;
       else p.add(`${ip}.version`, 'must be "4" or "6"', e.version);
+      const iface = optInt(e, 'interface', `${ip}.`, p, 0, 0xffff);
       const address = reqStr(e, 'address', `${ip}.`, p);
       if (typeof e.address === 'string') checkCidr(address, `${ip}.address`, p);
-      const r: NonNullable<CniResultV031['ips']>[number] = { version, address };
-      const iface = optInt(e, 'interface', `${ip}.`, p, 0, 0xffff);
-      if (iface !== undefined) r.interface = iface;
       const gateway = optStr(e, 'gateway', `${ip}.`, p);
       checkIp(gateway, `${ip}.gateway`, p);
-      if (gateway !== undefined) r.gateway = gateway;
-      // Go field order: version, interface, address, gateway
-      return { version: r.version, ...(r.interface !== undefined ? { interface: r.interface } : {}), address: r.address, ...(r.gateway !== undefined ? { gateway: r.gateway } : {}) };
+      // Go's field order: version, interface, address, gateway
+      return {
+        version,
+        ...(iface !== undefined ? { interface: iface } : {}),
+        address,
+        ...(gateway !== undefined ? { gateway } : {}),
+      };
     });
   }
 
