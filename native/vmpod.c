@@ -610,6 +610,9 @@ typedef struct {
   napi_ref cb;       // the JS callback, strong while active
   napi_ref self;     // the returned JS object, strong while active (a GC must not stop the poll)
   napi_async_context async;
+  // Holds worker/env teardown until the uv handle is closed: the addon may be unloaded right after
+  // the env ends, and a close callback into unmapped code would crash the process.
+  napi_async_cleanup_hook_handle cleanup;
   int fd;
   bool active;
   int refs;          // the uv handle until its close callback + the stop function until finalised
@@ -619,16 +622,18 @@ static void poller_unref(poller_t *p) {
   if (--p->refs == 0) free(p);
 }
 
-static void poller_closed(uv_handle_t *h) { poller_unref((poller_t *)h->data); }
+static void poller_closed(uv_handle_t *h) {
+  poller_t *p = h->data;
+  if (p->cleanup) napi_remove_async_cleanup_hook(p->cleanup);  // teardown may go on now
+  p->cleanup = NULL;
+  poller_unref(p);
+}
 
-static void poller_cleanup_hook(void *arg);
-
-static void poller_stop(poller_t *p, bool from_cleanup) {
+static void poller_stop(poller_t *p) {
   if (!p->active) return;
   p->active = false;
   uv_poll_stop(&p->handle);
   uv_close((uv_handle_t *)&p->handle, poller_closed);
-  if (!from_cleanup) napi_remove_env_cleanup_hook(p->env, poller_cleanup_hook, p);
   napi_async_destroy(p->env, p->async);
   napi_delete_reference(p->env, p->cb);
   napi_delete_reference(p->env, p->self);
@@ -637,8 +642,12 @@ static void poller_stop(poller_t *p, bool from_cleanup) {
   p->self = NULL;
 }
 
-// The environment is going away (process exit, worker termination): close the uv handle.
-static void poller_cleanup_hook(void *arg) { poller_stop((poller_t *)arg, true); }
+// The environment is going away (process exit, worker termination): close the uv handle; the close
+// callback removes the hook, which lets the teardown continue.
+static void poller_cleanup_hook(napi_async_cleanup_hook_handle h, void *arg) {
+  (void)h;
+  poller_stop((poller_t *)arg);
+}
 
 static void poller_fn_finalize(napi_env env, void *data, void *hint) {
   (void)env;
@@ -690,7 +699,7 @@ static napi_value js_poller_stop(napi_env env, napi_callback_info info) {
   size_t argc = 0;
   if (napi_get_cb_info(env, info, &argc, NULL, NULL, &data) != napi_ok)
     return throw_napi(env, "napi_get_cb_info failed");
-  poller_stop((poller_t *)data, false);
+  poller_stop((poller_t *)data);
   return make_undefined(env);
 }
 
@@ -745,10 +754,14 @@ static napi_value js_pollReadable(napi_env env, napi_callback_info info) {
   p->refs = 2;
   if (napi_add_finalizer(env, stop, p, poller_fn_finalize, NULL, NULL) != napi_ok) {
     p->refs = 1;  // never finalised: the uv handle is then the only owner
-    poller_stop(p, true);
+    poller_stop(p);
     return throw_napi(env, "pollReadable: napi_add_finalizer failed");
   }
-  napi_add_env_cleanup_hook(env, poller_cleanup_hook, p);
+  if (napi_add_async_cleanup_hook(env, poller_cleanup_hook, p, &p->cleanup) != napi_ok) {
+    p->cleanup = NULL;
+    poller_stop(p);
+    return throw_napi(env, "pollReadable: napi_add_async_cleanup_hook failed");
+  }
   return obj;
 }
 

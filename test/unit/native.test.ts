@@ -1,0 +1,526 @@
+// The C addon against the real kernel (runs as root): fd passing, taps in a netns, UDP in a netns,
+// execve, errno-named errors. Every kernel object is named vmpt-<rand> / short random link names
+// and removed in afterAll/afterEach; each suite checks that nothing of its own is left.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { execa } from 'execa';
+import { native, type Native } from '../../src/native.js';
+
+const n: Native = native();
+const ADDON = path.resolve(import.meta.dirname, '../../build/Release/vmpod_native.node');
+// fcntl.h: O_CLOEXEC is 02000000 (octal) in the "flags:" line of /proc/self/fdinfo/<fd>
+const O_CLOEXEC = 0o2000000;
+
+const rand = (): string => randomBytes(4).toString('hex');
+
+async function ip(...args: string[]): Promise<string> {
+  const r = await execa('ip', args, { timeout: 10_000 });
+  return r.stdout;
+}
+
+async function netnsList(): Promise<string[]> {
+  const out = await ip('netns', 'list');
+  return out
+    .split('\n')
+    .map((l) => l.split(' ')[0] ?? '')
+    .filter((s) => s.length > 0);
+}
+
+function fdinfo(fd: number): string {
+  return fs.readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8');
+}
+
+function isCloexec(fd: number): boolean {
+  const m = /^flags:\s+([0-7]+)$/m.exec(fdinfo(fd));
+  if (!m?.[1]) throw new Error(`no flags in fdinfo of ${fd}`);
+  return (parseInt(m[1], 8) & O_CLOEXEC) !== 0;
+}
+
+/** Resolves on the next readability (or hangup) of fd; the poll stops after one event. */
+function readable(fd: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const p = n.pollReadable(fd, (err) => {
+      p.stop();
+      if (err) reject(err);
+      else resolve();
+    });
+  });
+}
+
+function errorOf(fn: () => unknown): NodeJS.ErrnoException {
+  try {
+    fn();
+  } catch (e) {
+    return e as NodeJS.ErrnoException;
+  }
+  throw new Error('expected a throw');
+}
+
+describe('errors', () => {
+  it('close of an invalid or closed fd throws EBADF with errno and a message naming the fd', () => {
+    const e = errorOf(() => n.close(-1));
+    expect(e).toBeInstanceOf(Error);
+    expect(e.code).toBe('EBADF');
+    expect(e.errno).toBe(9);
+    expect(e.message).toBe('close fd -1: EBADF (Bad file descriptor)');
+
+    const fd = n.dupCloexec(0, 100);
+    expect(fd).toBeGreaterThanOrEqual(100);
+    expect(isCloexec(fd)).toBe(true);
+    n.close(fd);
+    expect(errorOf(() => n.close(fd)).code).toBe('EBADF');
+  });
+
+  it('connectUnix to a missing path throws ENOENT naming the path', () => {
+    const p = path.join(os.tmpdir(), `vmpt-missing-${rand()}.sock`);
+    const e = errorOf(() => n.connectUnix(p));
+    expect(e.code).toBe('ENOENT');
+    expect(e.message).toContain(p);
+  });
+
+  it('bad JS arguments throw TypeError', () => {
+    expect(() => n.close('3' as unknown as number)).toThrow(TypeError);
+    expect(() => n.read(0, 1.5)).toThrow(TypeError);
+    expect(() => n.sendMsg(0, 'x' as unknown as Buffer, [], 0)).toThrow(TypeError);
+    expect(() => n.openTap('/proc/self/ns/net', 'a-name-longer-than-15')).toThrow(TypeError);
+    expect(() => n.connectUnix('a\0b')).toThrow(TypeError);
+  });
+});
+
+describe('unix sockets and fd passing', () => {
+  let dir: string;
+  let sockPath: string;
+  let listenFd = -1;
+  const open: number[] = [];
+  const track = (fd: number): number => {
+    open.push(fd);
+    return fd;
+  };
+
+  beforeAll(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vmpt-'));
+    sockPath = path.join(dir, 'fd.sock');
+    listenFd = n.listenUnix(sockPath, 0o660, 16);
+  });
+
+  afterEach(() => {
+    for (const fd of open.splice(0)) {
+      try {
+        n.close(fd);
+      } catch {
+        // closed by the test itself
+      }
+    }
+  });
+
+  afterAll(() => {
+    n.close(listenFd);
+    fs.rmSync(dir, { recursive: true, force: true });
+    expect(fs.existsSync(dir)).toBe(false);
+  });
+
+  /** A connected pair: client (blocking) and the accepted server side (nonblocking). */
+  async function pair(): Promise<{ client: number; server: number }> {
+    const client = track(n.connectUnix(sockPath));
+    await readable(listenFd);
+    const server = track(n.accept(listenFd));
+    expect(server).toBeGreaterThan(2);
+    return { client, server };
+  }
+
+  it('listenUnix makes a socket with the mode, CLOEXEC, and replaces a stale socket', () => {
+    const st = fs.statSync(sockPath);
+    expect(st.isSocket()).toBe(true);
+    expect(st.mode & 0o777).toBe(0o660);
+    expect(isCloexec(listenFd)).toBe(true);
+    expect(n.accept(listenFd)).toBe(-1); // nothing pending: EAGAIN
+
+    // a stale socket file of an earlier run
+    const stale = path.join(dir, 'stale.sock');
+    n.close(n.listenUnix(stale, 0o600, 1));
+    const fd = track(n.listenUnix(stale, 0o600, 1));
+    expect(fs.statSync(stale).mode & 0o777).toBe(0o600);
+    n.close(fd);
+  });
+
+  it('listenUnix refuses a path that is not a socket and a path longer than sun_path', () => {
+    const file = path.join(dir, 'plain-file');
+    fs.writeFileSync(file, 'x');
+    expect(errorOf(() => n.listenUnix(file, 0o660, 1)).code).toBe('EEXIST');
+    expect(fs.readFileSync(file, 'utf8')).toBe('x');
+    expect(errorOf(() => n.listenUnix(path.join(dir, 'x'.repeat(120)), 0o660, 1)).code).toBe('ENAMETOOLONG');
+  });
+
+  it('accept, peerCred, read: EAGAIN is null, EOF is an empty Buffer', async () => {
+    const { client, server } = await pair();
+    expect(isCloexec(client)).toBe(true);
+    expect(isCloexec(server)).toBe(true);
+    const cred = n.peerCred(server);
+    expect(cred).toEqual({ pid: process.pid, uid: process.getuid?.(), gid: process.getgid?.() });
+
+    expect(n.read(server, 16)).toBeNull();
+    n.writeAll(client, Buffer.from('ping'));
+    await readable(server);
+    expect(n.read(server, 16)?.toString()).toBe('ping');
+    n.close(client);
+    await readable(server);
+    expect(n.read(server, 16)).toEqual(Buffer.alloc(0));
+  });
+
+  it('sendMsg passes data and 2 fds in one SCM_RIGHTS; recvMsg returns them CLOEXEC', async () => {
+    const { client, server } = await pair();
+    const a = path.join(dir, 'a');
+    const b = path.join(dir, 'b');
+    fs.writeFileSync(a, 'A');
+    fs.writeFileSync(b, 'B');
+    const fa = track(fs.openSync(a, 'r'));
+    const fb = track(fs.openSync(b, 'r'));
+
+    expect(n.sendMsg(server, Buffer.from('hello'), [fa, fb], 1000)).toBe(5);
+    const r = n.recvMsg(client, 64, 24); // CMSG_SPACE(8) = 24
+    r.fds.forEach(track);
+    expect(r.data.toString()).toBe('hello');
+    expect(r.ctrunc).toBe(false);
+    expect(r.fds).toHaveLength(2);
+    const [ra, rb] = r.fds as [number, number];
+    expect(fs.fstatSync(ra).ino).toBe(fs.fstatSync(fa).ino);
+    expect(fs.fstatSync(rb).ino).toBe(fs.fstatSync(fb).ino);
+    expect(isCloexec(ra)).toBe(true);
+    expect(isCloexec(rb)).toBe(true);
+  });
+
+  it('sends one filler byte 0x00 when data is empty and fds are given', async () => {
+    const { client, server } = await pair();
+    const f = track(fs.openSync(__filenameOf(), 'r'));
+    expect(n.sendMsg(server, Buffer.alloc(0), [f], 1000)).toBe(1);
+    const r = n.recvMsg(client, 64, 24);
+    r.fds.forEach(track);
+    expect([...r.data]).toEqual([0]);
+    expect(r.fds).toHaveLength(1);
+    expect(fs.fstatSync(r.fds[0]!).ino).toBe(fs.fstatSync(f).ino);
+    // nothing and no fds: nothing is sent
+    expect(n.sendMsg(server, Buffer.alloc(0), [], 1000)).toBe(0);
+  });
+
+  it('a control buffer too small for the fds gives ctrunc (the kernel drops the rest)', async () => {
+    const { client, server } = await pair();
+    const f = track(fs.openSync(__filenameOf(), 'r'));
+    n.sendMsg(server, Buffer.from('x'), [f, f, f], 1000);
+    const r = n.recvMsg(client, 64, 24); // room for 2 of the 3 fds
+    r.fds.forEach(track);
+    expect(r.ctrunc).toBe(true);
+    expect(r.fds).toHaveLength(2);
+
+    n.sendMsg(server, Buffer.from('y'), [f], 1000);
+    const r0 = n.recvMsg(client, 64, 0); // no control buffer at all
+    expect(r0.data.toString()).toBe('y');
+    expect(r0.fds).toEqual([]);
+    expect(r0.ctrunc).toBe(true);
+  });
+
+  it('recvMsg returns an empty Buffer on EOF and EAGAIN after SO_RCVTIMEO', async () => {
+    const { client, server } = await pair();
+    n.setTimeouts(client, 50);
+    expect(errorOf(() => n.recvMsg(client, 64, 24)).code).toBe('EAGAIN');
+    n.close(server);
+    const r = n.recvMsg(client, 64, 24);
+    expect(r.data).toEqual(Buffer.alloc(0));
+    expect(r.fds).toEqual([]);
+  });
+
+  it('sendMsg refuses more than 253 fds', async () => {
+    const { server } = await pair();
+    const e = errorOf(() => n.sendMsg(server, Buffer.from('x'), new Array<number>(254).fill(0), 0));
+    expect(e.code).toBe('EINVAL');
+  });
+
+  it('sendMsg waits for room on a full nonblocking socket and sends the fds with the first chunk', async () => {
+    // a separate reader process: this thread blocks in sendMsg while the reader drains
+    const reader = execa(
+      'python3',
+      [
+        '-c',
+        [
+          'import socket, sys, array',
+          's = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)',
+          's.connect(sys.argv[1])',
+          'total, nfds = 0, 0',
+          'while True:',
+          '    data, anc, flags, _ = s.recvmsg(65536, socket.CMSG_SPACE(4))',
+          '    if not data: break',
+          '    total += len(data)',
+          '    for lvl, typ, d in anc:',
+          '        nfds += len(d) // 4',
+          'print(total, nfds)',
+        ].join('\n'),
+        sockPath,
+      ],
+      { timeout: 30_000 },
+    );
+    await readable(listenFd);
+    const server = track(n.accept(listenFd));
+    const f = track(fs.openSync(__filenameOf(), 'r'));
+    const big = Buffer.alloc(8 * 1024 * 1024, 0x61);
+    expect(n.sendMsg(server, big, [f], 20_000)).toBe(big.length);
+    n.close(server);
+    const { stdout } = await reader;
+    expect(stdout.trim()).toBe(`${big.length} 1`);
+  });
+
+  it('sendMsg gives up with ETIMEDOUT when nobody reads', async () => {
+    const { server } = await pair();
+    const big = Buffer.alloc(8 * 1024 * 1024);
+    expect(errorOf(() => n.sendMsg(server, big, [], 100)).code).toBe('ETIMEDOUT');
+  });
+
+  it('pollReadable: stop is idempotent and a stopped poller does not call back', async () => {
+    const { client, server } = await pair();
+    let calls = 0;
+    const p = n.pollReadable(server, () => {
+      calls++;
+    });
+    p.stop();
+    p.stop();
+    n.writeAll(client, Buffer.from('z'));
+    await readable(server); // a second poller sees it
+    expect(calls).toBe(0);
+    expect(n.read(server, 4)?.toString()).toBe('z');
+  });
+
+  it('pollReadable keeps the process alive without a JS reference to the poller', async () => {
+    // in a child: no reference is kept, GC runs, the poll must still fire and keep the loop alive
+    const script = path.join(dir, 'poll-gc.mjs');
+    fs.writeFileSync(
+      script,
+      [
+        `import { createRequire } from 'node:module';`,
+        `const n = createRequire(import.meta.url)(${JSON.stringify(ADDON)});`,
+        `const l = n.listenUnix(process.argv[2], 0o600, 1);`,
+        `n.pollReadable(l, () => { const c = n.accept(l); if (c >= 0) { console.log('accepted'); process.exit(0); } });`,
+        `setTimeout(() => { globalThis.gc(); const c = n.connectUnix(process.argv[2]); }, 50);`,
+      ].join('\n'),
+    );
+    const r = await execa('node', ['--expose-gc', script, path.join(dir, 'gc.sock')], { timeout: 20_000 });
+    expect(r.stdout).toBe('accepted');
+  });
+
+  it('a worker with an active poller terminates cleanly (the uv handle closes before the env ends)', async () => {
+    // in a child process, so that a crash shows as a failed exit instead of killing the test runner
+    const script = path.join(dir, 'worker.mjs');
+    const code = [
+      `const n = require(${JSON.stringify(ADDON)});`,
+      `const l = n.listenUnix(${JSON.stringify(path.join(dir, 'w'))} + require('worker_threads').threadId, 0o600, 1);`,
+      `n.pollReadable(l, () => {});`,
+      `require('worker_threads').parentPort.postMessage('ready');`,
+    ].join('\n');
+    fs.writeFileSync(
+      script,
+      [
+        `import { Worker } from 'node:worker_threads';`,
+        `for (let i = 0; i < 3; i++) {`,
+        `  const w = new Worker(${JSON.stringify(code)}, { eval: true });`,
+        `  await new Promise((r) => w.once('message', r));`,
+        `  await w.terminate();`,
+        `}`,
+        `console.log('ok');`,
+      ].join('\n'),
+    );
+    const r = await execa('node', [script], { timeout: 20_000, reject: false });
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).toBe('ok');
+  });
+});
+
+function __filenameOf(): string {
+  return new URL(import.meta.url).pathname;
+}
+
+describe('openTap', () => {
+  const nsName = `vmpt-${rand()}`;
+  const nsPath = `/var/run/netns/${nsName}`;
+  const tapName = `vt${rand()}`; // 10 bytes, unique on this host
+  const fds: number[] = [];
+
+  beforeAll(async () => {
+    await ip('netns', 'add', nsName);
+  });
+
+  afterEach(() => {
+    for (const fd of fds.splice(0)) n.close(fd);
+  });
+
+  afterAll(async () => {
+    await ip('netns', 'delete', nsName);
+    expect(await netnsList()).not.toContain(nsName);
+    await expect(ip('link', 'show', tapName)).rejects.toThrow();
+  });
+
+  it('creates the tap inside the netns, CLOEXEC, and leaves the host netns alone', async () => {
+    const before = fs.readlinkSync('/proc/thread-self/ns/net');
+    const fd = n.openTap(nsPath, tapName);
+    fds.push(fd);
+    expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
+    expect(fdinfo(fd)).toContain(`iff:\t${tapName}`);
+    expect(isCloexec(fd)).toBe(true);
+    expect(await ip('-n', nsName, 'link', 'show', tapName)).toContain(tapName);
+    await expect(ip('link', 'show', tapName)).rejects.toThrow();
+  });
+
+  it('a second single-queue open of an open tap is EBUSY', () => {
+    fds.push(n.openTap(nsPath, tapName, { vnetHdr: true }));
+    const e = errorOf(() => n.openTap(nsPath, tapName, { vnetHdr: true }));
+    expect(e.code).toBe('EBUSY');
+    expect(e.message).toBe(`TUNSETIFF ${tapName} in ${nsPath}: EBUSY (Device or resource busy)`);
+  });
+
+  it('multi-queue: two fds on one name', async () => {
+    const mq = `vq${rand()}`;
+    const a = n.openTap(nsPath, mq, { multiQueue: true, vnetHdr: true });
+    fds.push(a);
+    const b = n.openTap(nsPath, mq, { multiQueue: true, vnetHdr: true });
+    fds.push(b);
+    expect(fdinfo(a)).toContain(`iff:\t${mq}`);
+    expect(fdinfo(b)).toContain(`iff:\t${mq}`);
+    // IFF_MULTI_QUEUE must match the existing link: a single-queue open of it fails
+    expect(errorOf(() => n.openTap(nsPath, mq)).code).toBe('EINVAL');
+    expect(await ip('-n', nsName, 'link', 'show', mq)).toContain(mq);
+  });
+
+  it('a missing nsPath gives ENOENT and the thread stays in its netns', () => {
+    const before = fs.readlinkSync('/proc/thread-self/ns/net');
+    const e = errorOf(() => n.openTap(`/var/run/netns/vmpt-missing-${rand()}`, tapName));
+    expect(e.code).toBe('ENOENT');
+    expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
+    // a path that is not a netns: setns fails, still home
+    expect(errorOf(() => n.openTap('/etc/hostname', tapName)).code).toBe('EINVAL');
+    expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
+  });
+});
+
+describe('udpSocketInNetns, recvFrom, sendTo', () => {
+  // two netns joined by a veth pair: the datagram arrives on a real interface
+  const ns1 = `vmpt-${rand()}`;
+  const ns2 = `vmpt-${rand()}`;
+  const fds: number[] = [];
+
+  beforeAll(async () => {
+    await ip('netns', 'add', ns1);
+    await ip('netns', 'add', ns2);
+    await ip('-n', ns1, 'link', 'add', 'v1', 'type', 'veth', 'peer', 'name', 'v2', 'netns', ns2);
+    await ip('-n', ns1, 'addr', 'add', '10.253.7.1/24', 'dev', 'v1');
+    await ip('-n', ns2, 'addr', 'add', '10.253.7.2/24', 'dev', 'v2');
+    await ip('-n', ns1, 'link', 'set', 'v1', 'up');
+    await ip('-n', ns2, 'link', 'set', 'v2', 'up');
+  });
+
+  afterAll(async () => {
+    for (const fd of fds.splice(0)) n.close(fd);
+    await ip('netns', 'delete', ns1);
+    await ip('netns', 'delete', ns2);
+    const left = await netnsList();
+    expect(left).not.toContain(ns1);
+    expect(left).not.toContain(ns2);
+  });
+
+  async function ifindex(ns: string, dev: string): Promise<number> {
+    const [link] = JSON.parse(await ip('-n', ns, '-j', 'link', 'show', dev)) as { ifindex: number }[];
+    return link!.ifindex;
+  }
+
+  async function recvOne(fd: number): Promise<NonNullable<ReturnType<Native['recvFrom']>>> {
+    for (;;) {
+      const r = n.recvFrom(fd, 1500);
+      if (r) return r;
+      await readable(fd);
+    }
+  }
+
+  it('receives unicast and broadcast with source, port and ifindex', async () => {
+    const server = n.udpSocketInNetns(`/var/run/netns/${ns1}`, 'v1', 6767);
+    fds.push(server);
+    const client = n.udpSocketInNetns(`/var/run/netns/${ns2}`, 'v2', 6768);
+    fds.push(client);
+    expect(isCloexec(server)).toBe(true);
+    expect(n.recvFrom(server, 1500)).toBeNull();
+    const v1 = await ifindex(ns1, 'v1');
+
+    expect(n.sendTo(client, Buffer.from('unicast'), '10.253.7.1', 6767)).toBe(7);
+    const u = await recvOne(server);
+    expect(u).toEqual({ data: Buffer.from('unicast'), address: '10.253.7.2', port: 6768, ifindex: v1 });
+
+    // the DHCP case: a broadcast out of the bound device
+    n.sendTo(client, Buffer.from('bcast'), '255.255.255.255', 6767);
+    const b = await recvOne(server);
+    expect(b).toEqual({ data: Buffer.from('bcast'), address: '10.253.7.2', port: 6768, ifindex: v1 });
+
+    expect(() => n.sendTo(client, Buffer.from('x'), '10.253.7', 6767)).toThrow(TypeError);
+  });
+
+  it('errors name the netns and the device', () => {
+    const e = errorOf(() => n.udpSocketInNetns(`/var/run/netns/${ns1}`, 'nosuchdev0', 6769));
+    expect(e.code).toBe('ENODEV');
+    expect(e.message).toContain('nosuchdev0');
+    expect(e.message).toContain(ns1);
+  });
+});
+
+describe('execve', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vmpt-exec-'));
+  });
+  afterAll(() => {
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('keeps the pid, the kept fd and stdio; closes other fds; resets SIGPIPE and the mask', async () => {
+    const keepFile = path.join(dir, 'keep');
+    const otherFile = path.join(dir, 'other');
+    fs.writeFileSync(keepFile, '');
+    fs.writeFileSync(otherFile, '');
+    const script = path.join(dir, 'child.mjs');
+    // sh lists its own fds, then execs cat on its status: cat's SigIgn/SigBlk are what execve left
+    // (dash blocks signals while it waits for a child, so it must not read its own status itself).
+    const shScript = 'echo "PID $$"; ls -l /proc/$$/fd; exec cat /proc/self/status';
+    fs.writeFileSync(
+      script,
+      [
+        `import { createRequire } from 'node:module';`,
+        `import fs from 'node:fs';`,
+        `const n = createRequire(import.meta.url)(${JSON.stringify(ADDON)});`,
+        `const keep = fs.openSync(${JSON.stringify(keepFile)}, 'r');`,
+        `const other = fs.openSync(${JSON.stringify(otherFile)}, 'r');`,
+        `fs.writeSync(1, JSON.stringify({ pid: process.pid, keep, other }) + '\\n');`,
+        `const env = Object.entries(process.env).map(([k, v]) => k + '=' + v);`,
+        `n.execve('/bin/sh', ['sh', '-c', ${JSON.stringify(shScript)}], env, [keep]);`,
+      ].join('\n'),
+    );
+    const r = await execa('node', [script], { timeout: 20_000 });
+    const [first, ...rest] = r.stdout.split('\n');
+    const before = JSON.parse(first!) as { pid: number; keep: number; other: number };
+    const out = rest.join('\n');
+
+    expect(out).toContain(`PID ${before.pid}`);
+    expect(out).toMatch(new RegExp(`^Pid:\\s+${before.pid}$`, 'm'));
+    const fdTargets = new Map<number, string>();
+    for (const m of out.matchAll(/ (\d+) -> (.*)$/gm)) fdTargets.set(Number(m[1]), m[2]!);
+    expect(fdTargets.get(before.keep)).toBe(keepFile);
+    expect([...fdTargets.values()]).not.toContain(otherFile);
+    for (const fd of [0, 1, 2]) expect(fdTargets.has(fd)).toBe(true);
+    // no epoll/eventfd/socket of Node's survived (0..2 are execa's socketpairs)
+    const leaked = [...fdTargets].filter(([fd, t]) => fd > 2 && /eventpoll|eventfd|socket:|pipe:/.test(t));
+    expect(leaked).toEqual([]);
+    expect(out).toMatch(/^SigIgn:\s+0+$/m);
+    expect(out).toMatch(/^SigBlk:\s+0+$/m);
+  });
+
+  it('a failed execve throws ENOENT and leaves the process usable', () => {
+    const e = errorOf(() => n.execve('/nonexistent/vmpt', ['x'], [], []));
+    expect(e.code).toBe('ENOENT');
+    expect(e.message).toContain('/nonexistent/vmpt');
+    expect(errorOf(() => n.execve('/bin/true', ['true'], [], [1_000_000])).code).toBe('EBADF');
+  });
+});
