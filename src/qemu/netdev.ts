@@ -29,7 +29,8 @@ export class QemuNetdev {
         else if (fd < 3) p.push(`tap fd ${fd} is a stdio fd`);
       }
     }
-    if (vhostFds !== undefined) {
+    // an empty vhostFds means "no vhost", as if it were absent
+    if (vhostFds !== undefined && vhostFds.length > 0) {
       // qemu: "vhostfds" needs exactly one vhost fd per tap queue
       if (vhostFds.length !== (fds?.length ?? 0))
         p.push(`${vhostFds.length} vhost fds for ${fds?.length ?? 0} tap fds (need one per queue)`);
