@@ -13,6 +13,7 @@ PACKAGES=(
   libvirt-daemon libvirt-clients libvirt-daemon-driver-qemu   # libvirt as the real client (e2e)
   cpio gzip kmod xz-utils zstd  # building the guest's initramfs
   iputils-ping curl             # the demo and the e2e tests reach the guest
+  python3                       # the stub emulator of the vmwrapper tests
   ca-certificates
 )
 

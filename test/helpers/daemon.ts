@@ -1,0 +1,118 @@
+// Starts the built tapmanager (dist/bundle/tapmanager.js) as a child process, as an operator would.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { native } from '../../src/native.js';
+
+export const REPO = resolve(import.meta.dirname, '../..');
+export const BIN = {
+  tapmanager: join(REPO, 'dist/bundle/tapmanager.js'),
+  vmwrapper: join(REPO, 'dist/bundle/vmwrapper.js'),
+  tapctl: join(REPO, 'dist/bundle/tapctl.js'),
+};
+
+export interface Daemon {
+  pid: number;
+  socket: string;
+  stateDir: string;
+  cacheDir: string;
+  dir: string;
+  proc: ChildProcess;
+  logs(): string;
+  /** parsed JSON log lines */
+  lines(): Record<string, unknown>[];
+  alive(): boolean;
+  /** SIGTERM and wait; resolves with the exit code */
+  stop(): Promise<number | null>;
+  /** number of open fds of the daemon */
+  fdCount(): number;
+}
+
+export interface DaemonOptions {
+  confDir: string;
+  binDirs?: string[];
+  extraArgs?: string[];
+  env?: Record<string, string>;
+  /** reuse dirs of an earlier daemon (restart) */
+  reuse?: Pick<Daemon, 'socket' | 'stateDir' | 'cacheDir' | 'dir'>;
+}
+
+async function waitFor(cond: () => boolean, ms: number, what: string): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+function connectable(path: string): boolean {
+  if (!existsSync(path)) return false;
+  try {
+    native().close(native().connectUnix(path));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
+  const dir = opts.reuse?.dir ?? mkdtempSync(join(tmpdir(), 'vmpod-tm-'));
+  const socket = opts.reuse?.socket ?? join(dir, 'tm.sock');
+  const stateDir = opts.reuse?.stateDir ?? join(dir, 'state');
+  const cacheDir = opts.reuse?.cacheDir ?? join(dir, 'cnicache');
+  const args = [
+    BIN.tapmanager,
+    '--socket', socket,
+    '--cni-conf-dir', opts.confDir,
+    '--cni-bin-dir', (opts.binDirs ?? ['/usr/lib/cni']).join(':'),
+    '--cni-cache-dir', cacheDir,
+    '--state-dir', stateDir,
+    '--log-level', 'debug',
+    ...(opts.extraArgs ?? []),
+  ];
+  const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
+  let out = '';
+  proc.stdout!.on('data', (d) => (out += d));
+  proc.stderr!.on('data', (d) => (out += d));
+  let exited = false;
+  let exitCode: number | null = null;
+  const exitP = new Promise<number | null>((r) =>
+    proc.on('exit', (code) => {
+      exited = true;
+      exitCode = code;
+      r(code);
+    }),
+  );
+  await waitFor(() => exited || connectable(socket), 15_000, `tapmanager to listen on ${socket}`).catch((e) => {
+    throw new Error(`${(e as Error).message}\n${out}`);
+  });
+  if (exited) throw new Error(`tapmanager exited with ${exitCode}:\n${out}`);
+  return {
+    pid: proc.pid!,
+    socket,
+    stateDir,
+    cacheDir,
+    dir,
+    proc,
+    logs: () => out,
+    lines: () =>
+      out
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+    alive: () => !exited,
+    stop: async () => {
+      if (!exited) proc.kill('SIGTERM');
+      const t = setTimeout(() => proc.kill('SIGKILL'), 20_000);
+      const code = await exitP;
+      clearTimeout(t);
+      return code;
+    },
+    fdCount: () => readdirSync(`/proc/${proc.pid}/fd`).length,
+  };
+}
+
+export function removeDir(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}
