@@ -6,14 +6,13 @@
 import { chownSync, unlinkSync } from 'node:fs';
 import { native, type PeerCred, type Poller } from '../native.js';
 import type { Logger } from '../log.js';
-import { RequestReader, encodeResponse, encodeError } from '../protocol/frames.js';
+import { RequestReader, encodeResponse, encodeError, type Request } from '../protocol/frames.js';
 import { errorChain } from '../errors.js';
 
-export interface Request {
-  command: number;
-  key: string;
-  data: Buffer;
-}
+export type { Request };
+
+/** What a connection has to answer, in order: a request, or the protocol error that ends it. */
+type Pending = { req: Request } | { error: string };
 
 export interface Reply {
   payload: Buffer | null;
@@ -109,7 +108,7 @@ class Connection {
   private readonly reader = new RequestReader();
   private readonly poller: Poller;
   private peer: PeerCred = { pid: 0, uid: -1, gid: -1 };
-  private queue: Request[] = [];
+  private queue: Pending[] = [];
   private busy: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
@@ -193,38 +192,39 @@ class Connection {
       } catch (e) {
         this.log.warn({ err: e }, 'bad request');
         // requests already queued still get their answers before the error and the close
-        this.queue.push({ command: -1, key: '', data: Buffer.from(errorChain(e)) });
+        this.queue.push({ error: errorChain(e) });
         this.poller.stop();
         this.eof = true;
         break;
       }
-      this.queue.push(...reqs);
+      this.queue.push(...reqs.map((req) => ({ req })));
     }
     this.pump();
   }
 
   private pump(): void {
     if (this.busy || this.closed) return;
-    const req = this.queue.shift();
-    if (!req) {
+    const next = this.queue.shift();
+    if (!next) {
       if (this.eof) this.close();
       else this.armTimer();
       return;
     }
     this.clearTimer();
-    this.busy = this.serve(req).finally(() => {
+    this.busy = this.serve(next).finally(() => {
       this.busy = undefined;
       this.pump();
     });
   }
 
-  private async serve(req: Request): Promise<void> {
-    if (req.command === -1) {
-      this.sendError(req.data.toString());
+  private async serve(next: Pending): Promise<void> {
+    if ('error' in next) {
+      this.sendError(next.error);
       this.queue = [];
       this.close();
       return;
     }
+    const { req } = next;
     let reply: Reply;
     try {
       reply = await this.opts.handler.handle(req, this.peer);
