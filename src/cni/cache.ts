@@ -1,0 +1,123 @@
+// The ADD result cache, in libcni's format and place (libcni api.go cacheAdd/getCachedResult/cacheDel):
+// <cacheDir>/results/<network>-<containerId>-<ifName>, mode 0600, a JSON record of kind "cniCacheV1".
+// Being libcni's own format, cnitool and other libcni users can read our records and we theirs.
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { NetworkConfigList, RuntimeConf } from './config.js';
+
+/** libcni CNICacheV1 */
+export const CACHE_KIND = 'cniCacheV1';
+
+/** libcni cachedInfo, with its JSON field names. `config` is base64 (Go marshals []byte that way). */
+export interface CacheRecord {
+  kind: typeof CACHE_KIND;
+  containerId: string;
+  config: string;
+  ifName: string;
+  networkName: string;
+  netns?: string;
+  cniArgs?: [string, string][];
+  capabilityArgs?: Record<string, unknown>;
+  result: unknown;
+}
+
+/** The file name has no separator in it: network name, container id and ifName are validated first. */
+export function cacheFilePath(cacheDir: string, networkName: string, containerId: string, ifName: string): string {
+  return join(cacheDir, 'results', `${networkName}-${containerId}-${ifName}`);
+}
+
+export function buildCacheRecord(list: NetworkConfigList, rt: RuntimeConf, result: unknown): CacheRecord {
+  const rec: CacheRecord = {
+    kind: CACHE_KIND,
+    containerId: rt.containerId,
+    config: list.bytes.toString('base64'),
+    ifName: rt.ifName,
+    networkName: list.name,
+    result,
+  };
+  if (rt.netns !== '') rec.netns = rt.netns;
+  if (rt.args.length > 0) rec.cniArgs = rt.args.map(([k, v]) => [k, v]);
+  if (rt.capabilityArgs !== undefined && Object.keys(rt.capabilityArgs).length > 0) rec.capabilityArgs = rt.capabilityArgs;
+  return rec;
+}
+
+export type CacheRead =
+  | { state: 'missing' }
+  | { state: 'corrupt'; reason: string }
+  | { state: 'ok'; record: CacheRecord };
+
+/**
+ * Parse a cache file. A record must be of kind cniCacheV1 and name this attachment; a file from before
+ * libcni had records (a bare result with a cniVersion) is accepted as that result, as libcni does.
+ */
+export function parseCacheRecord(text: string, expect: { networkName: string; containerId: string; ifName: string }): CacheRead {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    return { state: 'corrupt', reason: `not JSON (${e instanceof Error ? e.message : String(e)})` };
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return { state: 'corrupt', reason: 'not a JSON object' };
+  const o = v as Record<string, unknown>;
+  if (o.kind === undefined && typeof o.cniVersion === 'string') {
+    return {
+      state: 'ok',
+      record: { kind: CACHE_KIND, containerId: expect.containerId, ifName: expect.ifName, networkName: expect.networkName, config: '', result: o },
+    };
+  }
+  if (o.kind !== CACHE_KIND) return { state: 'corrupt', reason: `kind ${JSON.stringify(o.kind)} is not ${CACHE_KIND}` };
+  for (const k of ['networkName', 'containerId', 'ifName'] as const) {
+    if (o[k] !== expect[k]) return { state: 'corrupt', reason: `${k} ${JSON.stringify(o[k])} is not ${JSON.stringify(expect[k])}` };
+  }
+  if (typeof o.result !== 'object' || o.result === null) return { state: 'corrupt', reason: 'no result in the record' };
+  return { state: 'ok', record: o as unknown as CacheRecord };
+}
+
+export async function readCacheRecord(path: string, expect: { networkName: string; containerId: string; ifName: string }): Promise<CacheRead> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { state: 'missing' };
+    return { state: 'corrupt', reason: `cannot read: ${(e as NodeJS.ErrnoException).code ?? String(e)}` };
+  }
+  return parseCacheRecord(text, expect);
+}
+
+/**
+ * Write atomically: a temporary file in the same directory (mode 0600: results hold the pod's addressing),
+ * fsync, rename over the target, fsync the directory. A reader sees the old record or the new one, never half.
+ */
+export async function writeCacheRecord(path: string, rec: CacheRecord): Promise<void> {
+  const dir = join(path, '..');
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  const fh = await open(tmp, 'wx', 0o600);
+  try {
+    await fh.writeFile(JSON.stringify(rec));
+    await fh.sync();
+  } catch (e) {
+    await fh.close().catch(() => undefined);
+    await rm(tmp, { force: true });
+    throw e;
+  }
+  await fh.close();
+  try {
+    await rename(tmp, path);
+  } catch (e) {
+    await rm(tmp, { force: true });
+    throw e;
+  }
+  const d = await open(dir, 'r');
+  try {
+    await d.sync();
+  } finally {
+    await d.close();
+  }
+}
+
+/** Remove the record; a missing one is fine (DEL must succeed twice). */
+export async function removeCacheRecord(path: string): Promise<void> {
+  await rm(path, { force: true });
+}

@@ -1,0 +1,257 @@
+// The CNI client (libcni api.go: AddNetworkList, CheckNetworkList, DelNetworkList, GetVersionInfo).
+// One method per verb, all taking the network (NetworkConfigList) and the attachment (RuntimeConf).
+// Inputs are validated before any plugin runs; plugins run through the injected PluginExec.
+import { isAbsolute } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { ErrorCode, VmpodError } from '../errors.js';
+import { silentLogger, type Logger } from '../log.js';
+import { buildCacheRecord, cacheFilePath, readCacheRecord, removeCacheRecord, writeCacheRecord } from './cache.js';
+import { buildEnv, buildOneConfig, CniVerb, validateRuntime, type NetworkConfigList, type PluginConf, type RuntimeConf } from './config.js';
+import { CniError, escapeOutput } from './errors.js';
+import { execaPluginExec, findInPath, type PluginExec } from './exec.js';
+import { compareVersions, convertResult, CURRENT_CNI_VERSION, normalizeResult } from './result.js';
+import { CniErrorCode, type CniResult } from './types.js';
+
+export interface CniClientOptions {
+  /** where plugins are looked up, first match wins; also CNI_PATH (for delegation, e.g. to IPAM plugins) */
+  binDirs: string[];
+  /** libcni's /var/lib/cni: results are cached under <cacheDir>/results */
+  cacheDir: string;
+  exec?: PluginExec;
+  /** per plugin run, default 60000 */
+  timeoutMs?: number;
+  log?: Logger;
+}
+
+/** CHECK and a prevResult on DEL came with CNI 0.4.0 (libcni gates both on it). */
+const PREV_RESULT_ON_DEL_AND_CHECK = '0.4.0';
+
+export class CniClient {
+  readonly #binDirs: string[];
+  readonly #cacheDir: string;
+  readonly #exec: PluginExec;
+  readonly #timeoutMs: number;
+  readonly #log: Logger;
+
+  constructor(opts: CniClientOptions) {
+    const problems: string[] = [];
+    if (!Array.isArray(opts.binDirs) || opts.binDirs.length === 0) problems.push('binDirs is empty');
+    else for (const d of opts.binDirs) if (!isAbsolute(d) || d.includes(':')) problems.push(`bin dir ${JSON.stringify(d)} is not an absolute path without ':'`);
+    if (typeof opts.cacheDir !== 'string' || !isAbsolute(opts.cacheDir)) problems.push(`cacheDir ${JSON.stringify(opts.cacheDir)} is not an absolute path`);
+    const timeoutMs = opts.timeoutMs ?? 60_000;
+    if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0) problems.push(`timeoutMs ${JSON.stringify(opts.timeoutMs)} is not a positive integer`);
+    if (problems.length > 0) throw new VmpodError(ErrorCode.Config, `CNI client options: ${problems.join('; ')}`);
+    this.#binDirs = [...opts.binDirs];
+    this.#cacheDir = opts.cacheDir;
+    this.#exec = opts.exec ?? execaPluginExec();
+    this.#timeoutMs = timeoutMs;
+    this.#log = opts.log ?? silentLogger();
+  }
+
+  /**
+   * ADD: the plugins in order, each getting the previous one's result as prevResult (in the list's version).
+   * The last result is cached and returned, normalised. On failure the error names the plugin; nothing is
+   * undone here: the caller runs DEL (the spec asks for DEL after a failed ADD).
+   */
+  async add(list: NetworkConfigList, rt: RuntimeConf, signal?: AbortSignal): Promise<CniResult> {
+    validateRuntime(list, rt, CniVerb.Add);
+    const paths = await this.#findAll(list.plugins);
+    let prev: CniResult | undefined;
+    for (const [i, plugin] of list.plugins.entries()) {
+      this.#checkAborted(signal, CniVerb.Add, list, plugin);
+      const prevJson = prev === undefined ? undefined : this.#convertPrev(prev, list, plugin, CniVerb.Add);
+      const conf = buildOneConfig(list, plugin, prevJson, rt.capabilityArgs);
+      const { stdout } = await this.#run(paths[i] as string, plugin, CniVerb.Add, list, rt, conf, signal);
+      prev = parsePluginResult(plugin.type, CniVerb.Add, stdout, list.cniVersion);
+    }
+    if (prev === undefined) throw new VmpodError(ErrorCode.Internal, `ADD network ${list.name}: the list has no plugins`);
+    const path = cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName);
+    try {
+      await writeCacheRecord(path, buildCacheRecord(list, rt, convertResult(prev, list.cniVersion)));
+    } catch (e) {
+      throw new VmpodError(ErrorCode.Cni, `ADD network ${list.name}: cache the result in ${path}`, { cause: e, op: 'cache CNI result' });
+    }
+    return prev;
+  }
+
+  /**
+   * CHECK (CNI 0.4.0+): every plugin in order, each with the cached ADD result as prevResult. A list with
+   * disableCheck skips it. Without a cached result there is nothing to check against: an error.
+   */
+  async check(list: NetworkConfigList, rt: RuntimeConf, signal?: AbortSignal): Promise<void> {
+    validateRuntime(list, rt, CniVerb.Check);
+    if (compareVersions(list.cniVersion, PREV_RESULT_ON_DEL_AND_CHECK) < 0) {
+      throw new CniError({ code: CniErrorCode.IncompatibleVersion, msg: `configuration version "${list.cniVersion}" does not support the CHECK command` });
+    }
+    if (list.disableCheck === true) return;
+    const paths = await this.#findAll(list.plugins);
+    const cached = await this.#loadCached(list, rt);
+    if (cached === undefined) {
+      throw new VmpodError(ErrorCode.NotFound, `CHECK network ${list.name} for ${rt.containerId}/${rt.ifName}: no usable cached ADD result`);
+    }
+    for (const [i, plugin] of list.plugins.entries()) {
+      this.#checkAborted(signal, CniVerb.Check, list, plugin);
+      const conf = buildOneConfig(list, plugin, this.#convertPrev(cached, list, plugin, CniVerb.Check), rt.capabilityArgs);
+      await this.#run(paths[i] as string, plugin, CniVerb.Check, list, rt, conf, signal);
+    }
+  }
+
+  /**
+   * DEL: the plugins in reverse order, with the cached result as prevResult (0.4.0+); a missing or corrupt
+   * cache just means no prevResult. It goes on past a failing plugin so the others still release what they
+   * hold (the IPAM allocation above all), reports every failure, and keeps the cache for the retry; when all
+   * succeed the cache record is removed. A second DEL succeeds (plugins must tolerate missing resources).
+   */
+  async del(list: NetworkConfigList, rt: RuntimeConf, signal?: AbortSignal): Promise<void> {
+    validateRuntime(list, rt, CniVerb.Del);
+    let prevJson: unknown;
+    if (compareVersions(list.cniVersion, PREV_RESULT_ON_DEL_AND_CHECK) >= 0) {
+      const cached = await this.#loadCached(list, rt);
+      if (cached !== undefined) {
+        try {
+          prevJson = convertResult(cached, list.cniVersion);
+        } catch (e) {
+          this.#log.warn({ err: e, network: list.name, containerId: rt.containerId }, 'cached CNI result cannot be converted; DEL without prevResult');
+        }
+      }
+    }
+    const failures: unknown[] = [];
+    for (const plugin of [...list.plugins].reverse()) {
+      this.#checkAborted(signal, CniVerb.Del, list, plugin);
+      try {
+        const path = await this.#find(plugin.type);
+        await this.#run(path, plugin, CniVerb.Del, list, rt, buildOneConfig(list, plugin, prevJson, rt.capabilityArgs), signal);
+      } catch (e) {
+        this.#log.warn({ err: e, network: list.name, containerId: rt.containerId, plugin: plugin.type }, 'CNI DEL failed; continuing with the next plugin');
+        failures.push(e);
+      }
+    }
+    if (failures.length === 1) throw failures[0];
+    if (failures.length > 1) {
+      const msgs = failures.map((f) => (f instanceof Error ? f.message : String(f)));
+      throw new VmpodError(ErrorCode.Cni, `DEL network ${list.name}: ${failures.length} plugins failed: ${msgs.join('; ')}`, {
+        cause: new AggregateError(failures, 'CNI DEL failures'),
+      });
+    }
+    await removeCacheRecord(cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName));
+  }
+
+  /** VERSION (libcni GetVersionInfo): what the plugin speaks. */
+  async version(pluginType: string): Promise<{ cniVersion: string; supportedVersions: string[] }> {
+    const path = await this.#find(pluginType);
+    const { stdout } = await this.#exec.run({
+      pluginPath: path,
+      env: buildEnv(CniVerb.Version, undefined, this.#binDirs),
+      stdin: Buffer.from(JSON.stringify({ cniVersion: CURRENT_CNI_VERSION })),
+      timeoutMs: this.#timeoutMs,
+    });
+    const json = parseJson(pluginType, CniVerb.Version, stdout) as Record<string, unknown> | null;
+    const sv = json?.supportedVersions;
+    if (typeof json !== 'object' || json === null || typeof json.cniVersion !== 'string' || !Array.isArray(sv) || !sv.every((x) => typeof x === 'string')) {
+      throw new VmpodError(ErrorCode.Cni, `plugin ${pluginType} VERSION: the answer has no cniVersion and supportedVersions: ${escapeOutput(stdout, 200)}`);
+    }
+    return { cniVersion: json.cniVersion, supportedVersions: sv as string[] };
+  }
+
+  /** The cached ADD result of this attachment, normalised; undefined when missing or unreadable. */
+  async cachedResult(list: NetworkConfigList, rt: RuntimeConf): Promise<CniResult | undefined> {
+    validateRuntime(list, rt, CniVerb.Del);
+    return this.#loadCached(list, rt);
+  }
+
+  async #loadCached(list: NetworkConfigList, rt: RuntimeConf): Promise<CniResult | undefined> {
+    const path = cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName);
+    const read = await readCacheRecord(path, { networkName: list.name, containerId: rt.containerId, ifName: rt.ifName });
+    switch (read.state) {
+      case 'missing':
+        return undefined;
+      case 'corrupt':
+        this.#log.warn({ path, reason: read.reason }, 'ignoring corrupt CNI result cache');
+        return undefined;
+      case 'ok':
+        try {
+          return normalizeResult(read.record.result, list.cniVersion);
+        } catch (e) {
+          this.#log.warn({ path, err: e }, 'ignoring unreadable result in the CNI cache');
+          return undefined;
+        }
+      default: {
+        const never: never = read;
+        throw new VmpodError(ErrorCode.Internal, `unknown cache read state ${JSON.stringify(never)}`);
+      }
+    }
+  }
+
+  #find(type: string): Promise<string> {
+    return this.#exec.findInPath !== undefined ? this.#exec.findInPath(type, this.#binDirs) : findInPath(type, this.#binDirs);
+  }
+
+  /** Every plugin of the list is located before the first one runs: a missing binary changes nothing. */
+  async #findAll(plugins: readonly PluginConf[]): Promise<string[]> {
+    const out: string[] = [];
+    for (const p of plugins) out.push(await this.#find(p.type));
+    return out;
+  }
+
+  #convertPrev(prev: CniResult, list: NetworkConfigList, plugin: PluginConf, verb: CniVerb): unknown {
+    try {
+      return convertResult(prev, list.cniVersion);
+    } catch (e) {
+      throw new VmpodError(ErrorCode.Cni, `${verb} network ${list.name}: prevResult for plugin ${plugin.type} cannot be written as ${list.cniVersion}`, { cause: e });
+    }
+  }
+
+  #checkAborted(signal: AbortSignal | undefined, verb: CniVerb, list: NetworkConfigList, plugin: PluginConf): void {
+    if (signal?.aborted === true) {
+      throw new VmpodError(ErrorCode.Cni, `${verb} network ${list.name} aborted before plugin ${plugin.type}`, { cause: signal.reason });
+    }
+  }
+
+  async #run(
+    pluginPath: string,
+    plugin: PluginConf,
+    verb: CniVerb,
+    list: NetworkConfigList,
+    rt: RuntimeConf,
+    conf: Record<string, unknown>,
+    signal: AbortSignal | undefined,
+  ): Promise<{ stdout: Buffer; stderr: Buffer }> {
+    const t0 = performance.now();
+    let ok = false;
+    try {
+      const out = await this.#exec.run({
+        pluginPath,
+        env: buildEnv(verb, rt, this.#binDirs),
+        stdin: Buffer.from(JSON.stringify(conf)),
+        timeoutMs: this.#timeoutMs,
+        ...(signal === undefined ? {} : { signal }),
+      });
+      ok = true;
+      return out;
+    } finally {
+      this.#log.debug(
+        { plugin: plugin.type, verb, network: list.name, containerId: rt.containerId, ifName: rt.ifName, ok, durationMs: Math.round(performance.now() - t0) },
+        'CNI plugin run',
+      );
+    }
+  }
+}
+
+function parseJson(plugin: string, verb: string, stdout: Buffer): unknown {
+  try {
+    return JSON.parse(stdout.toString('utf8'));
+  } catch (e) {
+    const shown = escapeOutput(stdout, 200);
+    throw new VmpodError(ErrorCode.Cni, `plugin ${plugin} ${verb} returned a result that is not JSON: ${shown === '' ? '(empty output)' : shown}`, { cause: e });
+  }
+}
+
+/** A successful plugin's stdout as a normalised result (read as `confVersion` when it names no version). */
+export function parsePluginResult(plugin: string, verb: string, stdout: Buffer, confVersion: string): CniResult {
+  const json = parseJson(plugin, verb, stdout);
+  try {
+    return normalizeResult(json, confVersion);
+  } catch (e) {
+    throw new VmpodError(ErrorCode.Cni, `plugin ${plugin} ${verb} returned an unusable result: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  }
+}

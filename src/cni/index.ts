@@ -1,0 +1,38 @@
+// The CNI client: config loading, plugin exec, chaining, result cache, versions, errors.
+export type { CniDns, CniErrorJson, CniInterface, CniIpConfig, CniResult, CniRoute } from './types.js';
+export { CniErrorCode } from './types.js';
+export {
+  buildEnv,
+  buildOneConfig,
+  CniVerb,
+  confFiles,
+  CONF_EXTENSIONS,
+  formatCniArgs,
+  loadConfList,
+  MAX_IFNAME_BYTES,
+  parseConfList,
+  runtimeConfigFor,
+  validateCniArgs,
+  validateContainerId,
+  validateIfName,
+  validateNetworkName,
+  validateRuntime,
+  type NetworkConfigList,
+  type PluginConf,
+  type RuntimeConf,
+} from './config.js';
+export { execaPluginExec, findInPath, type ExecaPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
+export { CniClient, parsePluginResult, type CniClientOptions } from './client.js';
+export {
+  CNI_VERSIONS,
+  compareVersions,
+  convertResult,
+  CURRENT_CNI_VERSION,
+  fromV031,
+  isCniVersion,
+  normalizeResult,
+  toV031,
+  type CniVersion,
+} from './result.js';
+export { buildCacheRecord, CACHE_KIND, cacheFilePath, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';
+export { CniError, CniPluginError, escapeOutput, formatCniError, parseCniErrorJson, pluginFailure, MAX_ERROR_OUTPUT, type PluginFailure } from './errors.js';
