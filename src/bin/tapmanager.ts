@@ -22,13 +22,12 @@ function resolveGid(group: string): number {
 export async function runTapmanager(config: TapmanagerConfig, log: Logger): Promise<() => Promise<void>> {
   mkdirSync(dirname(config.socket), { recursive: true, mode: 0o755 });
   mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
-  const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: execaPluginExec(), timeoutMs: config.cniTimeoutMs });
+  const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: execaPluginExec(), timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
   const pods = new PodNetwork({
     stateDir: config.stateDir,
     cni,
     loadConfList: () => loadConfList(config.cniConfDir),
     log,
-    netnsDir: config.netnsDir,
     enableSriov: config.enableSriov,
     sysfsRoot: config.sysfsRoot,
   });

@@ -16,7 +16,6 @@ export interface TapmanagerConfig {
   cniTimeoutMs: number;
   enableSriov: boolean;
   sysfsRoot: string;
-  netnsDir: string;
   help: boolean;
 }
 
@@ -100,13 +99,6 @@ export const FLAGS = {
     kind: 'string',
     help: 'where sysfs is read (tests point it at a fake tree)',
   },
-  netnsDir: {
-    flag: '--netns-dir',
-    env: 'VMPOD_NETNS_DIR',
-    def: '/var/run/netns',
-    kind: 'string',
-    help: 'where named netns live (ip netns uses /var/run/netns)',
-  },
 } as const satisfies Record<string, FlagSpec>;
 
 type Key = keyof typeof FLAGS;
@@ -163,7 +155,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   if (!Number.isInteger(timeout) || timeout <= 0) errors.push(`--cni-timeout ${JSON.stringify(get('cniTimeoutMs'))} is not a positive integer (ms)`);
   const sriov = parseBool(get('enableSriov'));
   if (sriov === undefined) errors.push(`--enable-sriov / VIRTLET_SRIOV_SUPPORT ${JSON.stringify(get('enableSriov'))} is not a boolean`);
-  for (const k of ['socket', 'cniConfDir', 'cniCacheDir', 'stateDir', 'sysfsRoot', 'netnsDir'] as const) {
+  for (const k of ['socket', 'cniConfDir', 'cniCacheDir', 'stateDir', 'sysfsRoot'] as const) {
     if (!get(k).startsWith('/')) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} must be an absolute path`);
   }
   const binDirs = get('cniBinDirs').split(':').filter((d) => d !== '');
@@ -185,7 +177,6 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       cniTimeoutMs: timeout,
       enableSriov: sriov!,
       sysfsRoot: get('sysfsRoot'),
-      netnsDir: get('netnsDir'),
       help,
     },
   };

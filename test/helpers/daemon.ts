@@ -34,6 +34,8 @@ export interface DaemonOptions {
   binDirs?: string[];
   extraArgs?: string[];
   env?: Record<string, string>;
+  /** CNI cache dir (default: one in the daemon's temp dir) */
+  cacheDir?: string;
   /** reuse dirs of an earlier daemon (restart) */
   reuse?: Pick<Daemon, 'socket' | 'stateDir' | 'cacheDir' | 'dir'>;
 }
@@ -60,7 +62,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const dir = opts.reuse?.dir ?? mkdtempSync(join(tmpdir(), 'vmpod-tm-'));
   const socket = opts.reuse?.socket ?? join(dir, 'tm.sock');
   const stateDir = opts.reuse?.stateDir ?? join(dir, 'state');
-  const cacheDir = opts.reuse?.cacheDir ?? join(dir, 'cnicache');
+  const cacheDir = opts.reuse?.cacheDir ?? opts.cacheDir ?? join(dir, 'cnicache');
   const args = [
     BIN.tapmanager,
     '--socket', socket,

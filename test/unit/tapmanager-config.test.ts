@@ -1,0 +1,55 @@
+import { describe, it, expect } from 'vitest';
+import { readFileSync } from 'node:fs';
+import { parseConfig, usage, FLAGS } from '../../src/tapmanager/config.js';
+
+describe('tapmanager config', () => {
+  it('has the documented defaults', () => {
+    const r = parseConfig([], {});
+    expect(r).toEqual({
+      ok: true,
+      config: {
+        socket: '/var/lib/virtlet/tapfdserver.sock',
+        cniConfDir: '/etc/cni/net.d',
+        cniBinDirs: ['/opt/cni/bin'],
+        cniCacheDir: '/var/lib/cni',
+        stateDir: '/var/lib/vmpod-node',
+        logLevel: 'info',
+        cniTimeoutMs: 60000,
+        enableSriov: false,
+        sysfsRoot: '/sys',
+        help: false,
+      },
+    });
+  });
+
+  it('takes env vars, and flags win over them', () => {
+    const env = { VIRTLET_FD_SERVER_SOCKET_PATH: '/run/a.sock', VIRTLET_CNI_PLUGIN_DIR: '/a:/b', VIRTLET_SRIOV_SUPPORT: 'true' };
+    const r = parseConfig(['--socket', '/run/b.sock', '--cni-conf-dir=/etc/x', '--enable-sriov', '--socket-group', 'kvm'], env);
+    expect(r.ok && r.config).toMatchObject({ socket: '/run/b.sock', cniConfDir: '/etc/x', cniBinDirs: ['/a', '/b'], enableSriov: true, socketGroup: 'kvm' });
+  });
+
+  it('reports every problem at once, quoting the values', () => {
+    const r = parseConfig(['--log-level', 'loud', '--cni-timeout', '-1', '--state-dir', 'rel', '--bogus', '--socket'], { VIRTLET_SRIOV_SUPPORT: 'maybe' });
+    expect(r.ok).toBe(false);
+    const errors = r.ok ? [] : r.errors;
+    expect(errors).toEqual(
+      expect.arrayContaining([
+        'unknown argument "--bogus"',
+        '--socket needs a value',
+        expect.stringContaining('--log-level "loud"'),
+        expect.stringContaining('--cni-timeout "-1"'),
+        expect.stringContaining('--state-dir "rel" must be an absolute path'),
+        expect.stringContaining('VIRTLET_SRIOV_SUPPORT "maybe"'),
+      ]),
+    );
+  });
+
+  it('documents every flag and env var in --help and in the README', () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    for (const spec of Object.values(FLAGS)) {
+      expect(usage()).toContain(spec.flag);
+      expect(readme).toContain(`\`${spec.flag}\``);
+      expect(readme).toContain(`\`${spec.env}\``);
+    }
+  });
+});
