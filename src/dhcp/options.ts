@@ -4,14 +4,13 @@
 // (KubeVirt's prepareDHCPOptions does the same).
 import { ErrorCode, VmpodError } from '../errors.js';
 import {
-  BOOTP_MIN_REPLY_LEN,
-  DHCP_MIN_LEN,
+  clientMaxMessage,
   type DhcpOption,
-  encodeOption,
   intToIp,
   ipToBytes,
   ipToInt,
   isIpv4,
+  layoutOptions,
   normaliseMac,
   Opt,
   prefixToMask,
@@ -22,8 +21,13 @@ import type { DhcpLease } from './lease.js';
 export const INFINITE_LEASE = 0xffffffff;
 /** RFC 2132 section 5.1: the minimum legal MTU is 68 */
 export const MIN_MTU = 68;
-/** a reply must fit in one Ethernet frame: 1500 - 20 (IPv4) - 8 (UDP) */
-const MAX_REPLY_LEN = 1500 - 28;
+/** bytes kept free for each echoed client id (61: type + MAC is 7, a DUID-based one about 19; 97: 17) */
+const ECHO_RESERVE = 32;
+const OPTION_HINT: Record<number, string> = {
+  [Opt.DomainSearch]: ' (search domains, compressed)',
+  [Opt.ClasslessRoutes]: ' (too many routes)',
+  [Opt.HostName]: ' (host name)',
+};
 
 export interface Route4 {
   /** network address, host bits cleared */
@@ -134,8 +138,9 @@ export function domainNameProblems(name: string, what: string): string[] {
  * terminated by a zero byte, or ending in a compression pointer (two bytes, top bits 11, offset from the start
  * of the option data). "eng.apple.com", "marketing.apple.com" encode as
  *   3 e n g 5 a p p l e 3 c o m 0   9 m a r k e t i n g 0xC0 0x04
- * where 0xC0 0x04 points at "apple.com" at offset 4. Lists over 255 bytes are split into several option 119
- * instances by the packet encoder (RFC 3396); the pointers keep counting over the concatenated data.
+ * where 0xC0 0x04 points at "apple.com" at offset 4. Compression keeps Kubernetes' search lists (which repeat
+ * "svc.cluster.local") small; lists still over 255 bytes
+ * would need RFC 3396 splitting, which busybox udhcpc does not read: buildOptions refuses them.
  * Call domainNameProblems first: this function assumes valid names.
  */
 export function encodeDomainSearch(names: string[]): Buffer {
@@ -317,11 +322,25 @@ export function buildOptions(lease: DhcpLease, serverId: string): BuiltOptions {
     o.push({ code: Opt.RenewalTime, data: u32(Math.floor(lease.leaseSeconds * 0.5)) });
     o.push({ code: Opt.RebindingTime, data: u32(Math.floor(lease.leaseSeconds * 0.875)) });
   }
-  // header + option 53 + echoed client ids (at most 2 * 257) + end must fit one frame
-  const size = DHCP_MIN_LEN + 3 + 2 * 257 + 1 + o.reduce((n, x) => n + encodeOption(x).length, 0);
-  if (Math.max(size, BOOTP_MIN_REPLY_LEN) > MAX_REPLY_LEN) {
-    throw new VmpodError(ErrorCode.Config, `DHCP reply for ${lease.mac} would be ${size} bytes, more than ${MAX_REPLY_LEN}: too many routes, DNS servers or search domains`, {
+  // RFC 3396 would allow splitting a longer option, but clients that do not implement it (busybox udhcpc among
+  // them) read only the first instance: every option must fit in one, at most 255 bytes.
+  const tooLong = o.filter((x) => x.data.length > 255).map((x) => `option ${x.code} needs ${x.data.length} bytes, at most 255${OPTION_HINT[x.code] ?? ''}`);
+  if (tooLong.length > 0) {
+    throw new VmpodError(ErrorCode.Config, `bad DHCP lease for ${lease.mac}: ${tooLong.join('; ')}`, { op: 'dhcp build options' });
+  }
+  // Every client accepts a 576-byte datagram (RFC 2131 section 2); with option 53 and room to echo a client id
+  // (61) and machine id (97) the reply must fit that, using file and sname (option 52) if need be.
+  const reserve: DhcpOption[] = [
+    { code: Opt.MessageType, data: Buffer.alloc(1) },
+    { code: Opt.ClientId, data: Buffer.alloc(ECHO_RESERVE) },
+    { code: Opt.ClientMachineId, data: Buffer.alloc(ECHO_RESERVE) },
+  ];
+  try {
+    layoutOptions([...reserve, ...o], clientMaxMessage(undefined));
+  } catch (e) {
+    throw new VmpodError(ErrorCode.Config, `DHCP reply for ${lease.mac} does not fit a 576-byte datagram: too many routes, DNS servers or search domains`, {
       op: 'dhcp build options',
+      cause: e,
     });
   }
   return { serverId, routes, options: o };

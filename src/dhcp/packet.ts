@@ -266,8 +266,59 @@ export function encodeOption(o: DhcpOption): Buffer {
   return Buffer.concat(chunks);
 }
 
-/** Encode a message: header, cookie, options, end, zero padding to BOOTP_MIN_REPLY_LEN. sname/file stay zero. */
-export function encodePacket(p: Omit<DhcpPacket, 'sname' | 'file'> & { sname?: Buffer; file?: Buffer }): Buffer {
+/**
+ * The longest DHCP message a client accepts: its option 57 (RFC 2132 section 9.10: the whole IP datagram, at
+ * least 576), else 576, less 20 (IPv4 header) and 8 (UDP header). RFC 2131 section 2: every client must accept
+ * a 576-byte datagram, i.e. 312 bytes of options with the cookie; busybox udhcpc sends 57 = 576 and drops
+ * anything much longer.
+ */
+export function clientMaxMessage(maxSizeOption: Buffer | undefined): number {
+  const v = maxSizeOption && maxSizeOption.length === 2 ? maxSizeOption.readUInt16BE(0) : 576;
+  return Math.min(Math.max(v, 576), 1500) - 28;
+}
+
+/** Where the options of a message go: the options field, and with option 52 also file and sname. */
+interface OptionLayout {
+  main: Buffer[];
+  file: Buffer[];
+  sname: Buffer[];
+  overload: 0 | 1 | 3;
+}
+
+/**
+ * Place encoded options in at most maxLen bytes of message. Options that do not fit the options field go into
+ * the file field (128 bytes) and then the sname field (64), announced by option 52 (RFC 2131 section 4.1,
+ * RFC 2132 section 9.3): busybox, dhclient and systemd read them. Each option stays in one piece (clients that
+ * ignore RFC 3396 read only the first instance of a code). Throws VmpodError(Protocol) when it cannot fit.
+ */
+export function layoutOptions(options: DhcpOption[], maxLen: number): OptionLayout {
+  const enc = options.map(encodeOption);
+  const total = enc.reduce((n, b) => n + b.length, 0);
+  const mainCap = maxLen - DHCP_MIN_LEN - 1; // room for end (255)
+  if (total <= mainCap) return { main: enc, file: [], sname: [], overload: 0 };
+  const caps = [mainCap - 3, 128 - 1, 64 - 1]; // option 52 takes 3 bytes; each overloaded field ends with 255
+  // first fit, largest first (a 250-byte search list fits only the options field); each area keeps the given order
+  const where = new Array<number>(enc.length);
+  const bySize = enc.map((b, i) => i).sort((a, b) => enc[b].length - enc[a].length || a - b);
+  for (const i of bySize) {
+    const area = caps.findIndex((c) => c >= enc[i].length);
+    if (area < 0) {
+      throw new VmpodError(ErrorCode.Protocol, `DHCP options (${total} bytes) do not fit a ${maxLen}-byte message even with option 52`, {
+        op: 'dhcp encode',
+      });
+    }
+    caps[area] -= enc[i].length;
+    where[i] = area;
+  }
+  const areas: Buffer[][] = [0, 1, 2].map((a) => enc.filter((_, i) => where[i] === a));
+  return { main: areas[0], file: areas[1], sname: areas[2], overload: areas[2].length > 0 ? 3 : 1 };
+}
+
+/**
+ * Encode a message: header, cookie, options, end, zero padding to BOOTP_MIN_REPLY_LEN. Options that do not fit
+ * maxLen (default: any size up to DHCP_MAX_LEN) overflow into file and sname (layoutOptions).
+ */
+export function encodePacket(p: Omit<DhcpPacket, 'sname' | 'file'> & { sname?: Buffer; file?: Buffer }, maxLen = DHCP_MAX_LEN): Buffer {
   const head = Buffer.alloc(DHCP_MIN_LEN);
   head[0] = p.op;
   head[1] = p.htype;
@@ -281,9 +332,17 @@ export function encodePacket(p: Omit<DhcpPacket, 'sname' | 'file'> & { sname?: B
   ipToBytes(p.siaddr).copy(head, 20);
   ipToBytes(p.giaddr).copy(head, 24);
   p.chaddr.copy(head, 28, 0, 16);
-  p.sname?.copy(head, 44, 0, 64);
-  p.file?.copy(head, 108, 0, 128);
   MAGIC_COOKIE.copy(head, 236);
-  const out = Buffer.concat([head, ...p.options.map(encodeOption), Buffer.from([Opt.End])]);
+  const layout = layoutOptions(p.options, maxLen);
+  const end = Buffer.from([Opt.End]);
+  if (layout.overload === 0) {
+    p.sname?.copy(head, 44, 0, 64);
+    p.file?.copy(head, 108, 0, 128);
+  } else {
+    Buffer.concat([...layout.sname, ...(layout.sname.length > 0 ? [end] : [])]).copy(head, 44);
+    Buffer.concat([...layout.file, end]).copy(head, 108);
+    layout.main.push(Buffer.from([Opt.Overload, 1, layout.overload]));
+  }
+  const out = Buffer.concat([head, ...layout.main, end]);
   return out.length >= BOOTP_MIN_REPLY_LEN ? out : Buffer.concat([out, Buffer.alloc(BOOTP_MIN_REPLY_LEN - out.length)]);
 }

@@ -1,0 +1,346 @@
+// The per-pod, single-client DHCPv4 server: one socket per pod bridge, one lease, one MAC.
+//
+// WHERE IT LISTENS. The socket is made inside the pod netns by one synchronous addon call (udpSocketInNetns:
+// SO_BINDTODEVICE(bridge), SO_BROADCAST, bound to 0.0.0.0:67), so no JS ever runs in the pod netns; it is
+// readable when start() returns, before tapmanager answers ADD, so the guest cannot be faster than the server
+// (Virtlet slept 500 ms and hoped).
+//
+// RENEWALS (decided here). The server id (option 54) is the bridge's link-local address, 169.254.254.2 by
+// default. The guest does not otherwise reach it: its only route off-subnet is the pod's default gateway outside
+// the pod, and that gateway would never hand 169.254.254.2 back into the pod (reference/e2e-facts.md). So:
+//  1. options.ts adds a host route "<server id>/32 on-link" (router 0.0.0.0) to option 121, so the unicast
+//     REQUEST of a RENEWING client (RFC 2131 section 4.4.5, sent to the server id) goes out of the guest's NIC,
+//     ARPs for the server id, which the bridge answers, and arrives on this socket;
+//  2. every reply is sent as a broadcast to 255.255.255.255:68 on the bridge (SO_BINDTODEVICE), whatever the
+//     broadcast flag says (RFC 2131 section 4.1 would unicast to ciaddr or yiaddr): after the veth was stripped
+//     the pod netns has no route back to the guest's address, and every client state accepts a broadcast reply
+//     (busybox's kernel-socket listener in RENEWING is bound to 0.0.0.0:68 on the interface).
+// What the rest of the pod network must provide (podnet): the bridge holds only the tap and the veth, and DHCP
+// (udp 67/68) to and from the veth port is dropped (Virtlet's ebtables rules), so these broadcasts stay in the
+// pod and no outside server answers the guest; the rule must match the veth port only, or it drops the guest's
+// renewals as Virtlet's did. And the pod netns must accept the guest's source address for (1): rp_filter 0 on
+// the bridge and in "all" (the kernel uses the maximum). A new netns copies its IPv4 settings from the host's
+// (net.core.devconf_inherit_init_net = 0), so on a host with rp_filter 1 or 2 podnet has to set them to 0.
+//
+// SIZE. A reply fits the client's option 57, else 576 bytes (RFC 2131 section 2; busybox sends 57 = 576):
+// options that overflow the options field go into file and sname (option 52); no option is split (RFC 3396),
+// since busybox reads only the first instance of a code. buildOptions refuses leases that cannot fit.
+//
+// Tested with busybox udhcpc (test/integration/dhcp-udhcpc.test.ts): SIGUSR1 makes it unicast a RENEWING
+// REQUEST from its leased address to the server id, and the broadcast ACK renews the lease.
+//
+// WHAT IT ANSWERS (RFC 2131 section 4.3): DISCOVER -> OFFER; REQUEST -> ACK or NAK by client state:
+//   SELECTING   (option 54 present): ignored unless 54 is ours; ACK when option 50 is the lease's address
+//   INIT-REBOOT (no 54, option 50):  ACK when 50 is the lease's address
+//   RENEWING / REBINDING (no 54, no 50, ciaddr set): ACK when ciaddr is the lease's address
+//   otherwise NAK (the client restarts from INIT);
+// INFORM -> ACK without yiaddr and without lease times (section 4.3.5); DECLINE and RELEASE are logged.
+// Only the lease's MAC is served (chaddr compared case-insensitively); other clients are ignored.
+// Malformed datagrams are dropped with a debug line and stats.dropped++; nothing a client sends can throw out of
+// the poll callback.
+import { errorChain } from '../errors.js';
+import type { Logger } from '../log.js';
+import { native, type Poller, type RecvFromResult } from '../native.js';
+import type { DhcpLease } from './lease.js';
+import { buildOptions, type BuiltOptions, LEASE_ONLY_OPTIONS, orderByRequest } from './options.js';
+import {
+  chaddrMac,
+  clientMaxMessage,
+  decodePacket,
+  type DhcpOption,
+  type DhcpPacket,
+  encodePacket,
+  getOption,
+  HTYPE_ETHERNET,
+  ipToBytes,
+  MessageType,
+  messageType,
+  messageTypeName,
+  normaliseMac,
+  Op,
+  Opt,
+  optionIp,
+} from './packet.js';
+
+export const DHCP_SERVER_PORT = 67;
+export const DHCP_CLIENT_PORT = 68;
+const BROADCAST = '255.255.255.255';
+const RECV_MAX = 2048;
+/** datagrams handled per poll wake-up; the poll is level-triggered, so the rest wait for the next turn of the loop */
+const BURST = 64;
+
+/** The socket calls the server makes; native() by default, a recording fake in unit tests. */
+export interface DhcpSocketIo {
+  udpSocketInNetns(nsPath: string, ifname: string, port: number): number;
+  pollReadable(fd: number, cb: (err: Error | null) => void): Poller;
+  recvFrom(fd: number, max: number): RecvFromResult | null;
+  sendTo(fd: number, data: Buffer, address: string, port: number): number;
+  close(fd: number): void;
+}
+
+export interface DhcpStats {
+  offers: number;
+  acks: number;
+  naks: number;
+  /** malformed datagrams */
+  dropped: number;
+  /** well-formed, but not for us: another MAC, a SELECTING request for another server */
+  ignored: number;
+}
+
+export type RequestState = 'selecting' | 'init-reboot' | 'renewing/rebinding';
+
+/** What to do with one datagram (pure). */
+export type Decision =
+  | { kind: 'reply'; type: typeof MessageType.Offer | typeof MessageType.Ack | typeof MessageType.Nak; data: Buffer; request: string; state?: RequestState; why?: string }
+  | { kind: 'log'; request: 'RELEASE' | 'DECLINE'; detail: Record<string, string> }
+  | { kind: 'ignore'; why: string }
+  | { kind: 'drop'; why: string };
+
+export interface AnswerContext {
+  lease: DhcpLease;
+  /** from buildOptions(lease, serverId) */
+  built: BuiltOptions;
+}
+
+function replyPacket(req: DhcpPacket, type: number, yiaddr: string, ciaddr: string, options: DhcpOption[]): Buffer {
+  // RFC 6842: the client identifier (61) is echoed; 97 too, as Virtlet did (PXE clients look for it).
+  const echo = [Opt.ClientId, Opt.ClientMachineId].flatMap((code) => {
+    const data = getOption(req, code);
+    return data && data.length > 0 ? [{ code, data }] : [];
+  });
+  return encodePacket({
+    op: Op.Reply,
+    htype: req.htype,
+    hlen: req.hlen,
+    hops: 0,
+    xid: req.xid,
+    secs: 0,
+    flags: req.flags,
+    ciaddr,
+    yiaddr,
+    siaddr: '0.0.0.0',
+    giaddr: req.giaddr,
+    chaddr: req.chaddr,
+    options: [{ code: Opt.MessageType, data: Buffer.from([type]) }, ...options, ...echo],
+  }, clientMaxMessage(getOption(req, Opt.MaxMessageSize)));
+}
+
+/** Decide the answer to one datagram. Pure; never throws on client input. */
+export function answer(buf: Buffer, ctx: AnswerContext): Decision {
+  let req: DhcpPacket;
+  try {
+    req = decodePacket(buf);
+  } catch (e) {
+    return { kind: 'drop', why: errorChain(e) };
+  }
+  if (req.op !== Op.Request) return { kind: 'drop', why: `op ${req.op} is not BOOTREQUEST` };
+  if (req.htype !== HTYPE_ETHERNET || req.hlen !== 6) return { kind: 'drop', why: `htype ${req.htype} hlen ${req.hlen} is not Ethernet` };
+  const type = messageType(req);
+  if (type === undefined) return { kind: 'drop', why: 'no DHCP message type (option 53): BOOTP is not served' };
+  const mac = chaddrMac(req);
+  const { lease, built } = ctx;
+  if (mac !== normaliseMac(lease.mac)) return { kind: 'ignore', why: `${messageTypeName(type)} from ${mac}, we serve ${lease.mac}` };
+
+  const prl = getOption(req, Opt.ParameterList);
+  const full = orderByRequest(built.options, prl);
+  const nak = (request: string, state: RequestState | undefined, why: string): Decision => ({
+    kind: 'reply',
+    type: MessageType.Nak,
+    request,
+    ...(state ? { state } : {}),
+    why,
+    data: replyPacket(req, MessageType.Nak, '0.0.0.0', '0.0.0.0', [
+      { code: Opt.ServerId, data: ipToBytes(built.serverId) },
+      { code: Opt.Message, data: Buffer.from(why, 'ascii') },
+    ]),
+  });
+
+  // encoding a reply can fail only when the echoed client ids do not fit the client's maximum message size
+  try {
+    switch (type) {
+      case MessageType.Discover:
+        return { kind: 'reply', type: MessageType.Offer, request: 'DISCOVER', data: replyPacket(req, MessageType.Offer, lease.ip, '0.0.0.0', full) };
+      case MessageType.Request: {
+        const sid = optionIp(req, Opt.ServerId);
+        const requested = optionIp(req, Opt.RequestedIp);
+        let state: RequestState;
+        let asked: string | undefined;
+        if (getOption(req, Opt.ServerId) !== undefined) {
+          if (sid !== built.serverId) return { kind: 'ignore', why: `REQUEST selects server ${sid ?? '(bad option 54)'}, we are ${built.serverId}` };
+          state = 'selecting';
+          asked = requested;
+        } else if (requested !== undefined) {
+          state = 'init-reboot';
+          asked = requested;
+        } else if (req.ciaddr !== '0.0.0.0') {
+          state = 'renewing/rebinding';
+          asked = req.ciaddr;
+        } else {
+          return nak('REQUEST', undefined, 'REQUEST names no address (no option 50, no ciaddr)');
+        }
+        if (asked !== lease.ip) return nak('REQUEST', state, `address ${asked ?? '(none)'} is not leased to ${mac}`);
+        return { kind: 'reply', type: MessageType.Ack, request: 'REQUEST', state, data: replyPacket(req, MessageType.Ack, lease.ip, req.ciaddr, full) };
+      }
+      case MessageType.Inform:
+        return {
+          kind: 'reply',
+          type: MessageType.Ack,
+          request: 'INFORM',
+          data: replyPacket(req, MessageType.Ack, '0.0.0.0', req.ciaddr, full.filter((o) => !LEASE_ONLY_OPTIONS.has(o.code))),
+        };
+      case MessageType.Release:
+        return { kind: 'log', request: 'RELEASE', detail: { ciaddr: req.ciaddr } };
+      case MessageType.Decline:
+        return { kind: 'log', request: 'DECLINE', detail: { requested: optionIp(req, Opt.RequestedIp) ?? '(none)' } };
+      default:
+        return { kind: 'drop', why: `message type ${messageTypeName(type)} is not a client message` };
+    }
+  } catch (e) {
+    return { kind: 'drop', why: `cannot encode a reply to ${messageTypeName(type)}: ${errorChain(e)}` };
+  }
+}
+
+export interface DhcpServerOptions {
+  nsPath: string;
+  bridge: string;
+  serverIp: string;
+  lease: DhcpLease;
+  log: Logger;
+  /** default 67; tests may use others */
+  port?: number;
+  /** default 68 */
+  clientPort?: number;
+  /** default: the native addon */
+  io?: DhcpSocketIo;
+}
+
+export class DhcpServer {
+  readonly stats: DhcpStats = { offers: 0, acks: 0, naks: 0, dropped: 0, ignored: 0 };
+  readonly lease: DhcpLease;
+  private fd: number;
+  private poller: Poller | undefined;
+  private readonly io: DhcpSocketIo;
+  private readonly log: Logger;
+  private readonly ctx: AnswerContext;
+  private readonly clientPort: number;
+
+  /**
+   * Validates the lease (buildOptions throws VmpodError(Config) before any socket exists), opens the socket in the
+   * pod netns and watches it. Listening when it returns. A failure after the socket was opened closes it.
+   */
+  static start(opts: DhcpServerOptions): DhcpServer {
+    const built = buildOptions(opts.lease, opts.serverIp);
+    return new DhcpServer(opts, built);
+  }
+
+  private constructor(opts: DhcpServerOptions, built: BuiltOptions) {
+    this.io = opts.io ?? native();
+    this.lease = opts.lease;
+    this.ctx = { lease: opts.lease, built };
+    this.clientPort = opts.clientPort ?? DHCP_CLIENT_PORT;
+    this.log = opts.log.child({ component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
+    const port = opts.port ?? DHCP_SERVER_PORT;
+    this.fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
+    try {
+      this.poller = this.io.pollReadable(this.fd, (err) => this.onReadable(err));
+    } catch (e) {
+      this.io.close(this.fd);
+      this.fd = -1;
+      throw e;
+    }
+    this.log.info(
+      { nsPath: opts.nsPath, port, serverId: built.serverId, ip: `${opts.lease.ip}/${opts.lease.prefixLength}`, routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`) },
+      'dhcp server listening',
+    );
+  }
+
+  /** the socket fd, -1 once stopped */
+  get socketFd(): number {
+    return this.fd;
+  }
+
+  get running(): boolean {
+    return this.fd >= 0;
+  }
+
+  /** Idempotent: stops watching and closes the socket. */
+  stop(): void {
+    if (this.fd < 0) return;
+    const fd = this.fd;
+    this.fd = -1;
+    this.poller?.stop();
+    this.poller = undefined;
+    try {
+      this.io.close(fd);
+    } catch (e) {
+      this.log.warn({ err: errorChain(e), fd }, 'dhcp server: closing the socket failed');
+    }
+    this.log.info({ stats: this.stats }, 'dhcp server stopped');
+  }
+
+  private onReadable(err: Error | null): void {
+    if (this.fd < 0) return;
+    if (err) {
+      // the poll reports an error on the socket itself (e.g. the bridge went away); keep the server, log it
+      this.log.error({ err: errorChain(err) }, 'dhcp server: poll error on the socket');
+      return;
+    }
+    for (let n = 0; n < BURST && this.fd >= 0; n++) {
+      let d: RecvFromResult | null;
+      try {
+        d = this.io.recvFrom(this.fd, RECV_MAX);
+      } catch (e) {
+        this.log.warn({ err: errorChain(e) }, 'dhcp server: recvfrom failed');
+        return;
+      }
+      if (!d) return;
+      this.handle(d);
+    }
+  }
+
+  /** One datagram; never throws. */
+  private handle(d: RecvFromResult): void {
+    let decision: Decision;
+    try {
+      decision = answer(d.data, this.ctx);
+    } catch (e) {
+      // answer() is written not to throw on input; anything here is our bug, still not worth the daemon
+      decision = { kind: 'drop', why: `internal: ${errorChain(e)}` };
+    }
+    const from = `${d.address}:${d.port}`;
+    switch (decision.kind) {
+      case 'drop':
+        this.stats.dropped++;
+        this.log.debug({ from, bytes: d.data.length, why: decision.why }, 'dhcp: dropped malformed datagram');
+        return;
+      case 'ignore':
+        this.stats.ignored++;
+        this.log.debug({ from, why: decision.why }, 'dhcp: ignored datagram');
+        return;
+      case 'log':
+        if (decision.request === 'DECLINE') this.log.warn({ from, ...decision.detail }, 'dhcp: DECLINE, the guest says the address is in use');
+        else this.log.info({ from, ...decision.detail }, 'dhcp: RELEASE');
+        return;
+      case 'reply': {
+        try {
+          this.io.sendTo(this.fd, decision.data, BROADCAST, this.clientPort);
+        } catch (e) {
+          this.log.warn({ from, err: errorChain(e) }, `dhcp: sending ${messageTypeName(decision.type)} failed`);
+          return;
+        }
+        if (decision.type === MessageType.Offer) this.stats.offers++;
+        else if (decision.type === MessageType.Ack) this.stats.acks++;
+        else this.stats.naks++;
+        const line = { from, request: decision.request, state: decision.state, ip: this.lease.ip, why: decision.why };
+        if (decision.type === MessageType.Nak) this.log.warn(line, 'dhcp: NAK');
+        else this.log.info(line, `dhcp: ${messageTypeName(decision.type)}`);
+        return;
+      }
+      default: {
+        const never: never = decision;
+        throw new Error(`unhandled decision ${JSON.stringify(never)}`);
+      }
+    }
+  }
+}
