@@ -6,7 +6,7 @@
 # when a builder dies, so a crash never leaves a stale lock.
 # Env: VMPOD_GUEST_KERNEL_PKG  exact Debian package to use (default: newest linux-image-6.1.0-*-cloud-amd64-unsigned,
 #      else the newest linux-image-*-cloud-amd64-unsigned)
-# Needs (Debian): apt, dpkg, busybox-static, cpio, gzip, kmod (modinfo), util-linux (flock); xz-utils or zstd only
+# Needs (Debian): apt, dpkg, busybox-static, cpio, gzip, util-linux (flock); xz-utils or zstd only
 # when the chosen kernel compresses its modules (6.1 does not; 6.12 uses .ko.xz).
 set -euo pipefail
 
@@ -46,7 +46,7 @@ kver=$(apt-cache show --no-all-versions "$kpkg" 2>/dev/null | sed -n 's/^Version
 [ -n "$kver" ] || die "apt-cache knows no version of $kpkg"
 bbver=$(dpkg-query -W -f '${Version}' busybox-static 2>/dev/null || /bin/busybox | head -n 1)
 
-stamp=$( { echo "kernel=$kpkg=$kver busybox=$bbver modules=${modules[*]}"; cat "$0" "$here/init" "$here/udhcpc.script"; } \
+stamp=$( { echo "kernel=$kpkg=$kver busybox=$bbver modules=${modules[*]}"; cat "$0" "$here/init" "$here/udhcpc.script" "$here/status.cgi"; } \
   | sha256sum | cut -d' ' -f1)
 
 mkdir -p "$out"
@@ -66,7 +66,15 @@ trap 'rm -rf "$work"' EXIT
 chmod 0755 "$work"
 mkdir "$work/deb"
 if id _apt >/dev/null 2>&1; then chown _apt "$work/deb"; fi
-(cd "$work/deb" && apt-get download -q "$kpkg=$kver" >&2) || die "apt-get download $kpkg=$kver failed"
+if ! (cd "$work/deb" && apt-get download -q "$kpkg=$kver" >&2); then
+  # Stale package lists name a version the archive no longer has (the security archive keeps only the newest):
+  # refresh them once and start over, which picks the kernel and computes the stamp again.
+  [ -z "${VMPOD_GUEST_APT_UPDATED:-}" ] || die "apt-get download $kpkg=$kver failed"
+  apt-get update -qq >&2 || die "apt-get download $kpkg=$kver failed, and so did apt-get update"
+  rm -rf "$work"
+  exec 9>&- # release the flock: the new process takes it again
+  VMPOD_GUEST_APT_UPDATED=1 exec bash "$0" "$out"
+fi
 deb=$(ls "$work"/deb/*.deb)
 dpkg-deb -x "$deb" "$work/pkg"
 
@@ -77,7 +85,7 @@ moddir=$work/pkg/lib/modules/$krel
 [ -d "$moddir/kernel" ] || die "$kpkg has no lib/modules/$krel/kernel"
 
 root=$work/root
-mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc/udhcpc,proc,sys,dev,tmp,www,lib/modules,root}
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc/udhcpc,proc,sys,dev,tmp,www/cgi-bin,lib/modules,root}
 cp /bin/busybox "$root/bin/busybox"
 # One symlink per applet at the path busybox itself lists (bin/sh, sbin/ip, usr/bin/wget, ...).
 while read -r applet; do
@@ -105,11 +113,14 @@ done
 
 install -m 0755 "$here/init" "$root/init"
 install -m 0755 "$here/udhcpc.script" "$root/etc/udhcpc/default.script"
+install -m 0755 "$here/status.cgi" "$root/www/cgi-bin/status"
 echo "vmpod-guest" > "$root/etc/hostname"
 
-# Sorted names and owner 0:0 make the archive depend on its inputs only; gzip -n leaves out name and mtime.
+# Sorted names, owner 0:0, mtime 0 and cpio --reproducible (inode and device numbers renumbered) make the archive
+# depend on its inputs only; gzip -n leaves out name and mtime.
+find "$root" -exec touch -h -d @0 {} +
 (cd "$root" && find . -mindepth 1 -print0 | LC_ALL=C sort -z \
-  | cpio --null -o -H newc -R 0:0 --quiet) | gzip -9n > "$work/initrd.gz"
+  | cpio --null -o -H newc -R 0:0 --reproducible --quiet) | gzip -9n > "$work/initrd.gz"
 
 # The stamp goes first and comes back last, so an interrupted copy is never taken as a finished build; each output
 # is renamed into place from the same directory (rename(2) is atomic there, a cross-filesystem mv is not).
