@@ -1,0 +1,91 @@
+// Parsing what iproute2 shows (`ip -j -d addr show`, `ip -j route show`) into plain data. Pure.
+import { ErrorCode, VmpodError } from '../errors.js';
+import type { Observed, ObservedAddr, ObservedLink, ObservedRoute } from './types.js';
+
+/**
+ * `ip -j -batch` prints one JSON value per command, one after another. Splits them by bracket depth
+ * (strings honoured), so a value spanning lines or two values on one line both parse.
+ */
+export function splitJsonValues(text: string): unknown[] {
+  const out: unknown[] = [];
+  let depth = 0;
+  let start = -1;
+  let inStr = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inStr) {
+      if (c === '\\') i++;
+      else if (c === '"') inStr = false;
+      continue;
+    }
+    if (c === '"') inStr = true;
+    else if (c === '[' || c === '{') {
+      if (depth === 0) start = i;
+      depth++;
+    } else if (c === ']' || c === '}') {
+      depth--;
+      if (depth === 0 && start >= 0) {
+        out.push(JSON.parse(text.slice(start, i + 1)));
+        start = -1;
+      }
+    }
+  }
+  if (depth !== 0) throw new VmpodError(ErrorCode.Netlink, `unterminated JSON from ip: ${JSON.stringify(text.slice(0, 200))}`);
+  return out;
+}
+
+type Json = Record<string, unknown>;
+const str = (x: unknown): string | undefined => (typeof x === 'string' ? x : undefined);
+const num = (x: unknown): number | undefined => (typeof x === 'number' ? x : undefined);
+
+function parseLink(j: Json): ObservedLink {
+  const flags = Array.isArray(j.flags) ? (j.flags as unknown[]).map(String) : [];
+  const linkinfo = (j.linkinfo ?? {}) as Json;
+  const addrs4: ObservedAddr[] = [];
+  for (const a of Array.isArray(j.addr_info) ? (j.addr_info as Json[]) : []) {
+    if (a.family !== 'inet' || typeof a.local !== 'string' || typeof a.prefixlen !== 'number') continue;
+    addrs4.push({
+      local: a.local,
+      prefixlen: a.prefixlen,
+      ...(str(a.broadcast) ? { broadcast: str(a.broadcast) } : {}),
+      ...(str(a.scope) ? { scope: str(a.scope) } : {}),
+    });
+  }
+  const link: ObservedLink = {
+    name: String(j.ifname),
+    index: num(j.ifindex) ?? 0,
+    mac: str(j.address) ?? '',
+    mtu: num(j.mtu) ?? 0,
+    up: flags.includes('UP'),
+    addrs4,
+  };
+  const kind = str(linkinfo.info_kind);
+  if (kind) link.kind = kind;
+  const master = str(j.master);
+  if (master) link.master = master;
+  const pb = str(j.parentbus);
+  if (pb) link.parentBus = pb;
+  const pd = str(j.parentdev);
+  if (pd) link.parentDev = pd;
+  return link;
+}
+
+function parseRoute(j: Json): ObservedRoute {
+  const r: ObservedRoute = { dst: String(j.dst), flags: Array.isArray(j.flags) ? (j.flags as unknown[]).map(String) : [] };
+  for (const k of ['gateway', 'dev', 'protocol', 'scope', 'prefsrc', 'type'] as const) {
+    const v = str(j[k]);
+    if (v !== undefined) r[k] = v;
+  }
+  const m = num(j.metric);
+  if (m !== undefined) r.metric = m;
+  return r;
+}
+
+/** Parses the output of `ip -j -d -batch` with "addr show" then "route show". */
+export function parseObserved(text: string): Observed {
+  const vals = splitJsonValues(text);
+  if (vals.length !== 2 || !Array.isArray(vals[0]) || !Array.isArray(vals[1])) {
+    throw new VmpodError(ErrorCode.Netlink, `expected two JSON arrays (addr show, route show) from ip, got ${vals.length} values`);
+  }
+  return { links: (vals[0] as Json[]).map(parseLink), routes4: (vals[1] as Json[]).map(parseRoute) };
+}

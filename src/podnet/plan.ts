@@ -1,0 +1,243 @@
+// The pure planner (KubeVirt netpod's composeDesiredSpec): observed netns + CNI result -> the steps that turn
+// each CNI interface into veth + bridge + tap, each step with its undo. No I/O here; podnetwork.ts records
+// the steps and applies them.
+//
+// Per CNI interface i with a sandbox (pod-network.md, Virtlet's container-side network):
+//   strip-routes  delete its non-kernel IPv4 routes   undo: put them back (`route replace`)
+//   strip-addrs   delete its IPv4 addresses           undo: put them back (`addr replace`)
+//                 (routes first: removing the last address makes the kernel flush the link's routes,
+//                  and undo runs in reverse, so addresses are back before the routes that need them)
+//   veth-mac      a random locally administered MAC   undo: the original MAC (the VM's NIC takes it)
+//   bridge        br<i>, same MTU, ageing_time 0 (learning off: Flannel), 169.254.254.2/24   undo: delete it
+//   tap           tap<i>, persistent, vnet_hdr, same MTU                                      undo: delete it
+//   enslave       veth and tap into br<i>             undo: veth nomaster
+//   links-up      veth, tap, bridge up
+//   dhcp-filter   ebtables in the pod netns: no DHCP across the veth      undo: delete the rules
+import { randomBytes } from 'node:crypto';
+import { ErrorCode, VmpodError } from '../errors.js';
+import type { CniResult } from '../cni/types.js';
+import type { ContainerSideNetwork, CniResultV031 } from '../protocol/payloads.js';
+import { InterfaceType } from '../protocol/payloads.js';
+import { macToBase64, parseMac } from '../protocol/mac.js';
+import { StepName, type Op, type Step } from '../state/record.js';
+import { BRIDGE_IP, BRIDGE_PREFIX, bridgeName, tapName, type Observed, type ObservedAddr, type ObservedLink, type ObservedRoute, type PodInterface } from './types.js';
+import { hasSandbox, nonKernelRoutes } from './result.js';
+
+/** Linux IFNAMSIZ is 16 including the NUL. */
+export const MAX_IFNAME = 15;
+
+const ip = (...args: string[]): Extract<Op, { op: 'ip' }> => ({ op: 'ip', args });
+
+/** A random unicast, locally administered MAC (first octet 0x02: U/L bit set, I/G bit clear; IEEE 802). */
+export function randomLaaMac(bytes: Buffer = randomBytes(5)): string {
+  return ['02', ...[...bytes.subarray(0, 5)].map((b) => b.toString(16).padStart(2, '0'))].join(':');
+}
+
+export function netnsStep(name: string): Step {
+  return { name: StepName.Netns, target: name, do: [{ op: 'netns-add', name }], undo: [{ op: 'netns-del', name }] };
+}
+
+/** CNI DEL must also follow a failed ADD (CNI spec), so the undo is recorded before ADD runs. */
+export function cniAddStep(ifName: string): Step {
+  return { name: StepName.CniAdd, target: ifName, do: [{ op: 'cni-add', ifName }], undo: [{ op: 'cni-del', ifName }] };
+}
+
+export function loUpStep(): Step {
+  return { name: StepName.LoUp, target: 'lo', do: [ip('link', 'set', 'dev', 'lo', 'up')], undo: [] };
+}
+
+function routeDel(r: ObservedRoute, dev: string): string[] {
+  return ['route', 'del', r.dst, ...(r.gateway ? ['via', r.gateway] : []), 'dev', dev, ...(r.metric !== undefined ? ['metric', String(r.metric)] : [])];
+}
+
+function routeRestore(r: ObservedRoute, dev: string): string[] {
+  return [
+    'route',
+    'replace',
+    r.dst,
+    ...(r.gateway ? ['via', r.gateway] : []),
+    'dev',
+    dev,
+    ...(r.protocol ? ['proto', r.protocol] : []),
+    ...(r.scope ? ['scope', r.scope] : []),
+    ...(r.prefsrc ? ['src', r.prefsrc] : []),
+    ...(r.metric !== undefined ? ['metric', String(r.metric)] : []),
+    ...(r.flags.includes('onlink') ? ['onlink'] : []),
+  ];
+}
+
+function addrRestore(a: ObservedAddr, dev: string): string[] {
+  return ['addr', 'replace', `${a.local}/${a.prefixlen}`, ...(a.broadcast ? ['broadcast', a.broadcast] : []), ...(a.scope && a.scope !== 'global' ? ['scope', a.scope] : []), 'dev', dev];
+}
+
+/**
+ * ebtables rules (bridge family, in the pod netns) that keep DHCP off the CNI link (pod-network.md step 4;
+ * Virtlet used ebtables too). Egress: nothing to udp/67 or udp/68 leaves through the veth, neither forwarded
+ * from the tap (FORWARD) nor sent by our server on the bridge (OUTPUT). Ingress: no udp/67 from the CNI
+ * network reaches our server (INPUT) or the guest (FORWARD). Unicast renewals from the guest to
+ * 169.254.254.2 enter from the tap and are not touched.
+ * (tc clsact + flower/u32 + gact was the first choice; this kernel has no cls_flower and no act_gact.)
+ */
+export function dhcpFilterRules(veth: string): string[][] {
+  const udp = (port: number) => ['-p', 'IPv4', '--ip-proto', 'udp', '--ip-dport', String(port), '-j', 'DROP'];
+  return [
+    ['FORWARD', '-o', veth, ...udp(67)],
+    ['FORWARD', '-o', veth, ...udp(68)],
+    ['OUTPUT', '-o', veth, ...udp(67)],
+    ['OUTPUT', '-o', veth, ...udp(68)],
+    ['INPUT', '-i', veth, ...udp(67)],
+    ['FORWARD', '-i', veth, ...udp(67)],
+  ];
+}
+
+export interface ContainerSidePlanInput {
+  observed: Observed;
+  /** the completed CNI result (result.ts completeResult) */
+  result: CniResult;
+  /** the veth's new MAC for interface ordinal i (random in add; the current one in recover) */
+  newMac: (i: number, link: ObservedLink) => string;
+  /** names of links found to be SR-IOV VFs (the effectful shell looks in sysfs) */
+  vfs?: ReadonlySet<string>;
+}
+
+export interface ContainerSidePlan {
+  interfaces: PodInterface[];
+  steps: Step[];
+}
+
+/** Steps for every CNI interface with a sandbox, in apply order (lo up first). */
+export function planContainerSide(input: ContainerSidePlanInput): ContainerSidePlan {
+  const { observed, result } = input;
+  const steps: Step[] = [loUpStep()];
+  const interfaces: PodInterface[] = [];
+  const names = new Set(observed.links.map((l) => l.name));
+  let ordinal = 0;
+  result.interfaces.forEach((ci, index) => {
+    if (!hasSandbox(ci)) return;
+    const i = ordinal++;
+    const link = observed.links.find((l) => l.name === ci.name);
+    if (!link) {
+      throw new VmpodError(ErrorCode.Netlink, `the CNI result names interface ${ci.name} in the pod netns, but the netns has no such link (links: ${[...names].join(', ')})`, { op: 'plan' });
+    }
+    if (input.vfs?.has(link.name)) {
+      // Hook for src/devices (SR-IOV): a VF gets no bridge or tap; it is bound to vfio-pci and handed to qemu.
+      throw new VmpodError(ErrorCode.Device, `interface ${link.name} is an SR-IOV VF; SR-IOV support is not enabled`, { op: 'plan' });
+    }
+    const tap = tapName(i);
+    const br = bridgeName(i);
+    for (const n of [tap, br]) {
+      if (names.has(n)) throw new VmpodError(ErrorCode.Conflict, `the pod netns already has a link named ${n}; it is reserved for the VM's interface ${i}`, { op: 'plan' });
+    }
+    if (Buffer.byteLength(link.name) > MAX_IFNAME) throw new VmpodError(ErrorCode.Netlink, `link name ${link.name} is longer than ${MAX_IFNAME} bytes`, { op: 'plan' });
+    const v = link.name;
+    const mtu = String(link.mtu);
+    const mac = input.newMac(i, link);
+    const routes = nonKernelRoutes(observed.routes4, v);
+    if (routes.length > 0) {
+      steps.push({ name: StepName.StripRoutes, target: v, do: routes.map((r) => ip(...routeDel(r, v))), undo: routes.map((r) => ip(...routeRestore(r, v))) });
+    }
+    if (link.addrs4.length > 0) {
+      steps.push({
+        name: StepName.StripAddrs,
+        target: v,
+        do: link.addrs4.map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
+        undo: link.addrs4.map((a) => ip(...addrRestore(a, v))),
+      });
+    }
+    if (mac.toLowerCase() !== link.mac.toLowerCase()) {
+      steps.push({ name: StepName.VethMac, target: v, do: [ip('link', 'set', 'dev', v, 'address', mac)], undo: [ip('link', 'set', 'dev', v, 'address', link.mac)] });
+    }
+    steps.push({
+      name: StepName.Bridge,
+      target: br,
+      do: [ip('link', 'add', 'name', br, 'mtu', mtu, 'type', 'bridge', 'ageing_time', '0'), ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br)],
+      undo: [{ ...ip('link', 'del', 'dev', br), withNetns: true }],
+    });
+    steps.push({
+      name: StepName.Tap,
+      target: tap,
+      // persistent (ip tuntap sets TUNSETPERSIST), so the tap outlives our fd: a restarted daemon reopens it by
+      // name. vnet_hdr: qemu's virtio-net/vhost use the virtio header; qemu probes the fd's flags itself.
+      do: [ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr'), ip('link', 'set', 'dev', tap, 'mtu', mtu)],
+      undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
+    });
+    steps.push({
+      name: StepName.Enslave,
+      target: v,
+      do: [ip('link', 'set', 'dev', v, 'master', br), ip('link', 'set', 'dev', tap, 'master', br)],
+      undo: [ip('link', 'set', 'dev', v, 'nomaster')],
+    });
+    steps.push({ name: StepName.LinksUp, target: br, do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
+    const rules = dhcpFilterRules(v);
+    steps.push({
+      name: StepName.DhcpFilter,
+      target: v,
+      do: rules.map((r) => ({ op: 'ebtables', args: ['-A', ...r] })),
+      undo: rules.map((r) => ({ op: 'ebtables', args: ['-D', ...r], withNetns: true })),
+    });
+    interfaces.push({
+      index,
+      cniName: v,
+      type: 'tap',
+      vmMac: link.mac.toLowerCase(),
+      vethMacNew: mac.toLowerCase(),
+      mtu: link.mtu,
+      tapName: tap,
+      bridgeName: br,
+      bridgeIp: BRIDGE_IP,
+      vlanId: 0,
+    });
+  });
+  if (interfaces.length === 0) {
+    throw new VmpodError(ErrorCode.Cni, 'the CNI result has no interface in the pod netns', { op: 'plan' });
+  }
+  return { interfaces, steps };
+}
+
+/** Virtlet's ContainerSideNetwork for add's reply (and the record). */
+export function buildCsn(result: CniResultV031, nsPath: string, interfaces: PodInterface[]): ContainerSideNetwork {
+  return {
+    Result: result,
+    NsPath: nsPath,
+    Interfaces: interfaces.map((i) => ({
+      Type: i.type === 'vf' ? InterfaceType.VF : InterfaceType.Tap,
+      Name: i.cniName,
+      HardwareAddr: macToBase64(i.vmMac),
+      PCIAddress: i.pciAddress ?? '',
+      MTU: i.mtu,
+      VlanID: i.vlanId,
+      mac: i.vmMac,
+    })),
+  };
+}
+
+/**
+ * recover: the links exist already and the veth was stripped, so what it looked like before comes from the
+ * csn (Virtlet's recover did the same): its IPs from the result, the routes of the result through it, the
+ * VM's MAC as its original MAC. The planner then yields the same undo steps add recorded.
+ */
+export function observedBeforeFromCsn(live: Observed, result: CniResult, csn: ContainerSideNetwork): Observed {
+  const links = live.links.map((l) => ({ ...l, addrs4: [...l.addrs4] }));
+  const routes4: ObservedRoute[] = [];
+  csn.Interfaces.forEach((ni, ord) => {
+    const link = links.find((l) => l.name === ni.Name);
+    if (!link) return;
+    link.mac = parseMac(ni.mac ?? ni.HardwareAddr);
+    const idx = result.interfaces.findIndex((ci) => ci.name === ni.Name && hasSandbox(ci));
+    link.addrs4 = [];
+    for (const a of result.ips) {
+      if ((a.interface ?? -1) !== idx) continue;
+      const [local, p] = a.address.split('/');
+      if (local && p && !local.includes(':')) link.addrs4.push({ local, prefixlen: Number(p) });
+    }
+    // CNI routes carry no interface: they belong to the first interface (as Virtlet assumed)
+    if (ord === 0) {
+      for (const r of result.routes) {
+        if (r.dst.includes(':')) continue;
+        const dst = r.dst === '0.0.0.0/0' ? 'default' : r.dst.endsWith('/32') ? r.dst.slice(0, -3) : r.dst;
+        routes4.push({ dst, dev: link.name, ...(r.gw ? { gateway: r.gw } : { scope: 'link' }), flags: [] });
+      }
+    }
+  });
+  return { links, routes4 };
+}

@@ -1,0 +1,135 @@
+// A throwaway CNI network for integration tests: a bridge + host-local conflist with a unique bridge name,
+// a unique /24, a private host-local dataDir and a private CNI cache dir, optionally with a fake plugin
+// chained after bridge that fails ADD with a CNI error. leftovers() lists what a pod could have left behind.
+import { mkdtempSync, mkdirSync, readdirSync, rmSync, writeFileSync, chmodSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { execa } from 'execa';
+
+export const SYSTEM_CNI_BIN = '/usr/lib/cni';
+
+export interface CniTestNet {
+  name: string;
+  bridge: string;
+  subnet: string;
+  gateway: string;
+  root: string;
+  confDir: string;
+  binDirs: string[];
+  cacheDir: string;
+  dataDir: string;
+  leftovers(): Promise<Leftovers>;
+  bridgeExists(): Promise<boolean>;
+  /** deletes the bridge and the temporary dirs */
+  cleanup(): Promise<void>;
+}
+
+export interface Leftovers {
+  /** host-side links enslaved to the test bridge (veth peers of pods) */
+  veths: string[];
+  /** host-local allocation files (one per allocated IP) */
+  allocations: string[];
+  /** CNI result cache files */
+  cacheFiles: string[];
+}
+
+export interface CniConfOptions {
+  /** chain a fake plugin after bridge whose ADD exits 1 with a CNI error JSON (its DEL succeeds) */
+  failingPlugin?: boolean;
+  mtu?: number;
+}
+
+const FAKE_PLUGIN = 'vmpod-test-fail';
+
+const FAKE_SCRIPT = `#!/bin/sh
+# test plugin: ADD fails with a CNI error, DEL and VERSION succeed. Shell builtins only (the CNI env has a bare PATH).
+while IFS= read -r _l; do :; done
+case "$CNI_COMMAND" in
+  ADD) printf '%s' '{"cniVersion":"1.0.0","code":100,"msg":"fake failure for the test","details":"chained after bridge"}'; exit 1 ;;
+  VERSION) printf '%s' '{"cniVersion":"1.0.0","supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0"]}' ;;
+  *) exit 0 ;;
+esac
+`;
+
+async function hostRoutes(): Promise<string> {
+  return (await execa('ip', ['-4', 'route', 'show', 'table', 'all'], { timeout: 10_000 })).stdout;
+}
+
+async function uniqueSubnet(): Promise<{ prefix: string }> {
+  const routes = await hostRoutes();
+  for (let i = 0; i < 50; i++) {
+    const b = randomBytes(2);
+    const prefix = `10.${200 + (b[0]! % 50)}.${b[1]!}`;
+    if (!routes.includes(`${prefix}.`)) return { prefix };
+  }
+  throw new Error('no free 10.200-249.x.0/24 subnet found');
+}
+
+function filesUnder(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  const out: string[] = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) out.push(...filesUnder(p));
+    else out.push(p);
+  }
+  return out;
+}
+
+export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet> {
+  const id = randomBytes(3).toString('hex');
+  const name = `vmpodtest-${id}`;
+  const bridge = `vmpt${id}`; // 10 bytes
+  const { prefix } = await uniqueSubnet();
+  const subnet = `${prefix}.0/24`;
+  const gateway = `${prefix}.1`;
+  const root = mkdtempSync(join(tmpdir(), 'vmpod-cni-'));
+  const confDir = join(root, 'net.d');
+  const binDir = join(root, 'bin');
+  const cacheDir = join(root, 'cache');
+  const dataDir = join(root, 'ipam');
+  for (const d of [confDir, binDir, cacheDir, dataDir]) mkdirSync(d, { recursive: true });
+  const plugins: Record<string, unknown>[] = [
+    {
+      type: 'bridge',
+      bridge,
+      isGateway: true,
+      ipMasq: false,
+      ...(opts.mtu ? { mtu: opts.mtu } : {}),
+      ipam: { type: 'host-local', dataDir, ranges: [[{ subnet, gateway }]], routes: [{ dst: '0.0.0.0/0' }] },
+    },
+  ];
+  if (opts.failingPlugin) {
+    writeFileSync(join(binDir, FAKE_PLUGIN), FAKE_SCRIPT);
+    chmodSync(join(binDir, FAKE_PLUGIN), 0o755);
+    plugins.push({ type: FAKE_PLUGIN });
+  }
+  writeFileSync(join(confDir, '10-test.conflist'), JSON.stringify({ cniVersion: '1.0.0', name, plugins }, null, 1));
+
+  const leftovers = async (): Promise<Leftovers> => {
+    const r = await execa('ip', ['-j', 'link', 'show', 'master', bridge], { reject: false, timeout: 10_000 });
+    const veths = r.exitCode === 0 && r.stdout.trim() ? (JSON.parse(r.stdout) as { ifname: string }[]).map((l) => l.ifname) : [];
+    // host-local keeps one file per allocated IP, plus last_reserved_ip.<range> and a lock file
+    const allocations = filesUnder(dataDir).filter((f) => !/\/(last_reserved_ip\.\d+|lock)$/.test(f));
+    return { veths, allocations, cacheFiles: filesUnder(cacheDir) };
+  };
+  const bridgeExists = async (): Promise<boolean> => (await execa('ip', ['link', 'show', 'dev', bridge], { reject: false, timeout: 10_000 })).exitCode === 0;
+  return {
+    name,
+    bridge,
+    subnet,
+    gateway,
+    root,
+    confDir,
+    binDirs: [binDir, SYSTEM_CNI_BIN],
+    cacheDir,
+    dataDir,
+    leftovers,
+    bridgeExists,
+    async cleanup() {
+      if (await bridgeExists()) await execa('ip', ['link', 'del', 'dev', bridge], { timeout: 10_000 });
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,349 @@
+// The pod network against the real kernel and the real bridge + host-local plugins.
+import { describe, it, expect, afterEach } from 'vitest';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { execa } from 'execa';
+import { PodNetwork, type PodNetworkState } from '../../src/podnet/index.js';
+import { StateStore } from '../../src/state/store.js';
+import { CniClient, loadConfList } from '../../src/cni/index.js';
+import { silentLogger } from '../../src/log.js';
+import { isVmpodError } from '../../src/errors.js';
+import { macToBase64 } from '../../src/protocol/mac.js';
+import { netnsStep, cniAddStep, planContainerSide, randomLaaMac } from '../../src/podnet/plan.js';
+import { parseObserved } from '../../src/podnet/observe.js';
+import { RECORD_KIND } from '../../src/state/record.js';
+import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
+
+const NETNS_DIR = '/var/run/netns';
+
+interface Ctx {
+  net: CniTestNet;
+  stateDir: string;
+  key: string;
+  nets: PodNetwork[];
+  make(wrap?: (c: CniClient) => CniClient): PodNetwork;
+}
+
+const cleanups: (() => Promise<void>)[] = [];
+
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function setup(opts: { failingPlugin?: boolean; mtu?: number } = {}): Promise<Ctx> {
+  const net = await makeCniConf(opts);
+  const stateDir = mkdtempSync(join(tmpdir(), 'vmpod-podnet-state-'));
+  const key = `vmpodt-${randomBytes(4).toString('hex')}`;
+  const nets: PodNetwork[] = [];
+  const ctx: Ctx = {
+    net,
+    stateDir,
+    key,
+    nets,
+    make(wrap) {
+      const real = new CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir });
+      const cni = wrap ? wrap(real) : real;
+      const pn = new PodNetwork({ stateDir, cni, loadConfList: () => loadConfList(net.confDir), log: silentLogger() });
+      nets.push(pn);
+      return pn;
+    },
+  };
+  cleanups.push(async () => {
+    for (const pn of nets) pn.closeAll();
+    // whatever a failed test left: the netns (its veth goes with it) and the host-local files go with the dirs
+    if (existsSync(join(NETNS_DIR, key))) await execa('ip', ['netns', 'del', key], { reject: false });
+    await net.cleanup();
+    rmSync(stateDir, { recursive: true, force: true });
+    expect(existsSync(join(NETNS_DIR, key)), 'netns left').toBe(false);
+    expect(await net.bridgeExists(), 'bridge left').toBe(false);
+  });
+  return ctx;
+}
+
+const desc = (key: string) => ({ podId: `uid-${key}`, podNs: 'default', podName: `vm-${key}`, DNS: null });
+
+async function netnsState(key: string) {
+  const { stdout } = await execa('ip', ['-d', '-j', '-n', key, '-batch', '-'], { input: 'addr show\nroute show\n', timeout: 10_000 });
+  return parseObserved(stdout);
+}
+
+function fdinfo(fd: number): string {
+  return readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8');
+}
+
+function isTunFd(fd: number): boolean {
+  try {
+    return readlinkSync(`/proc/self/fd/${fd}`) === '/dev/net/tun';
+  } catch {
+    return false;
+  }
+}
+
+async function expectNothingLeft(ctx: Ctx, fds: number[]) {
+  expect(existsSync(join(NETNS_DIR, ctx.key)), 'netns').toBe(false);
+  expect(await ctx.net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
+  expect(new StateStore(ctx.stateDir).keys(), 'records').toEqual([]);
+  for (const fd of fds) {
+    // the number may be reused by someone else, but not by a tap of ours
+    expect(isTunFd(fd) && fdinfo(fd).includes(`iff:\ttap`), `fd ${fd} still a tap`).toBe(false);
+  }
+}
+
+/** A snapshot of what must not change across a daemon restart. */
+function shape(o: Awaited<ReturnType<typeof netnsState>>) {
+  return {
+    links: o.links.map((l) => ({ name: l.name, kind: l.kind, mac: l.mac, mtu: l.mtu, master: l.master, addrs4: l.addrs4 })).sort((a, b) => a.name.localeCompare(b.name)),
+    routes4: o.routes4,
+  };
+}
+
+async function ebtablesRules(key: string): Promise<string> {
+  return (await execa('nsenter', [`--net=${join(NETNS_DIR, key)}`, '--', 'ebtables', '-L'], { timeout: 10_000 })).stdout;
+}
+
+describe('PodNetwork (real kernel, bridge + host-local)', () => {
+  it('add builds netns, veth -> bridge + tap, hands a tap fd; release leaves nothing', async () => {
+    const ctx = await setup({ mtu: 1400 });
+    // what the netns looks like when CNI DEL runs: the container side must be undone by then
+    let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
+    const pn = ctx.make((real) => {
+      const spy = {
+        add: real.add.bind(real),
+        del: async (...a: Parameters<CniClient['del']>) => {
+          atDel = await netnsState(ctx.key);
+          return real.del(...a);
+        },
+      };
+      return spy as unknown as CniClient;
+    });
+    const st: PodNetworkState = await pn.add(ctx.key, desc(ctx.key));
+    const fds = [...st.fds];
+
+    expect(st.nsPath).toBe(join(NETNS_DIR, ctx.key));
+    expect(existsSync(st.nsPath)).toBe(true);
+    expect(st.interfaces).toHaveLength(1);
+    const i0 = st.interfaces[0]!;
+    expect(i0).toMatchObject({ cniName: 'virtlet-eth0', type: 'tap', tapName: 'tap0', bridgeName: 'br0', bridgeIp: '169.254.254.2', mtu: 1400, vlanId: 0 });
+
+    const o = await netnsState(ctx.key);
+    const link = (n: string) => o.links.find((l) => l.name === n)!;
+    expect(link('lo').up).toBe(true);
+    expect(link('tap0').kind).toBe('tun');
+    expect(link('br0').kind).toBe('bridge');
+    expect(link('virtlet-eth0').master).toBe('br0');
+    expect(link('tap0').master).toBe('br0');
+    expect(link('tap0').mtu).toBe(1400);
+    expect(link('br0').mtu).toBe(1400);
+    // the veth got a new MAC; the VM gets the one the CNI plugin reported
+    const sandboxIf = st.csn.Result!.interfaces!.find((x) => x.sandbox)!;
+    expect(i0.vmMac).toBe(sandboxIf.mac);
+    expect(link('virtlet-eth0').mac).not.toBe(i0.vmMac);
+    expect(link('virtlet-eth0').mac).toBe(i0.vethMacNew);
+    expect(link('virtlet-eth0').mac).toMatch(/^02:/);
+    expect(link('virtlet-eth0').addrs4).toEqual([]);
+    expect(link('br0').addrs4.map((a) => `${a.local}/${a.prefixlen}`)).toEqual(['169.254.254.2/24']);
+    expect(o.routes4.filter((r) => r.dev === 'virtlet-eth0')).toEqual([]);
+    const { stdout: brd } = await execa('ip', ['-d', '-j', '-n', ctx.key, 'link', 'show', 'br0']);
+    expect(JSON.parse(brd)[0].linkinfo.info_data.ageing_time).toBe(0);
+    expect(await ebtablesRules(ctx.key)).toContain('-o virtlet-eth0 --ip-proto udp --ip-dport 67 -j DROP');
+
+    // the fd is the tap, opened in the pod netns, with the vnet header on
+    expect(fds).toHaveLength(1);
+    expect(fdinfo(fds[0]!)).toContain('iff:\ttap0');
+
+    // csn: Virtlet's shape, the pod's IP from host-local in our subnet
+    expect(st.csn.NsPath).toBe(st.nsPath);
+    expect(st.csn.Interfaces).toEqual([{ Type: 0, Name: 'virtlet-eth0', HardwareAddr: macToBase64(i0.vmMac), PCIAddress: '', MTU: 1400, VlanID: 0, mac: i0.vmMac }]);
+    const ip = st.csn.Result!.ips!.find((x) => x.version === '4')!;
+    expect(ip.address.startsWith(ctx.net.subnet.replace('0/24', ''))).toBe(true);
+    expect(ip.gateway).toBe(ctx.net.gateway);
+
+    // the record: ready, 0600, every step there
+    const store = new StateStore(ctx.stateDir);
+    const rec = store.read(ctx.key)!;
+    expect(rec.kind).toBe(RECORD_KIND);
+    expect(rec.phase).toBe('ready');
+    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'cni-add', 'lo-up', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up', 'dhcp-filter']);
+    expect(statSync(store.pathOf(ctx.key)).mode & 0o777).toBe(0o600);
+    expect(pn.keys()).toEqual([ctx.key]);
+    expect((await ctx.net.leftovers()).allocations).toHaveLength(1);
+
+    // add again: a conflict that changes nothing
+    await expect(pn.add(ctx.key, desc(ctx.key))).rejects.toMatchObject({ code: 'CONFLICT' });
+    expect(shape(await netnsState(ctx.key))).toEqual(shape(o));
+
+    await pn.release(ctx.key);
+    // before CNI DEL the veth was as the plugin left it: original MAC, its address and route, out of the bridge
+    const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
+    expect(veth.mac).toBe(i0.vmMac);
+    expect(veth.master).toBeUndefined();
+    expect(veth.addrs4.map((a) => `${a.local}/${a.prefixlen}`)).toEqual([ip.address]);
+    expect(atDel!.routes4.filter((r) => r.dev === 'virtlet-eth0' && r.protocol !== 'kernel').map((r) => [r.dst, r.gateway])).toEqual([['default', ctx.net.gateway]]);
+    // tap0 and br0 go with the netns (undo ops marked withNetns), after CNI DEL
+    expect(atDel!.links.map((l) => l.name).sort()).toEqual(['br0', 'lo', 'tap0', 'virtlet-eth0']);
+    await expectNothingLeft(ctx, fds);
+    expect(pn.state(ctx.key)).toBeUndefined();
+    await expect(pn.release(ctx.key)).rejects.toMatchObject({ code: 'NOT_FOUND', message: `no pod network for key ${ctx.key}` });
+  });
+
+  it('refuses a bad key before anything is created', async () => {
+    const ctx = await setup();
+    const pn = ctx.make();
+    await expect(pn.add('../evil', desc('x'))).rejects.toMatchObject({ code: 'BAD_KEY' });
+    await expect(pn.add('a b', desc('x'))).rejects.toMatchObject({ code: 'BAD_KEY' });
+    expect(new StateStore(ctx.stateDir).keys()).toEqual([]);
+    expect(await ctx.net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
+  });
+
+  it('a failing plugin rolls everything back, and the error names the step', async () => {
+    const ctx = await setup({ failingPlugin: true });
+    const pn = ctx.make();
+    let err: unknown;
+    try {
+      await pn.add(ctx.key, desc(ctx.key));
+    } catch (e) {
+      err = e;
+    }
+    expect(isVmpodError(err)).toBe(true);
+    const e = err as Error & { op?: string; code?: string };
+    expect(e.op).toBe('cni-add');
+    expect(e.message).toMatch(new RegExp(`^add ${ctx.key}: step "cni-add" failed: .*code 100.*fake failure for the test`));
+    await expectNothingLeft(ctx, []);
+    expect(pn.keys()).toEqual([]);
+  });
+
+  it('a failure after the container side was built undoes it (veth restored), then CNI DEL and netns removal', async () => {
+    const ctx = await setup();
+    // make the dhcp-filter step fail: a nsenter earlier in PATH that refuses ebtables-restore and runs the real one otherwise
+    const bin = join(ctx.net.root, 'fakebin');
+    mkdirSync(bin);
+    writeFileSync(join(bin, 'nsenter'), '#!/bin/sh\ncase "$*" in *ebtables-restore*) echo "ebtables-restore: injected failure" >&2; exit 1 ;; esac\nexec /usr/bin/nsenter "$@"\n', { mode: 0o755 });
+    let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
+    const pn = ctx.make((real) => ({ add: real.add.bind(real), del: async (...a: Parameters<CniClient['del']>) => ((atDel = await netnsState(ctx.key)), real.del(...a)) }) as unknown as CniClient);
+    const oldPath = process.env.PATH;
+    process.env.PATH = `${bin}:${oldPath}`;
+    let err: (Error & { op?: string }) | undefined;
+    try {
+      await pn.add(ctx.key, desc(ctx.key));
+    } catch (e) {
+      err = e as Error;
+    } finally {
+      process.env.PATH = oldPath;
+    }
+    expect(err?.op).toBe('dhcp-filter');
+    expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "dhcp-filter" on virtlet-eth0 failed: ebtables-restore in .*injected failure`));
+    const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
+    expect(veth.mac).not.toMatch(/^02:/);
+    expect(veth.addrs4).toHaveLength(1);
+    expect(veth.master).toBeUndefined();
+    await expectNothingLeft(ctx, []);
+  });
+
+  it('restore() undoes a record left in phase adding by a crash halfway', async () => {
+    const ctx = await setup();
+    const nsPath = join(NETNS_DIR, ctx.key);
+    // a real partial add: netns, CNI ADD, the bridge made, the tap recorded but never made
+    const store = new StateStore(ctx.stateDir);
+    const steps = [netnsStep(ctx.key), cniAddStep('virtlet-eth0')];
+    await execa('ip', ['netns', 'add', ctx.key]);
+    const cni = new CniClient({ binDirs: ctx.net.binDirs, cacheDir: ctx.net.cacheDir });
+    const list = await loadConfList(ctx.net.confDir);
+    const result = await cni.add(list, {
+      containerId: ctx.key,
+      netns: nsPath,
+      ifName: 'virtlet-eth0',
+      args: [['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', `vm-${ctx.key}`], ['K8S_POD_INFRA_CONTAINER_ID', ctx.key]],
+    });
+    const plan = planContainerSide({ observed: await netnsState(ctx.key), result, newMac: () => randomLaaMac() });
+    const upTo = plan.steps.findIndex((s) => s.name === 'tap');
+    const applied = plan.steps.slice(0, upTo);
+    const lines = applied.flatMap((s) => s.do.filter((o) => o.op === 'ip').map((o) => (o as { args: string[] }).args.join(' ')));
+    await execa('ip', ['-n', ctx.key, '-batch', '-'], { input: lines.join('\n') + '\n' });
+    store.write({
+      kind: RECORD_KIND,
+      key: ctx.key,
+      desc: desc(ctx.key),
+      nsPath,
+      phase: 'adding',
+      steps: [...steps, ...plan.steps.slice(0, upTo + 1)],
+      cniIfNames: ['virtlet-eth0'],
+      interfaces: [],
+      createdAt: new Date().toISOString(),
+    });
+    const before = await netnsState(ctx.key);
+    expect(before.links.map((l) => l.name)).toContain('br0');
+    expect((await ctx.net.leftovers()).allocations).toHaveLength(1);
+
+    const pn = ctx.make();
+    expect(await pn.restore()).toEqual({ restored: [], rolledBack: [ctx.key] });
+    await expectNothingLeft(ctx, []);
+  });
+
+  it('a new PodNetwork on the same state dir reopens the taps without touching the network', async () => {
+    const ctx = await setup();
+    const pn1 = ctx.make();
+    const st1 = await pn1.add(ctx.key, desc(ctx.key));
+    const oldFd = st1.fds[0]!;
+    const before = shape(await netnsState(ctx.key));
+    pn1.closeAll(); // daemon exit: fds closed, network stays
+    expect(isTunFd(oldFd) && fdinfo(oldFd).includes('iff:\ttap0')).toBe(false);
+    expect(shape(await netnsState(ctx.key))).toEqual(before);
+
+    const pn2 = ctx.make();
+    expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [] });
+    const st2 = pn2.state(ctx.key)!;
+    expect(st2.fds).toHaveLength(1);
+    expect(fdinfo(st2.fds[0]!)).toContain('iff:\ttap0');
+    expect(st2.csn).toEqual(st1.csn);
+    expect(shape(await netnsState(ctx.key))).toEqual(before);
+    // get on a state with fds returns them as they are
+    expect((await pn2.ensureFds(ctx.key)).fds).toEqual(st2.fds);
+
+    await pn2.release(ctx.key);
+    await expectNothingLeft(ctx, st2.fds);
+  });
+
+  it('restore attaches a pod whose tap a running VM holds (EBUSY) without fds; get reopens once it is free', async () => {
+    const ctx = await setup();
+    const pn1 = ctx.make();
+    const st1 = await pn1.add(ctx.key, desc(ctx.key));
+    // pn1 keeps its fd open, as qemu would keep the one it was handed
+    const pn2 = ctx.make();
+    expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [] });
+    expect(pn2.state(ctx.key)!.fds).toEqual([]);
+    await expect(pn2.ensureFds(ctx.key)).rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('EBUSY') });
+    pn1.closeAll();
+    const st2 = await pn2.ensureFds(ctx.key);
+    expect(fdinfo(st2.fds[0]!)).toContain('iff:\ttap0');
+    await pn2.release(ctx.key);
+    await expectNothingLeft(ctx, [...st1.fds, ...st2.fds]);
+  });
+
+  it('recover re-attaches from the csn alone (no record), without CNI ADD; release then cleans up', async () => {
+    const ctx = await setup();
+    const pn1 = ctx.make();
+    const st1 = await pn1.add(ctx.key, desc(ctx.key));
+    const before = shape(await netnsState(ctx.key));
+    pn1.closeAll();
+    new StateStore(ctx.stateDir).remove(ctx.key); // a runtime that only has the csn
+
+    const pn2 = ctx.make();
+    const st2 = await pn2.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: st1.csn, HaveRunningContainers: true });
+    expect(st2.interfaces).toEqual(st1.interfaces);
+    expect(fdinfo(st2.fds[0]!)).toContain('iff:\ttap0');
+    expect(shape(await netnsState(ctx.key))).toEqual(before);
+    expect(new StateStore(ctx.stateDir).read(ctx.key)!.phase).toBe('ready');
+    expect((await ctx.net.leftovers()).allocations).toHaveLength(1);
+
+    await pn2.release(ctx.key);
+    await expectNothingLeft(ctx, st2.fds);
+  });
+
+  it('recover of a key without a netns is NotFound', async () => {
+    const ctx = await setup();
+    const pn = ctx.make();
+    await expect(pn.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: { Result: null, NsPath: '', Interfaces: [] }, HaveRunningContainers: false })).rejects.toMatchObject({ code: 'NOT_FOUND' });
+  });
+});

@@ -1,0 +1,197 @@
+import { describe, it, expect } from 'vitest';
+import { planContainerSide, buildCsn, randomLaaMac, observedBeforeFromCsn, dhcpFilterRules } from '../../src/podnet/plan.js';
+import type { Observed } from '../../src/podnet/types.js';
+import type { CniResult } from '../../src/cni/types.js';
+import { resultForRecover } from '../../src/podnet/podnetwork.js';
+import { isVmpodError } from '../../src/errors.js';
+
+const NS = '/var/run/netns/pod1';
+
+/** What the bridge plugin leaves: the veth with its address, a default route and the kernel's prefix route. */
+function observedAfterBridge(): Observed {
+  return {
+    links: [
+      { name: 'lo', index: 1, mac: '00:00:00:00:00:00', mtu: 65536, up: false, addrs4: [] },
+      {
+        name: 'virtlet-eth0',
+        index: 3,
+        kind: 'veth',
+        mac: '42:a4:a6:22:80:2e',
+        mtu: 1450,
+        up: true,
+        addrs4: [{ local: '10.1.90.5', prefixlen: 24, broadcast: '10.1.90.255', scope: 'global' }],
+      },
+    ],
+    routes4: [
+      { dst: 'default', gateway: '10.1.90.1', dev: 'virtlet-eth0', protocol: 'boot', scope: 'global', flags: [] },
+      { dst: '10.1.90.0/24', dev: 'virtlet-eth0', protocol: 'kernel', scope: 'link', prefsrc: '10.1.90.5', flags: [] },
+    ],
+  };
+}
+
+function bridgeResult(): CniResult {
+  return {
+    cniVersion: '1.0.0',
+    interfaces: [{ name: 'cni0', mac: 'aa:bb:cc:dd:ee:01' }, { name: 'veth1234', mac: 'aa:bb:cc:dd:ee:02' }, { name: 'virtlet-eth0', mac: '42:a4:a6:22:80:2e', sandbox: NS }],
+    ips: [{ address: '10.1.90.5/24', gateway: '10.1.90.1', interface: 2 }],
+    routes: [{ dst: '0.0.0.0/0', gw: '10.1.90.1' }],
+    dns: {},
+  };
+}
+
+const ipLines = (ops: { op: string; args?: string[] }[]) => ops.filter((o) => o.op === 'ip').map((o) => o.args!.join(' '));
+
+describe('planContainerSide', () => {
+  it('turns the sandboxed veth into veth + bridge + tap, every step with its undo', () => {
+    const plan = planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
+    expect(plan.interfaces).toEqual([
+      { index: 2, cniName: 'virtlet-eth0', type: 'tap', vmMac: '42:a4:a6:22:80:2e', vethMacNew: '02:11:22:33:44:55', mtu: 1450, tapName: 'tap0', bridgeName: 'br0', bridgeIp: '169.254.254.2', vlanId: 0 },
+    ]);
+    expect(plan.steps.map((s) => `${s.name}:${s.target}`)).toEqual([
+      'lo-up:lo',
+      'strip-routes:virtlet-eth0',
+      'strip-addrs:virtlet-eth0',
+      'veth-mac:virtlet-eth0',
+      'bridge:br0',
+      'tap:tap0',
+      'enslave:virtlet-eth0',
+      'links-up:br0',
+      'dhcp-filter:virtlet-eth0',
+    ]);
+    const by = Object.fromEntries(plan.steps.map((s) => [s.name, s]));
+    expect(ipLines(by['strip-routes']!.do)).toEqual(['route del default via 10.1.90.1 dev virtlet-eth0']);
+    expect(ipLines(by['strip-routes']!.undo)).toEqual(['route replace default via 10.1.90.1 dev virtlet-eth0 proto boot scope global']);
+    expect(ipLines(by['strip-addrs']!.do)).toEqual(['addr del 10.1.90.5/24 dev virtlet-eth0']);
+    expect(ipLines(by['strip-addrs']!.undo)).toEqual(['addr replace 10.1.90.5/24 broadcast 10.1.90.255 dev virtlet-eth0']);
+    expect(ipLines(by['veth-mac']!.do)).toEqual(['link set dev virtlet-eth0 address 02:11:22:33:44:55']);
+    expect(ipLines(by['veth-mac']!.undo)).toEqual(['link set dev virtlet-eth0 address 42:a4:a6:22:80:2e']);
+    expect(ipLines(by['bridge']!.do)).toEqual(['link add name br0 mtu 1450 type bridge ageing_time 0', 'addr add 169.254.254.2/24 dev br0']);
+    expect(ipLines(by['bridge']!.undo)).toEqual(['link del dev br0']);
+    expect(ipLines(by['tap']!.do)).toEqual(['tuntap add dev tap0 mode tap vnet_hdr', 'link set dev tap0 mtu 1450']);
+    expect(ipLines(by['tap']!.undo)).toEqual(['link del dev tap0']);
+    expect(ipLines(by['enslave']!.do)).toEqual(['link set dev virtlet-eth0 master br0', 'link set dev tap0 master br0']);
+    expect(ipLines(by['enslave']!.undo)).toEqual(['link set dev virtlet-eth0 nomaster']);
+    expect(ipLines(by['links-up']!.do)).toEqual(['link set dev virtlet-eth0 up', 'link set dev tap0 up', 'link set dev br0 up']);
+    // what lives only in the pod netns is left to the netns removal
+    expect(by['bridge']!.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
+    expect(by['tap']!.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
+    expect(by['enslave']!.undo.some((o) => 'withNetns' in o)).toBe(false);
+    expect(by['veth-mac']!.undo.some((o) => 'withNetns' in o)).toBe(false);
+    const eb = by['dhcp-filter']!;
+    expect(eb.do.every((o) => o.op === 'ebtables')).toBe(true);
+    expect(eb.do.map((o) => (o as { args: string[] }).args.slice(0, 4).join(' '))).toEqual([
+      '-A FORWARD -o virtlet-eth0',
+      '-A FORWARD -o virtlet-eth0',
+      '-A OUTPUT -o virtlet-eth0',
+      '-A OUTPUT -o virtlet-eth0',
+      '-A INPUT -i virtlet-eth0',
+      '-A FORWARD -i virtlet-eth0',
+    ]);
+    expect(eb.undo.map((o) => (o as { args: string[] }).args[0])).toEqual(Array(6).fill('-D'));
+    expect(eb.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
+  });
+
+  it('leaves out steps with nothing to do (no routes, no addresses)', () => {
+    const observed = observedAfterBridge();
+    observed.links[1]!.addrs4 = [];
+    observed.routes4 = [];
+    const plan = planContainerSide({ observed, result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
+    expect(plan.steps.map((s) => s.name)).not.toContain('strip-routes');
+    expect(plan.steps.map((s) => s.name)).not.toContain('strip-addrs');
+  });
+
+  it('numbers bridges and taps by interface ordinal, and keeps each result index', () => {
+    const observed = observedAfterBridge();
+    observed.links.push({ name: 'net1', index: 5, kind: 'veth', mac: '42:00:00:00:00:09', mtu: 9000, up: true, addrs4: [] });
+    const result = bridgeResult();
+    result.interfaces.push({ name: 'net1', sandbox: NS });
+    const plan = planContainerSide({ observed, result, newMac: (i) => `02:00:00:00:00:0${i}` });
+    expect(plan.interfaces.map((i) => [i.index, i.cniName, i.bridgeName, i.tapName, i.mtu])).toEqual([
+      [2, 'virtlet-eth0', 'br0', 'tap0', 1450],
+      [3, 'net1', 'br1', 'tap1', 9000],
+    ]);
+  });
+
+  it('refuses a VF (the SR-IOV hook) with a Device error', () => {
+    try {
+      planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: randomLaaMacFn, vfs: new Set(['virtlet-eth0']) });
+      expect.unreachable();
+    } catch (e) {
+      expect(isVmpodError(e) && e.code).toBe('DEVICE');
+      expect(String(e)).toContain('interface virtlet-eth0 is an SR-IOV VF; SR-IOV support is not enabled');
+    }
+  });
+
+  it('refuses a result naming a link the netns does not have', () => {
+    const r = bridgeResult();
+    r.interfaces[2]!.name = 'eth9';
+    expect(() => planContainerSide({ observed: observedAfterBridge(), result: r, newMac: randomLaaMacFn })).toThrow(/names interface eth9 in the pod netns, but the netns has no such link/);
+  });
+
+  it('refuses when tap0/br0 exist already', () => {
+    const observed = observedAfterBridge();
+    observed.links.push({ name: 'br0', index: 9, kind: 'bridge', mac: '42:00:00:00:00:01', mtu: 1500, up: true, addrs4: [] });
+    expect(() => planContainerSide({ observed, result: bridgeResult(), newMac: randomLaaMacFn })).toThrow(/already has a link named br0/);
+  });
+});
+
+function randomLaaMacFn(): string {
+  return randomLaaMac();
+}
+
+describe('randomLaaMac', () => {
+  it('is unicast and locally administered', () => {
+    expect(randomLaaMac(Buffer.from([1, 2, 3, 4, 0xff]))).toBe('02:01:02:03:04:ff');
+    expect(randomLaaMac()).toMatch(/^02(:[0-9a-f]{2}){5}$/);
+  });
+});
+
+describe('dhcpFilterRules', () => {
+  it('drops udp/67 and udp/68 towards the veth, and udp/67 from it', () => {
+    expect(dhcpFilterRules('eth0').map((r) => r.join(' '))).toEqual([
+      'FORWARD -o eth0 -p IPv4 --ip-proto udp --ip-dport 67 -j DROP',
+      'FORWARD -o eth0 -p IPv4 --ip-proto udp --ip-dport 68 -j DROP',
+      'OUTPUT -o eth0 -p IPv4 --ip-proto udp --ip-dport 67 -j DROP',
+      'OUTPUT -o eth0 -p IPv4 --ip-proto udp --ip-dport 68 -j DROP',
+      'INPUT -i eth0 -p IPv4 --ip-proto udp --ip-dport 67 -j DROP',
+      'FORWARD -i eth0 -p IPv4 --ip-proto udp --ip-dport 67 -j DROP',
+    ]);
+  });
+});
+
+describe('buildCsn', () => {
+  it("is Virtlet's ContainerSideNetwork with the original MAC in base64", () => {
+    const plan = planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
+    const v031 = { cniVersion: '0.3.1', ips: [{ version: '4' as const, address: '10.1.90.5/24', interface: 2 }] };
+    expect(buildCsn(v031, NS, plan.interfaces)).toEqual({
+      Result: v031,
+      NsPath: NS,
+      Interfaces: [{ Type: 0, Name: 'virtlet-eth0', HardwareAddr: 'QqSmIoAu', PCIAddress: '', MTU: 1450, VlanID: 0, mac: '42:a4:a6:22:80:2e' }],
+    });
+  });
+});
+
+describe('recover planning', () => {
+  it('rebuilds the same undo steps from the live (stripped) netns and the csn', () => {
+    const added = planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
+    const v031 = {
+      cniVersion: '0.3.1',
+      interfaces: [{ name: 'cni0' }, { name: 'veth1234' }, { name: 'virtlet-eth0', mac: '42:a4:a6:22:80:2e', sandbox: NS }],
+      ips: [{ version: '4' as const, address: '10.1.90.5/24', gateway: '10.1.90.1', interface: 2 }],
+      routes: [{ dst: '0.0.0.0/0', gw: '10.1.90.1' }],
+    };
+    const csn = buildCsn(v031, NS, added.interfaces);
+    // the live netns after add: veth stripped, new MAC (tap0/br0 are left out by the caller)
+    const live: Observed = {
+      links: [observedAfterBridge().links[0]!, { ...observedAfterBridge().links[1]!, mac: '02:11:22:33:44:55', addrs4: [], master: 'br0' }],
+      routes4: [],
+    };
+    const result = resultForRecover(csn, NS);
+    const before = observedBeforeFromCsn(live, result, csn);
+    const plan = planContainerSide({ observed: before, result, newMac: () => '02:11:22:33:44:55' });
+    expect(plan.interfaces).toEqual(added.interfaces);
+    const undo = (p: typeof plan) => p.steps.map((s) => [s.name, ipLines(s.undo)]);
+    const expected = undo(added).map(([n, u]) => (n === 'strip-routes' ? [n, ['route replace default via 10.1.90.1 dev virtlet-eth0']] : n === 'strip-addrs' ? [n, ['addr replace 10.1.90.5/24 dev virtlet-eth0']] : [n, u]));
+    expect(undo(plan)).toEqual(expected);
+  });
+});
