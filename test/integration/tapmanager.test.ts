@@ -37,20 +37,23 @@ async function netnsExists(name: string): Promise<boolean> {
   return r.stdout.split('\n').some((l) => l.split(' ')[0] === name);
 }
 
-/** Raw connection for malformed input: write bytes, read everything until EOF. */
-function rawExchange(socket: string, bytes: Buffer, timeoutMs = 10_000): Buffer {
+/**
+ * Raw connection for malformed input: write bytes, read one reply (header + dataSize bytes); with untilEof, read on
+ * until the server closes the connection (and fail if it does not).
+ */
+function rawExchange(socket: string, bytes: Buffer, opts: { timeoutMs?: number; untilEof?: boolean } = {}): Buffer {
   const n = native();
   const fd = n.connectUnix(socket);
   try {
-    n.setTimeouts(fd, timeoutMs);
+    n.setTimeouts(fd, opts.timeoutMs ?? 10_000);
     if (bytes.length > 0) n.writeAll(fd, bytes);
-    const chunks: Buffer[] = [];
+    let buf = Buffer.alloc(0);
     for (;;) {
+      if (!opts.untilEof && buf.length >= 77 && buf.length >= 77 + buf.readUInt32BE(5)) return buf;
       const r = n.recvMsg(fd, 65536, 0);
-      if (r.data.length === 0) break;
-      chunks.push(r.data);
+      if (r.data.length === 0) return buf;
+      buf = Buffer.concat([buf, r.data]);
     }
-    return Buffer.concat(chunks);
   } finally {
     n.close(fd);
   }
@@ -170,24 +173,26 @@ describe('tapmanager with bridge + host-local', () => {
   it('answers malformed frames with a clear error, closes the connection, and stays up', () => {
     const bad = Buffer.alloc(77, 0x20);
     bad.writeUInt32BE(0x41414141, 0);
-    expect(errorText(rawExchange(d.socket, bad))).toMatch(/magic/);
+    // each is answered with an error reply, then the connection is closed (untilEof fails on a hang)
+    const eof = { untilEof: true };
+    expect(errorText(rawExchange(d.socket, bad, eof))).toMatch(/magic/);
 
     const huge = encodeHeader({ command: 0, dataSize: 2 * 1024 * 1024, oobSize: 0, key: 'x' });
-    expect(errorText(rawExchange(d.socket, huge))).toMatch(/2097152|payload|size/i);
+    expect(errorText(rawExchange(d.socket, huge, eof))).toMatch(/2097152|payload|size/i);
 
     const unknown = encodeHeader({ command: 0, dataSize: 0, oobSize: 0, key: 'x' });
     unknown[4] = 9;
-    expect(errorText(rawExchange(d.socket, unknown))).toMatch(/command/i);
+    expect(errorText(rawExchange(d.socket, unknown, eof))).toMatch(/command/i);
 
     const oob = encodeHeader({ command: 2, dataSize: 0, oobSize: 24, key: 'x' });
-    expect(errorText(rawExchange(d.socket, oob))).toMatch(/oob/i);
+    expect(errorText(rawExchange(d.socket, oob, eof))).toMatch(/oob/i);
 
     // the daemon is alive and serving
     expect(Array.isArray(client.list())).toBe(true);
   });
 
   it('times out a truncated header with an error reply', () => {
-    const t = rawExchange(d.socket, encodeHeader({ command: 2, dataSize: 0, oobSize: 0, key: 'x' }).subarray(0, 30), 20_000);
+    const t = rawExchange(d.socket, encodeHeader({ command: 2, dataSize: 0, oobSize: 0, key: 'x' }).subarray(0, 30), { timeoutMs: 20_000, untilEof: true });
     expect(errorText(t)).toMatch(/incomplete request: got 30 bytes/);
     expect(Array.isArray(client.list())).toBe(true);
   });
@@ -204,7 +209,14 @@ describe('tapmanager with bridge + host-local', () => {
     const unknown = `vmpt-${rand()}`;
     expect(() => client.get(unknown)).toThrow(new RegExp(`server returned error: .*${unknown}`));
     expect(() => client.release(unknown)).toThrow(new RegExp(`server returned error: .*${unknown}`));
-    expect(() => client.add(`vmpt-${rand()}`, { podId: '', podNs: '', podName: '', DNS: null } as never)).toThrow(/server returned error/);
+    // a payload that is not a GetFDPayload: refused, nothing created
+    const badKey = `vmpt-${rand()}`;
+    for (const payload of ['{"podNetworkDesc": 5}', 'not json', '{"podNetworkDesc":{"podId":1}}']) {
+      const data = Buffer.from(payload);
+      const text = errorText(rawExchange(d.socket, Buffer.concat([encodeHeader({ command: 0, dataSize: data.length, oobSize: 0, key: badKey }), data])));
+      expect(text).toMatch(/podNetworkDesc|JSON/);
+    }
+    expect(await netnsExists(badKey)).toBe(false);
   });
 
   it('sets up different pods at once, each with its own address', async () => {
@@ -357,10 +369,15 @@ describe('tapmanager restart', () => {
       expect(await netnsExists(key)).toBe(true);
       expect((await links(key)).get('tap0')!.master).toBe('br0');
       d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d });
+      // the VM still holds its tap: the pod is known again, and get says the tap is taken rather than stealing it
+      expect((new FdClient(d.socket).list() as { key: string }[]).map((p) => p.key)).toContain(key);
+      expect(() => new FdClient(d.socket).get(key)).toThrow(/in use|EBUSY/);
+      // the VM stops; the next start of the VM gets the same tap again
+      for (const fd of vmFds) native().close(fd);
       const { infos, fds } = new FdClient(d.socket).get(key);
       expect(infos[0]!.mac).toBe(csn.Interfaces[0]!.HardwareAddr);
       expect(readFileSync(`/proc/self/fdinfo/${fds[0]}`, 'utf8')).toMatch(/^iff:\ttap0$/m);
-      for (const fd of [...fds, ...vmFds]) native().close(fd);
+      for (const fd of fds) native().close(fd);
       new FdClient(d.socket).release(key);
       expect(await netnsExists(key)).toBe(false);
       expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
