@@ -111,7 +111,7 @@ done
 echo "qemu pid $QEMU_PID: $(tr '\0' ' ' < /proc/$QEMU_PID/cmdline | cut -c1-160)..."
 echo "guest lease: ${LEASE#VMPOD-LEASE }"
 
-say "ping $POD_IP from the host"
+say "ping ${POD_IP%/*} from the host"
 ping -c 3 -W 2 "${POD_IP%/*}"
 say "the guest's web page"
 curl -s --max-time 5 "http://${POD_IP%/*}/" || true
