@@ -1,0 +1,118 @@
+#!/usr/bin/env node
+// Pod network ADD and release latency through tapmanager, against the CNI plugins alone, in the same run.
+//   node bench/add-latency.mjs [--runs N]      (root; default 20; needs `npm run build`)
+// pair:     tapctl-equivalent FdClient add / release against a running tapmanager (netns, CNI ADD, bridge + tap,
+//           DHCP server, state record; release undoes it all)
+// baseline: the same conflist run by our CNI client in-process: ip netns add + CNI ADD, then CNI DEL + ip netns del
+// Our share = pair - baseline. Prints one JSON line per set and a human summary. Reported, never asserted.
+import { mkdir } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { randomBytes } from 'node:crypto';
+import * as esbuild from 'esbuild';
+
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+
+async function load() {
+  const outdir = join(repo, '.cache', 'bench');
+  await mkdir(outdir, { recursive: true });
+  const outfile = join(outdir, 'add-latency-helpers.mjs');
+  await esbuild.build({
+    stdin: {
+      contents: [
+        "export { makeCniConf } from './test/helpers/cniconf.ts';",
+        "export { startDaemon, removeDir } from './test/helpers/daemon.ts';",
+        "export { FdClient } from './src/client/fdclient.ts';",
+        "export { CniClient, loadConfList, execaPluginExec } from './src/cni/index.ts';",
+      ].join('\n'),
+      resolveDir: repo,
+      sourcefile: 'bench-entry.ts',
+      loader: 'ts',
+    },
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    packages: 'external',
+    outfile,
+    logLevel: 'warning',
+  });
+  return import(`${pathToFileURL(outfile).href}?t=${Date.now()}`);
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+const p90 = (xs) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(xs.length * 0.9) - 1)];
+const r1 = (x) => Math.round(x * 10) / 10;
+
+async function ip(args) {
+  const { execa } = await import('execa');
+  await execa('ip', args, { timeout: 10_000 });
+}
+
+async function main() {
+  const { values } = parseArgs({ options: { runs: { type: 'string', default: '20' } } });
+  const runs = Number(values.runs);
+  if (!Number.isInteger(runs) || runs < 1 || runs > 500) throw new Error(`--runs ${values.runs}: expected 1 to 500`);
+  if (process.getuid?.() !== 0) throw new Error('needs root (netns, bridge, tap)');
+  const h = await load();
+  const net = await h.makeCniConf();
+  const d = await h.startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir });
+  const client = new h.FdClient(d.socket, { timeoutMs: 60_000 });
+  const cni = new h.CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir, exec: h.execaPluginExec() });
+  const list = await h.loadConfList(net.confDir);
+  const pair = { add: [], release: [] };
+  const base = { add: [], release: [] };
+  try {
+    for (let i = 0; i < runs; i++) {
+      // interleaved, so both see the same machine state
+      const key = `vmpb-${randomBytes(3).toString('hex')}`;
+      let t = performance.now();
+      client.add(key, { podId: key, podNs: 'bench', podName: 'bench', DNS: null });
+      pair.add.push(performance.now() - t);
+      t = performance.now();
+      client.release(key);
+      pair.release.push(performance.now() - t);
+
+      const bkey = `vmpb-${randomBytes(3).toString('hex')}`;
+      const rt = { containerId: bkey, netns: `/var/run/netns/${bkey}`, ifName: 'virtlet-eth0', args: [['IgnoreUnknown', '1']] };
+      t = performance.now();
+      await ip(['netns', 'add', bkey]);
+      await cni.add(list, rt);
+      base.add.push(performance.now() - t);
+      t = performance.now();
+      await cni.del(list, rt);
+      await ip(['netns', 'del', bkey]);
+      base.release.push(performance.now() - t);
+    }
+  } finally {
+    await d.stop();
+    await net.cleanup();
+    h.removeDir(d.dir);
+  }
+  const summary = {};
+  for (const op of ['add', 'release']) {
+    summary[op] = {
+      pairMedianMs: r1(median(pair[op])),
+      pairP90Ms: r1(p90(pair[op])),
+      cniOnlyMedianMs: r1(median(base[op])),
+      cniOnlyP90Ms: r1(p90(base[op])),
+      ourShareMs: r1(median(pair[op]) - median(base[op])),
+      ratio: Math.round((median(pair[op]) / median(base[op])) * 100) / 100,
+    };
+    console.log(JSON.stringify({ bench: 'add-latency', op, runs, ...summary[op] }));
+  }
+  console.log(
+    `add: ${summary.add.pairMedianMs} ms through tapmanager vs ${summary.add.cniOnlyMedianMs} ms CNI alone (ours +${summary.add.ourShareMs} ms, x${summary.add.ratio}); ` +
+      `release: ${summary.release.pairMedianMs} ms vs ${summary.release.cniOnlyMedianMs} ms (ours +${summary.release.ourShareMs} ms, x${summary.release.ratio}); ${runs} runs each`,
+  );
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
