@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   containernetworking-plugins   # the node's CNI plugins (/usr/lib/cni)
-  iproute2                      # ip, ip netns, bridge, tc
+  iproute2                      # ip, ip netns, bridge
+  ebtables util-linux           # DHCP kept off the CNI link (ebtables inside the pod netns, entered with nsenter)
   qemu-system-x86               # the emulator (TCG where KVM is unusable)
   busybox-static                # the tiny guest's userland, and udhcpc for DHCP tests
   dnsmasq-base                  # the off-the-shelf DHCP server of the baseline benchmark
