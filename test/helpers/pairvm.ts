@@ -1,0 +1,194 @@
+// The pair end to end: a pod network from tapmanager, then qemu started THROUGH vmwrapper (node dist/bundle/vmwrapper.js
+// with qemu's argv minus the network; vmwrapper fetches the tap fd, appends -netdev/-device and execve's qemu in place).
+// Shared by test/e2e/vm-pair.test.ts, test/e2e/libvirt-vmwrapper.test.ts and bench/vm-start-pair.mjs (which bundles
+// this file with esbuild, so it imports no vitest).
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { ErrorCode, VmpodError } from '../../src/errors.js';
+import { base64ToMac } from '../../src/protocol/mac.js';
+import type { ContainerSideNetwork, PodNetworkDesc } from '../../src/protocol/payloads.js';
+import { BIN } from './daemon.js';
+import type { CniTestNet, Leftovers as CniLeftovers } from './cniconf.js';
+import {
+  GUEST_CMDLINE,
+  LEASE_LINE_RE,
+  QEMU_BINARY,
+  parseLeaseLine,
+  qemuAccelArgs,
+  waitForSerialLine,
+  type GuestImages,
+  type GuestLease,
+} from './guest.js';
+import { listNetns, run } from './netns.js';
+
+/** The DNS config the e2e pods carry (Kubernetes' ClusterFirst shape): it must reach the guest over DHCP. */
+export const POD_DNS = { nameservers: ['10.96.0.10'], search: ['default.svc.cluster.local'] } as const;
+
+/** A unique pod: key (also the netns name, <= 15 bytes) and pod name (the guest's DHCP hostname). */
+export function newPod(prefix = 'vmpe2e'): { key: string; desc: PodNetworkDesc } {
+  const r = randomBytes(3).toString('hex');
+  const key = `${prefix}-${r}`;
+  return {
+    key,
+    desc: {
+      podId: `${key}-id`,
+      podNs: 'default',
+      podName: `vm-e2e-${r}`,
+      DNS: { nameservers: [...POD_DNS.nameservers], search: [...POD_DNS.search] },
+    },
+  };
+}
+
+/** What the guest must receive, read from tapmanager's add reply (Virtlet's ContainerSideNetwork). */
+export interface PodAddress {
+  ip: string;
+  prefixLen: number;
+  gateway: string | undefined;
+  /** the VM's MAC: interface 0's HardwareAddr (base64 on the wire) as colon-hex */
+  mac: string;
+  mtu: number;
+}
+
+export function podAddress(csn: ContainerSideNetwork): PodAddress {
+  const nif = csn.Interfaces[0];
+  const ipc = csn.Result?.ips?.find((i) => i.version === '4');
+  if (nif === undefined || ipc === undefined) {
+    throw new VmpodError(ErrorCode.Protocol, `add reply has no interface or no IPv4 address: ${JSON.stringify(csn)}`);
+  }
+  const [ip, len] = ipc.address.split('/');
+  return { ip: ip as string, prefixLen: Number(len), gateway: ipc.gateway, mac: base64ToMac(nif.HardwareAddr), mtu: nif.MTU };
+}
+
+/** qemu's argv as libvirt would give it for a direct-kernel-boot VM, minus the network (vmwrapper appends it). */
+export function qemuArgsWithoutNet(guest: GuestImages, serialLog: string, memoryMiB = 256): string[] {
+  return [
+    ...qemuAccelArgs(),
+    '-m', String(memoryMiB), '-nodefaults', '-no-user-config', '-display', 'none',
+    '-serial', `file:${serialLog}`,
+    '-kernel', guest.kernel, '-initrd', guest.initrd, '-append', GUEST_CMDLINE,
+  ];
+}
+
+export interface PairVm {
+  /** PID spawned for vmwrapper, which is qemu's after the execve. */
+  pid: number;
+  serialLog: string;
+  lease: GuestLease;
+  /** From spawning vmwrapper to the init's first line (VMPOD-BOOT) and to the VMPOD-LEASE line. */
+  startToBootMs: number;
+  startToLeaseMs: number;
+  /** vmwrapper's log line and then qemu's stderr. */
+  output(): string;
+  alive(): boolean;
+  /** SIGTERM (qemu quits on it), SIGKILL after 10 s; resolves when the process is gone. Idempotent. */
+  stop(): Promise<void>;
+}
+
+export interface BootPairOptions {
+  socket: string;
+  key: string;
+  guest: GuestImages;
+  /** scratch dir for the serial log */
+  dir: string;
+  /** serial log file name inside dir (default vm.serial.log) */
+  name?: string;
+  memoryMiB?: number;
+  timeoutMs?: number;
+}
+
+/**
+ * Spawns `node dist/bundle/vmwrapper.js <qemu args>` as libvirt would run its <emulator>, with VIRTLET_EMULATOR,
+ * VIRTLET_NET_KEY and VIRTLET_FD_SERVER_SOCKET_PATH, and waits for the guest's lease line. On a failure the process
+ * is stopped before the error (with its output and the serial tail) is thrown.
+ */
+export async function bootPairVm(o: BootPairOptions): Promise<PairVm> {
+  const serialLog = join(o.dir, o.name ?? 'vm.serial.log');
+  const env = {
+    PATH: process.env['PATH'] ?? '/usr/bin:/bin',
+    VIRTLET_EMULATOR: QEMU_BINARY,
+    VIRTLET_NET_KEY: o.key,
+    VIRTLET_FD_SERVER_SOCKET_PATH: o.socket,
+  };
+  const t0 = performance.now();
+  const child = spawn(process.execPath, [BIN.vmwrapper, ...qemuArgsWithoutNet(o.guest, serialLog, o.memoryMiB)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env,
+  });
+  const pid = child.pid;
+  if (pid === undefined) throw new VmpodError(ErrorCode.Internal, `spawn vmwrapper for pod ${o.key}`);
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  let exited = false;
+  const gone = new AbortController();
+  const exitP = new Promise<void>((resolve) => {
+    child.on('exit', (code, signal) => {
+      exited = true;
+      gone.abort(new VmpodError(ErrorCode.State, `vmwrapper/qemu pid ${pid} exited (${code ?? signal}): ${out.trim()}`));
+      resolve();
+    });
+  });
+  let stopping: Promise<void> | undefined;
+  const stop = (): Promise<void> => {
+    stopping ??= (async () => {
+      if (!exited) child.kill('SIGTERM');
+      const t = setTimeout(() => {
+        if (!exited) child.kill('SIGKILL');
+      }, 10_000);
+      await exitP;
+      clearTimeout(t);
+    })();
+    return stopping;
+  };
+
+  try {
+    const timeoutMs = o.timeoutMs ?? 45_000;
+    const waitOpts = { intervalMs: 10, signal: gone.signal };
+    await waitForSerialLine(serialLog, /VMPOD-BOOT /, timeoutMs, waitOpts);
+    const startToBootMs = performance.now() - t0;
+    const line = await waitForSerialLine(serialLog, LEASE_LINE_RE, timeoutMs, waitOpts);
+    const startToLeaseMs = performance.now() - t0;
+    return { pid, serialLog, lease: parseLeaseLine(line), startToBootMs, startToLeaseMs, output: () => out, alive: () => !exited, stop };
+  } catch (e) {
+    await stop();
+    throw new VmpodError(ErrorCode.State, `boot pod ${o.key} through vmwrapper; its output: ${JSON.stringify(out.trim())}`, { cause: e });
+  }
+}
+
+/** /proc/PID/exe: the program a process runs now (after an execve, the new one). */
+export function processExe(pid: number): string {
+  return readlinkSync(`/proc/${pid}/exe`);
+}
+
+/** /proc/PID/cmdline as argv. */
+export function processArgv(pid: number): string[] {
+  return readFileSync(`/proc/${pid}/cmdline`, 'latin1').split('\0').slice(0, -1);
+}
+
+/** One ICMP echo from the host netns: the CNI bridge there holds the pod subnet's gateway address. */
+export async function pingFromHost(ip: string): Promise<void> {
+  await run(['ping', '-c1', '-W2', ip], { timeoutMs: 5_000 });
+}
+
+/** HTTP GET from the host netns (curl bounds itself; the spawn timeout bounds curl). */
+export function fetchFromHost(url: string): Promise<string> {
+  return run(['curl', '-sS', '--fail', '--max-time', '5', url], { timeoutMs: 10_000 });
+}
+
+export interface PodLeftovers extends CniLeftovers {
+  /** the pod's netns (named after the key) */
+  netns: string[];
+  /** state-dir entries naming the key */
+  stateFiles: string[];
+}
+
+/** What a released pod could have left: its netns, host veths on the CNI bridge, IPAM files, CNI cache, state records. */
+export async function podLeftovers(net: CniTestNet, stateDir: string, key: string): Promise<PodLeftovers> {
+  const netns = (await listNetns()).filter((n) => n === key);
+  const stateFiles = existsSync(stateDir) ? readdirSync(stateDir).filter((f) => f.includes(key)) : [];
+  return { ...(await net.leftovers()), netns, stateFiles };
+}
+
+export const NOTHING_LEFT: PodLeftovers = { veths: [], allocations: [], cacheFiles: [], netns: [], stateFiles: [] };
