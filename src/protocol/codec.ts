@@ -364,7 +364,12 @@ export function decodeGetInfo(buf: Buffer): GetInfo[] {
       p.add(`${pre}fdIndex`, `must be an integer in 0..${arr.length - 1}`, e.fdIndex);
     }
     const pciAddress = pciField(e, 'pciAddress', pre, p);
-    return { type, mac: mac ? macToBase64(mac) : '', fdIndex, pciAddress };
+    const info: GetInfo = { type, mac: mac ? macToBase64(mac) : '', fdIndex, pciAddress };
+    if (e.mtu !== undefined) {
+      if (typeof e.mtu === 'number' && Number.isInteger(e.mtu) && e.mtu >= 68 && e.mtu <= 65535) info.mtu = e.mtu;
+      else p.add(`${pre}mtu`, 'must be an integer in 68..65535', e.mtu);
+    }
+    return info;
   });
   if (p.list.length) fail(what, p);
   return out;
@@ -460,7 +465,13 @@ export function encodeRecoverPayload(p: RecoverPayload): Buffer {
 export function encodeGetInfo(infos: GetInfo[]): Buffer {
   return Buffer.from(
     JSON.stringify(
-      infos.map((i) => ({ type: i.type, mac: macToBase64(parseMac(i.mac)), fdIndex: i.fdIndex, pciAddress: i.pciAddress })),
+      infos.map((i) => ({
+        type: i.type,
+        mac: macToBase64(parseMac(i.mac)),
+        fdIndex: i.fdIndex,
+        pciAddress: i.pciAddress,
+        ...(i.mtu !== undefined ? { mtu: i.mtu } : {}),
+      })),
     ),
     'utf8',
   );

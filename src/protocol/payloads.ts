@@ -62,4 +62,6 @@ export interface GetInfo {
   mac: string;
   fdIndex: number;
   pciAddress: string;
+  /** ours (Go ignores unknown keys): the interface MTU, so vmwrapper can give the NIC host_mtu */
+  mtu?: number;
 }

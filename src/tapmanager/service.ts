@@ -165,5 +165,6 @@ export function getInfos(st: PodNetworkState): GetInfo[] {
     mac: macToBase64(i.vmMac),
     fdIndex: idx,
     pciAddress: i.pciAddress ?? '',
+    ...(i.type === 'tap' ? { mtu: i.mtu } : {}),
   }));
 }

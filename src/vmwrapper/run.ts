@@ -58,7 +58,7 @@ export function planExec(args: string[], env: Env): ExecPlan {
       if (info.type === InterfaceType.VF) {
         vfio.push({ address: info.pciAddress, source: 'tapmanager' });
       } else {
-        taps.push({ fds: [fd], mac: base64ToMac(info.mac), index: info.fdIndex });
+        taps.push({ fds: [fd], mac: base64ToMac(info.mac), index: info.fdIndex, ...(info.mtu !== undefined ? { mtu: info.mtu } : {}) });
         keep.add(fd);
       }
     }

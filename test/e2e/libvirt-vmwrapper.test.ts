@@ -135,7 +135,7 @@ describe('libvirtd + vmwrapper + tapmanager', () => {
     const pid = Number((await readFile(`/run/libvirt/qemu/${domain}.pid`, 'utf8')).trim());
     expect(processExe(pid)).toBe(QEMU_BINARY);
     const argv = processArgv(pid);
-    expect(argv).toContain(`virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${a.mac}`);
+    expect(argv).toContain(`virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${a.mac},host_mtu=${a.mtu}`);
     expect(argv.join(' ')).toMatch(/-netdev tap,id=vmpodnet0,fd=\d+/);
     expect(await domainLog(domain)).toMatch(/"msg":"exec emulator"/);
 

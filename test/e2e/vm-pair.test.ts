@@ -108,7 +108,7 @@ describe('tapmanager + vmwrapper + qemu', () => {
     expect(processExe(vm.pid)).toBe(QEMU_BINARY);
     const argv = processArgv(vm.pid);
     expect(argv.join(' ')).toMatch(/-netdev tap,id=vmpodnet0,fd=\d+ -device virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=/);
-    expect(argv.at(-1)).toBe(`virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${a.mac}`);
+    expect(argv.at(-1)).toBe(`virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${a.mac},host_mtu=${a.mtu}`);
     expect(vm.output()).toMatch(/"msg":"exec emulator"/);
 
     await pingFromHost(a.ip);

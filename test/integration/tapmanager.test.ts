@@ -121,7 +121,7 @@ describe('tapmanager with bridge + host-local', () => {
 
     // get: one fd, and it is this pod's tap
     const { infos, fds } = client.get(key);
-    expect(infos).toEqual([{ type: 0, mac: nif.HardwareAddr, fdIndex: 0, pciAddress: '' }]);
+    expect(infos).toEqual([{ type: 0, mac: nif.HardwareAddr, fdIndex: 0, pciAddress: '', mtu: 1500 }]);
     expect(fds).toHaveLength(1);
     expect(readFileSync(`/proc/self/fdinfo/${fds[0]}`, 'utf8')).toMatch(/^iff:\ttap0$/m);
     native().close(fds[0]!);
@@ -257,7 +257,7 @@ describe('tapmanager with bridge + host-local', () => {
         STUB_EMULATOR,
         ...args,
         '-netdev', `tap,id=vmpodnet0,fd=${tapFd}`,
-        '-device', `virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${mac}`,
+        '-device', `virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${mac},host_mtu=1500`,
       ]);
       expect(stub.fds['7']?.target).toBe(mon);
       const expected = ['0', '1', '2', '7', String(tapFd), ...ambientFds()];

@@ -222,3 +222,13 @@ describe('encoders', () => {
     expect(() => encodeGetInfo([{ type: 0, mac: 'bad', fdIndex: 0, pciAddress: '' }])).toThrow(/bad MAC "bad"/);
   });
 });
+
+describe('get info mtu (our extra field)', () => {
+  it('is emitted after Virtlet fields when known, read back, and checked', async () => {
+    const { encodeGetInfo, decodeGetInfo } = await import('../../src/protocol/codec.js');
+    const buf = encodeGetInfo([{ type: 0, mac: '42:a4:a6:22:80:2e', fdIndex: 0, pciAddress: '', mtu: 1400 }]);
+    expect(buf.toString()).toBe('[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":"","mtu":1400}]');
+    expect(decodeGetInfo(buf)[0]!.mtu).toBe(1400);
+    expect(() => decodeGetInfo(Buffer.from('[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":"","mtu":9}]'))).toThrow(/mtu/);
+  });
+});
