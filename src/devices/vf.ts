@@ -3,6 +3,7 @@
 // ("ip link set <pf> vf <n> mac .. vlan .."), which the PF driver enforces whatever driver the VF is on.
 import { ErrorCode, VmpodError } from '../errors.js';
 import { bindToVfio, restoreDriver } from './bind.js';
+import { parsePciAddress } from './pci.js';
 import type { Sysfs } from './sysfs.js';
 
 export interface VfDescription {
@@ -41,6 +42,27 @@ export interface VfSetupRecord {
 export type RunArgv = (argv: string[]) => Promise<void>;
 
 const MAC_RE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
+
+/**
+ * describeVf for a netdev known by the PCI address of its device, e.g. from `ip -d -j link` in another netns
+ * (parentbus "pci", parentdev): /sys/class/net shows only the netns that mounted /sys, but bus/pci does not
+ * depend on the netns. The PF's netdev is read from bus/pci/devices/<pf>/net (the PF stays in the host).
+ * `mac` is the netdev's MAC as the caller saw it.
+ */
+export function describeVfAt(sysfs: Sysfs, ifname: string, address: string, mac?: string): VfDescription {
+  const addr = parsePciAddress(address);
+  const dev = sysfs.pciDevice(addr);
+  if (dev === undefined) throw new VmpodError(ErrorCode.Device, `VF ${ifname}: no PCI device ${addr} under ${sysfs.path('bus/pci/devices')}`);
+  if (dev.physfn === undefined) throw new VmpodError(ErrorCode.Device, `${ifname} (${addr}) is not an SR-IOV VF (no ${sysfs.path(`bus/pci/devices/${addr}/physfn`)})`);
+  if (dev.virtfnIndex === undefined) throw new VmpodError(ErrorCode.Device, `${ifname} (${addr}): no virtfn link of PF ${dev.physfn} points to it`);
+  const pfIfname = sysfs.pciNetInterfaces(dev.physfn)[0];
+  if (pfIfname === undefined)
+    throw new VmpodError(ErrorCode.Device, `VF ${ifname} (${addr}): its PF ${dev.physfn} has no network interface to set the VF's MAC and VLAN on`);
+  const d: VfDescription = { ifname, address: addr, pfAddress: dev.physfn, pfIfname, vfIndex: dev.virtfnIndex };
+  if (dev.driver !== undefined) d.driver = dev.driver;
+  if (mac !== undefined) d.mac = mac.toLowerCase();
+  return d;
+}
 
 export function describeVf(sysfs: Sysfs, ifname: string): VfDescription {
   const vf = sysfs.vfInfo(ifname);

@@ -13,6 +13,11 @@
 //   enslave       veth and tap into br<i>             undo: veth nomaster
 //   links-up      veth, tap, bridge up
 //   dhcp-filter   ebtables in the pod netns: no DHCP across the veth      undo: delete the rules
+//
+// A CNI interface that is an SR-IOV VF (SR-IOV enabled) gets one step instead, host side, nothing moved:
+//   vf-setup      bind the VF to vfio-pci; `ip link set <pf> vf <n> mac <mac> vlan <v>`
+//                 undo, in this order: the original driver back, the PF's original MAC/VLAN for the VF,
+//                 the re-created netdev back into the pod netns under its CNI name (for the plugin's DEL)
 import { randomBytes } from 'node:crypto';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { CniResult } from '../cni/types.js';
@@ -20,6 +25,7 @@ import type { ContainerSideNetwork, CniResultV031 } from '../protocol/payloads.j
 import { InterfaceType } from '../protocol/payloads.js';
 import { macToBase64, parseMac } from '../protocol/mac.js';
 import { StepName, type Op, type Step } from '../state/record.js';
+import type { VfSetupRecord } from '../devices/vf.js';
 import { BRIDGE_IP, BRIDGE_PREFIX, bridgeName, tapName, type Observed, type ObservedAddr, type ObservedLink, type ObservedRoute, type PodInterface } from './types.js';
 import { hasSandbox, nonKernelRoutes } from './result.js';
 
@@ -98,6 +104,41 @@ export interface ContainerSidePlanInput {
   newMac: (i: number, link: ObservedLink) => string;
   /** names of links found to be SR-IOV VFs (the effectful shell looks in sysfs) */
   vfs?: ReadonlySet<string>;
+  /** SR-IOV enabled: the planned setup of each VF (by link name); a VF without one is refused */
+  vfSetups?: ReadonlyMap<string, VfSetupRecord>;
+}
+
+/** What to tell when a VF shows up and SR-IOV support is off. */
+export const SRIOV_DISABLED_HINT = 'SR-IOV support is not enabled (tapmanager --enable-sriov, env VIRTLET_SRIOV_SUPPORT=true)';
+
+/** The one step of a VF: the record (planVfSetup) turned into ops. Undo ops run in the order listed. */
+export function vfSetupStep(rec: VfSetupRecord): Step {
+  const undo: Op[] = [
+    { op: 'vf-restore-driver', address: rec.address, ...(rec.originalDriver !== undefined ? { driver: rec.originalDriver } : {}) },
+    { op: 'vf-link', pf: rec.pfIfname, vf: rec.vfIndex, mac: rec.originalMac, vlan: rec.originalVlan },
+  ];
+  // a VF that was on vfio-pci (or on no driver) had no netdev, and none comes back
+  if (rec.originalDriver !== undefined && rec.originalDriver !== 'vfio-pci') undo.push({ op: 'vf-netdev-return', address: rec.address, name: rec.ifname });
+  return {
+    name: StepName.VfSetup,
+    target: rec.ifname,
+    do: [
+      { op: 'vf-bind', address: rec.address },
+      { op: 'vf-link', pf: rec.pfIfname, vf: rec.vfIndex, mac: rec.mac, vlan: rec.vlan },
+    ],
+    undo,
+  };
+}
+
+/**
+ * The VLAN a VF gets from the CNI config: sriov-cni's `vlan` (an integer) in a plugin of type "sriov".
+ * undefined when no such plugin says.
+ */
+export function vlanFromConf(plugins: readonly { type: string; [k: string]: unknown }[]): number | undefined {
+  for (const p of plugins) {
+    if (p.type === 'sriov' && typeof p['vlan'] === 'number' && Number.isInteger(p['vlan'])) return p['vlan'];
+  }
+  return undefined;
 }
 
 export interface ContainerSidePlan {
@@ -120,8 +161,24 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
       throw new VmpodError(ErrorCode.Netlink, `the CNI result names interface ${ci.name} in the pod netns, but the netns has no such link (links: ${[...names].join(', ')})`, { op: 'plan' });
     }
     if (input.vfs?.has(link.name)) {
-      // Hook for src/devices (SR-IOV): a VF gets no bridge or tap; it is bound to vfio-pci and handed to qemu.
-      throw new VmpodError(ErrorCode.Device, `interface ${link.name} is an SR-IOV VF; SR-IOV support is not enabled`, { op: 'plan' });
+      // a VF gets no bridge or tap: it is bound to vfio-pci and passed through to the VM by its PCI address
+      const vf = input.vfSetups?.get(link.name);
+      if (!vf) throw new VmpodError(ErrorCode.Device, `interface ${link.name} is an SR-IOV VF; ${SRIOV_DISABLED_HINT}`, { op: 'plan' });
+      steps.push(vfSetupStep(vf));
+      interfaces.push({
+        index,
+        cniName: link.name,
+        type: 'vf',
+        vmMac: vf.mac,
+        mtu: link.mtu,
+        tapName: '',
+        bridgeName: '',
+        bridgeIp: '',
+        pciAddress: vf.address,
+        vlanId: vf.vlan,
+        vf,
+      });
+      return;
     }
     const tap = tapName(i);
     const br = bridgeName(i);

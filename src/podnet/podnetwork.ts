@@ -1,7 +1,8 @@
 // The pod network's effectful shell: netns lifecycle, CNI ADD/DEL, the container-side network (plan.ts),
 // tap fds, and the record of every step (src/state). Each step is written to the record BEFORE it is
 // applied; teardown, failed-ADD rollback and restart recovery all run the recorded undo ops in reverse.
-import { existsSync } from 'node:fs';
+// SR-IOV VFs (enableSriov): bound to vfio-pci and configured on their PF in the host netns (vf-* ops, src/devices).
+import { existsSync, openSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
@@ -11,6 +12,10 @@ import { validateKey } from '../protocol/key.js';
 import type { PodNetworkDesc, ContainerSideNetwork, RecoverPayload } from '../protocol/payloads.js';
 import { InterfaceType } from '../protocol/payloads.js';
 import type { CniClient, NetworkConfigList, RuntimeConf } from '../cni/index.js';
+import { Sysfs } from '../devices/sysfs.js';
+import { bindToVfio, restoreDriver } from '../devices/bind.js';
+import { isPciAddress } from '../devices/pci.js';
+import { describeVfAt, parseVfState, planVfSetup, vfLinkArgv, type VfLinkState, type VfSetupRecord } from '../devices/vf.js';
 import { fromV031, toV031 } from '../cni/result.js';
 import type { CniResult } from '../cni/types.js';
 import { StateStore } from '../state/store.js';
@@ -18,7 +23,7 @@ import { Phase, RECORD_KIND, StepName, type Op, type PodRecord, type Step } from
 import { NetExec, isAlreadyUndone } from './exec.js';
 import { parseObserved } from './observe.js';
 import { completeResult, hasSandbox } from './result.js';
-import { buildCsn, cniAddStep, netnsStep, observedBeforeFromCsn, planContainerSide, randomLaaMac } from './plan.js';
+import { SRIOV_DISABLED_HINT, buildCsn, cniAddStep, netnsStep, observedBeforeFromCsn, planContainerSide, randomLaaMac, vlanFromConf } from './plan.js';
 import { DEFAULT_IFNAME, bridgeName, tapName, type Observed, type PodInterface } from './types.js';
 
 /** iproute2's `ip netns` keeps named netns here (NETNS_RUN_DIR, fixed at build time). */
@@ -33,9 +38,23 @@ export interface PodNetworkOptions {
   netnsDir?: string;
   /** CNI_IFNAME, default 'virtlet-eth0' */
   ifNamePrefix?: string;
-  /** SR-IOV VFs: not handled by podnet yet (src/devices); a VF in the pod netns is refused either way */
+  /**
+   * SR-IOV VFs: a CNI interface that is a VF is bound to vfio-pci and passed to the VM (type 1, its PCI
+   * address). Off: a VF in the pod netns is a clear error (and the add is rolled back).
+   */
   enableSriov?: boolean;
+  /** default /sys; only used to build the default `sysfs` */
   sysfsRoot?: string;
+  /** the sysfs model VFs are read and bound through (tests pass a FakeSysfs over a fake tree) */
+  sysfs?: Sysfs;
+  /**
+   * Runs an `ip` argv (argv[0] = "ip") in the host netns and resolves with its stdout, rejecting on failure:
+   * the VF's PF commands (`ip link set <pf> vf <n> mac .. vlan ..`, `ip -d -j link show dev <pf>`) and moving a
+   * VF's netdev back into the pod netns. Default: NetExec. Tests inject a recorder (a dummy PF takes no `vf N`).
+   */
+  vfLink?: (argv: string[]) => Promise<string>;
+  /** how long release waits for a re-bound VF driver to create its netdev again, default 10 s */
+  vfNetdevTimeoutMs?: number;
   /** per ip/ebtables spawn, default 15 s */
   cmdTimeoutMs?: number;
 }
@@ -45,7 +64,7 @@ export interface PodNetworkState {
   nsPath: string;
   csn: ContainerSideNetwork;
   interfaces: PodInterface[];
-  /** one tap fd per interface, in order */
+  /** one fd per interface, in order: the tap; for a VF /dev/null (see openFds) */
   fds: number[];
   desc: PodNetworkDesc;
 }
@@ -66,6 +85,8 @@ export class PodNetwork {
   private readonly netnsDir: string;
   private readonly ifName: string;
   private readonly log: Logger;
+  private readonly sysfs: Sysfs;
+  private readonly vfLink: (argv: string[]) => Promise<string>;
 
   constructor(private readonly opts: PodNetworkOptions) {
     this.netnsDir = opts.netnsDir ?? IP_NETNS_DIR;
@@ -77,6 +98,13 @@ export class PodNetwork {
     this.store = new StateStore(opts.stateDir);
     this.exec = new NetExec(opts.cmdTimeoutMs);
     this.log = opts.log;
+    this.sysfs = opts.sysfs ?? new Sysfs(opts.sysfsRoot ?? '/sys');
+    this.vfLink =
+      opts.vfLink ??
+      (async (argv) => {
+        if (argv[0] !== 'ip') throw new VmpodError(ErrorCode.Internal, `vfLink runs ip only, not ${JSON.stringify(argv[0])}`);
+        return this.exec.ip(argv.slice(1));
+      });
   }
 
   nsPathOf(key: string): string {
@@ -115,8 +143,10 @@ export class PodNetwork {
       const cniStep = cniAddStep(this.ifName);
       this.record(rec, [cniStep]);
       let result: CniResult;
+      let list: NetworkConfigList | undefined;
       try {
-        result = await this.opts.cni.add(await this.opts.loadConfList(), this.runtimeConf(rec, this.ifName), signal);
+        list = await this.opts.loadConfList();
+        result = await this.opts.cni.add(list, this.runtimeConf(rec, this.ifName), signal);
       } catch (e) {
         throw stepError(cniStep.name, undefined, e);
       }
@@ -128,8 +158,9 @@ export class PodNetwork {
       try {
         observed = await this.observe(key, signal);
         completed = completeResult(result, observed, nsPath);
-        const vfs = await this.findVfs(key, observed, completed, signal);
-        plan = planContainerSide({ observed, result: completed, newMac: () => randomLaaMac(), vfs });
+        const vfs = this.findVfs(observed, completed);
+        const vfSetups = this.opts.enableSriov ? await this.planVfs(observed, vfs, list, log, signal) : undefined;
+        plan = planContainerSide({ observed, result: completed, newMac: () => randomLaaMac(), vfs: new Set(vfs.keys()), ...(vfSetups ? { vfSetups } : {}) });
       } catch (e) {
         throw stepError('plan', undefined, e);
       }
@@ -137,7 +168,7 @@ export class PodNetwork {
       await this.applySteps(rec, plan.steps, signal);
 
       try {
-        fds = this.openTaps(nsPath, plan.interfaces);
+        fds = this.openFds(nsPath, plan.interfaces);
       } catch (e) {
         throw stepError('open-tap', undefined, e);
       }
@@ -150,7 +181,7 @@ export class PodNetwork {
       this.store.write(rec);
       const st: PodNetworkState = { key, nsPath, csn, interfaces: plan.interfaces, fds, desc };
       this.states.set(key, st);
-      log.info({ durationMs: Math.round(performance.now() - t0), interfaces: plan.interfaces.map((i) => `${i.cniName}->${i.bridgeName}/${i.tapName}`) }, 'pod network added');
+      log.info({ durationMs: Math.round(performance.now() - t0), interfaces: plan.interfaces.map(describeIf) }, 'pod network added');
       return st;
     } catch (e) {
       this.closeFds(fds, log);
@@ -240,7 +271,11 @@ export class PodNetwork {
 
     const csn = payload.csn;
     const vf = csn.Interfaces.find((i) => i.Type === InterfaceType.VF);
-    if (vf) throw new VmpodError(ErrorCode.Device, `recover ${key}: interface ${vf.Name} is an SR-IOV VF; SR-IOV support is not enabled`, { key, op: 'recover' });
+    if (vf) {
+      // what release must restore (the VF's original driver, MAC and VLAN on the PF) is in the record only
+      const why = this.opts.enableSriov ? 'its original driver, MAC and VLAN are in the state record only, and there is none' : SRIOV_DISABLED_HINT;
+      throw new VmpodError(ErrorCode.Device, `recover ${key}: interface ${vf.Name} is an SR-IOV VF (${vf.PCIAddress}); ${why}`, { key, op: 'recover' });
+    }
     if (csn.Interfaces.length === 0) throw new VmpodError(ErrorCode.BadRequest, `recover ${key}: the csn has no interfaces`, { key, op: 'recover' });
     const live = await this.observe(key);
     const names = new Set(live.links.map((l) => l.name));
@@ -279,7 +314,7 @@ export class PodNetwork {
     return this.states.get(key);
   }
 
-  /** For get: the state with open tap fds, reopening them from the record if they were lost (a restart). */
+  /** For get: the state with its fds (one per interface), reopening them from the record if they were lost (a restart). */
   async ensureFds(key: string): Promise<PodNetworkState> {
     validateKey(key);
     const st = this.states.get(key);
@@ -417,6 +452,21 @@ export class PodNetwork {
         } catch (e) {
           throw stepError(step.name, step.target, e);
         }
+      } else if (op.op === 'vf-bind') {
+        // host side, synchronous sysfs writes; the VF's netdev leaves the pod netns as its driver lets go
+        try {
+          bindToVfio(this.sysfs, op.address);
+        } catch (e) {
+          throw stepError(step.name, step.target, e);
+        }
+        i++;
+      } else if (op.op === 'vf-link') {
+        try {
+          await this.vfLink(vfLinkArgv(op.pf, op.vf, op.mac, op.vlan));
+        } catch (e) {
+          throw stepError(step.name, step.target, new VmpodError(ErrorCode.Device, `set MAC ${op.mac} VLAN ${op.vlan} on VF ${op.vf} of ${op.pf}`, { cause: e }));
+        }
+        i++;
       } else if (op.op === 'netns-add') {
         try {
           await this.exec.ip(['netns', 'add', op.name], signal ? { signal } : {});
@@ -507,8 +557,32 @@ export class PodNetwork {
             await this.exec.ip(['netns', 'del', op.name]);
             break;
           }
+          case 'vf-restore-driver':
+            // a VF that is gone (its PF's sriov_numvfs lowered, the PF removed) has nothing left to restore
+            if (this.sysfs.pciDevice(op.address) === undefined) {
+              log.warn({ address: op.address }, 'the VF is gone: no driver to restore');
+              break;
+            }
+            restoreDriver(this.sysfs, op.address, op.driver);
+            break;
+          case 'vf-link':
+            try {
+              await this.vfLink(vfLinkArgv(op.pf, op.vf, op.mac, op.vlan));
+            } catch (e) {
+              // the PF is gone ("Cannot find device"), and its VFs with it
+              if (isAlreadyUndone(errorChain(e))) {
+                log.warn({ err: e, pf: op.pf }, 'the PF is gone: no VF MAC/VLAN to restore');
+                break;
+              }
+              throw new VmpodError(ErrorCode.Device, `restore MAC ${op.mac} VLAN ${op.vlan} on VF ${op.vf} of ${op.pf}`, { cause: e });
+            }
+            break;
+          case 'vf-netdev-return':
+            await this.returnVfNetdev(rec, op, log);
+            break;
           case 'netns-add':
           case 'cni-add':
+          case 'vf-bind':
             throw new VmpodError(ErrorCode.Internal, `op ${op.op} is not an undo op`);
           default: {
             const never: never = op;
@@ -546,26 +620,102 @@ export class PodNetwork {
   }
 
   /**
-   * SR-IOV hook: a PCI network device whose sysfs node has `device/physfn` is a VF. /sys shows the netns of
-   * whoever mounted it, so look through `ip netns exec` (which mounts a sysfs of the pod netns).
+   * SR-IOV detection: name -> PCI address of every CNI interface in the pod netns that is a VF. The address is
+   * `ip -d`'s parentbus "pci" / parentdev (IFLA_PARENT_DEV_NAME, Linux 5.14+); a VF is a PCI function with a
+   * `physfn` link (bus/pci does not depend on the netns). Fallback without a parent device: the sysfs root's
+   * class/net/<if>/device, but only on a tree that is not the live /sys, whose class/net shows our netns, where a
+   * link of the same name would be another device (fake trees in tests map a dummy netdev to a PCI device there).
    */
-  private async findVfs(key: string, observed: Observed, result: CniResult, signal?: AbortSignal): Promise<Set<string>> {
-    const vfs = new Set<string>();
+  private findVfs(observed: Observed, result: CniResult): Map<string, string> {
+    const vfs = new Map<string, string>();
+    const liveSysfs = resolve(this.sysfs.root) === '/sys';
     for (const ci of result.interfaces) {
       if (!hasSandbox(ci)) continue;
       const link = observed.links.find((l) => l.name === ci.name);
-      if (link?.parentBus !== 'pci') continue;
-      const r = await this.exec.run('ip', ['netns', 'exec', key, 'test', '-e', `/sys/class/net/${link.name}/device/physfn`], signal ? { signal } : {});
-      if (r.exitCode === 0) vfs.add(link.name);
+      if (!link) continue;
+      let addr: string | undefined;
+      if (link.parentBus === 'pci' && link.parentDev !== undefined && isPciAddress(link.parentDev)) addr = link.parentDev.toLowerCase();
+      else if (link.parentBus === undefined && !liveSysfs) addr = this.sysfs.netDevicePci(link.name);
+      if (addr !== undefined && this.sysfs.exists(`bus/pci/devices/${addr}/physfn`)) vfs.set(link.name, addr);
     }
     return vfs;
   }
 
-  private openTaps(nsPath: string, interfaces: PodInterface[]): number[] {
+  /**
+   * The record of each VF (planVfSetup), read before anything is touched: PF and index (sysfs), driver, the
+   * VM's MAC = the netdev's MAC, the VF's current MAC and VLAN as its PF reports them (`ip -d -j link show dev
+   * <pf>`, vfinfo_list; when unreadable: the netdev's MAC and VLAN 0). VLAN wanted: sriov-cni's `vlan` in the
+   * conflist, else the one the PF already has for the VF (a CNI plugin set it), else 0.
+   */
+  private async planVfs(observed: Observed, vfs: Map<string, string>, list: NetworkConfigList | undefined, log: Logger, signal?: AbortSignal): Promise<Map<string, VfSetupRecord>> {
+    const out = new Map<string, VfSetupRecord>();
+    const confVlan = list ? vlanFromConf(list.plugins) : undefined;
+    for (const [name, address] of vfs) {
+      signal?.throwIfAborted();
+      const link = observed.links.find((l) => l.name === name)!;
+      const desc = describeVfAt(this.sysfs, name, address, link.mac);
+      let current: VfLinkState | undefined;
+      try {
+        current = parseVfState(await this.vfLink(['ip', '-d', '-j', 'link', 'show', 'dev', desc.pfIfname]), desc.vfIndex);
+      } catch (e) {
+        log.warn({ err: e, pf: desc.pfIfname, vf: desc.vfIndex }, "the PF does not report the VF's MAC and VLAN: taking the netdev's MAC and VLAN 0 as the ones to restore");
+      }
+      const original = current ?? { mac: link.mac, vlan: 0 };
+      out.set(name, planVfSetup(desc, original, { mac: link.mac, vlan: confVlan ?? current?.vlan ?? 0 }));
+    }
+    return out;
+  }
+
+  /**
+   * Undo of a VF's bind: when its driver is back, the kernel creates a new netdev in the initial (host) netns
+   * under a kernel name (bus/pci/devices/<addr>/net/<name>; some drivers, iavf, do it from a workqueue, so we
+   * poll). It goes back into the pod netns under the CNI plugin's name, so that the plugin's DEL finds it.
+   * Nothing to do when the netns is gone, or when the netdev never left (the bind was recorded, not applied).
+   */
+  private async returnVfNetdev(rec: PodRecord, op: { address: string; name: string }, log: Logger): Promise<void> {
+    if (!existsSync(rec.nsPath)) {
+      log.warn({ address: op.address }, "the pod netns is gone: the VF's netdev stays in the host netns");
+      return;
+    }
+    if (this.sysfs.pciDevice(op.address) === undefined) {
+      log.warn({ address: op.address }, 'the VF is gone: no netdev to return');
+      return;
+    }
+    const inPod = await this.exec.ip(['-n', rec.key, '-d', '-j', 'link', 'show']);
+    const links = inPod.trim() === '' ? [] : (JSON.parse(inPod) as { ifname?: string; parentbus?: string; parentdev?: string }[]);
+    if (links.some((l) => l.parentbus === 'pci' && l.parentdev?.toLowerCase() === op.address)) return;
+    const timeoutMs = this.opts.vfNetdevTimeoutMs ?? 10_000;
+    const deadline = performance.now() + timeoutMs;
+    let names = this.sysfs.pciNetInterfaces(op.address);
+    while (names.length === 0 && performance.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+      names = this.sysfs.pciNetInterfaces(op.address);
+    }
+    const dev = names[0];
+    if (dev === undefined) {
+      throw new VmpodError(ErrorCode.Device, `VF ${op.address}: no netdev under ${this.sysfs.path(`bus/pci/devices/${op.address}/net`)} ${timeoutMs} ms after its driver was restored: cannot return it to the pod netns as ${op.name}`);
+    }
+    // one RTM_NEWLINK: the kernel moves the link, then renames it in the target netns
+    await this.vfLink(['ip', 'link', 'set', 'dev', dev, 'netns', rec.key, 'name', op.name]);
+  }
+
+  /**
+   * One fd per interface, in interface order (get's fdIndex). A tap: opened in the pod netns. A VF: /dev/null,
+   * read-only and close-on-exec (libuv opens every file with O_CLOEXEC), only so that get hands one fd per
+   * interface, as Virtlet did; vmwrapper passes the VF by its PCI address and never gives that fd to qemu.
+   */
+  private openFds(nsPath: string, interfaces: PodInterface[]): number[] {
     const fds: number[] = [];
     try {
       for (const i of interfaces) {
-        if (i.type !== 'tap') continue;
+        if (i.type === 'vf') {
+          try {
+            fds.push(openSync('/dev/null', 'r'));
+          } catch (e) {
+            throw new VmpodError(ErrorCode.Syscall, `open /dev/null for VF ${i.cniName}`, { cause: e, op: 'open-tap' });
+          }
+          continue;
+        }
         try {
           // IFF_VNET_HDR must match the persistent tap's flags; single queue
           fds.push(native().openTap(nsPath, i.tapName, { vnetHdr: true }));
@@ -590,16 +740,15 @@ export class PodNetwork {
     }
   }
 
-  /** In-memory state for a ready record, taps reopened. */
   /**
-   * In-memory state for a ready record, taps reopened. A single-queue tap takes one open file at a time
+   * In-memory state for a ready record, taps reopened (a VF's fd is /dev/null again: the VF is not touched). A single-queue tap takes one open file at a time
    * (TUNSETIFF gives EBUSY while another is attached): when a running VM holds it, the pod is attached
    * without fds if `tolerateBusy` (restore, recover: DHCP and release work, get says the tap is in use).
    */
   private attach(rec: PodRecord, tolerateBusy = false): PodNetworkState {
     let fds: number[] = [];
     try {
-      fds = this.openTaps(rec.nsPath, rec.interfaces);
+      fds = this.openFds(rec.nsPath, rec.interfaces);
     } catch (e) {
       if (!(tolerateBusy && isBusy(e))) throw e;
       this.log.warn({ key: rec.key, op: 'attach', err: e }, 'a tap is in use (a running VM holds it): attached without fds');
@@ -623,6 +772,10 @@ export class PodNetwork {
       createdAt: new Date().toISOString(),
     };
   }
+}
+
+function describeIf(i: PodInterface): string {
+  return i.type === 'vf' ? `${i.cniName}->vfio-pci ${i.pciAddress ?? '?'} (VF ${i.vf?.vfIndex ?? '?'} of ${i.vf?.pfIfname ?? '?'})` : `${i.cniName}->${i.bridgeName}/${i.tapName}`;
 }
 
 /** EBUSY from TUNSETIFF (native errors carry the errno name as code), anywhere in the cause chain. */

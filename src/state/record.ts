@@ -20,6 +20,8 @@ export const StepName = {
   Enslave: 'enslave',
   LinksUp: 'links-up',
   DhcpFilter: 'dhcp-filter',
+  /** an SR-IOV VF handed to the VM: vfio-pci binding and the VF's MAC/VLAN on its PF (host side) */
+  VfSetup: 'vf-setup',
 } as const;
 export type StepName = (typeof StepName)[keyof typeof StepName];
 
@@ -36,7 +38,16 @@ export type Op =
   | { op: 'ip'; args: string[]; withNetns?: true }
   | { op: 'ebtables'; args: string[]; withNetns?: true }
   | { op: 'cni-add'; ifName: string }
-  | { op: 'cni-del'; ifName: string };
+  | { op: 'cni-del'; ifName: string }
+  // SR-IOV (host side, src/devices): bind the VF to vfio-pci (driver/unbind, driver_override, drivers_probe)
+  | { op: 'vf-bind'; address: string }
+  // undo of vf-bind: clear driver_override and re-probe, so the kernel hands the VF back to `driver`
+  | { op: 'vf-restore-driver'; address: string; driver?: string }
+  // `ip link set <pf> vf <vf> mac <mac> vlan <vlan>` in the host netns (the PF enforces them on the VF)
+  | { op: 'vf-link'; pf: string; vf: number; mac: string; vlan: number }
+  // undo only: the netdev the re-bound VF driver creates (host netns, kernel name) goes back into the pod
+  // netns (the record's key) under `name`, as the CNI plugin left it, so that its DEL finds it
+  | { op: 'vf-netdev-return'; address: string; name: string };
 
 export interface Step {
   name: StepName;
@@ -67,7 +78,7 @@ export interface PodRecord {
 
 const PHASES: readonly string[] = Object.values(Phase);
 const STEP_NAMES: readonly string[] = Object.values(StepName);
-const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'ebtables', 'cni-add', 'cni-del'];
+const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'ebtables', 'cni-add', 'cni-del', 'vf-bind', 'vf-restore-driver', 'vf-link', 'vf-netdev-return'];
 
 function isObj(x: unknown): x is Record<string, unknown> {
   return typeof x === 'object' && x !== null && !Array.isArray(x);
@@ -77,6 +88,17 @@ function opProblems(o: unknown, where: string): string[] {
   if (!isObj(o) || typeof o.op !== 'string' || !OP_NAMES.includes(o.op)) return [`${where}: not an op`];
   if ((o.op === 'ip' || o.op === 'ebtables') && !(Array.isArray(o.args) && o.args.every((a) => typeof a === 'string'))) {
     return [`${where}: ${o.op} op without string args`];
+  }
+  const need = (f: string, t: 'string' | 'number') => (typeof o[f] === t ? [] : [`${where}: ${o.op} op without ${t} ${f}`]);
+  switch (o.op) {
+    case 'vf-bind':
+      return need('address', 'string');
+    case 'vf-restore-driver':
+      return [...need('address', 'string'), ...(o.driver === undefined ? [] : need('driver', 'string'))];
+    case 'vf-link':
+      return [...need('pf', 'string'), ...need('vf', 'number'), ...need('mac', 'string'), ...need('vlan', 'number')];
+    case 'vf-netdev-return':
+      return [...need('address', 'string'), ...need('name', 'string')];
   }
   return [];
 }
