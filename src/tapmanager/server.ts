@@ -3,7 +3,7 @@
 //
 // Why not node:net: libuv reads with read(), so it could carry our requests, but replies need sendmsg with
 // SCM_RIGHTS on the same socket, and mixing libuv's writes with ours is a race. One owner of the fd is simpler.
-import { chownSync, unlinkSync } from 'node:fs';
+import { chownSync, readFileSync, unlinkSync } from 'node:fs';
 import { native, type PeerCred, type Poller } from '../native.js';
 import type { Logger } from '../log.js';
 import { RequestReader, encodeResponse, encodeError, type Request } from '../protocol/frames.js';
@@ -104,6 +104,24 @@ export class FdServer {
   }
 }
 
+/** Supplementary groups of a process, from the "Groups:" line of /proc/<pid>/status (pure). */
+export function groupsFromStatus(status: string): number[] {
+  const m = /^Groups:[ \t]*(.*)$/m.exec(status);
+  return m ? m[1]!.trim().split(/\s+/).filter(Boolean).map(Number) : [];
+}
+
+/** uid 0, or a member of an allowed group: primary gid (SO_PEERCRED) or a supplementary one of the peer's process. */
+function peerAllowed(peer: PeerCred, allowedGids: number[]): boolean {
+  if (peer.uid === 0) return true;
+  if (allowedGids.length === 0) return false;
+  if (allowedGids.includes(peer.gid)) return true;
+  try {
+    return groupsFromStatus(readFileSync(`/proc/${peer.pid}/status`, 'utf8')).some((g) => allowedGids.includes(g));
+  } catch {
+    return false; // the peer is gone
+  }
+}
+
 class Connection {
   private readonly reader = new RequestReader();
   private readonly poller: Poller;
@@ -130,7 +148,7 @@ class Connection {
       return;
     }
     this.log = opts.log.child({ peerPid: this.peer.pid, peerUid: this.peer.uid });
-    if (this.peer.uid !== 0 && !(opts.allowedGids ?? []).includes(this.peer.gid)) {
+    if (!peerAllowed(this.peer, opts.allowedGids ?? [])) {
       this.log.warn('refused a peer that is neither uid 0 nor in the socket group');
       this.reject(`permission denied: uid ${this.peer.uid} gid ${this.peer.gid} may not use this socket`);
       return;
