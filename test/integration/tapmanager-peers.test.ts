@@ -66,3 +66,63 @@ describe('socket access', () => {
     expect(listAs(NOBODY, 100, d.socket)).toMatchObject({ status: 3 });
   });
 });
+
+describe('per-key serialisation, cross-key parallelism', () => {
+  it('a release sent while its add is still running waits for it; another pod is set up meanwhile', async () => {
+    const { writeFileSync, readFileSync, mkdirSync, chmodSync: chmod } = await import('node:fs');
+    const { randomBytes } = await import('node:crypto');
+    const { encodeHeader } = await import('../../src/protocol/header.js');
+    const { native } = await import('../../src/native.js');
+    const { SYSTEM_CNI_BIN } = await import('../helpers/cniconf.js');
+    net = await makeCniConf();
+    // a plugin chained after bridge that holds ADD for 1.5 s for containers whose id starts with "slow"
+    const bin = join(net.root, 'slowbin');
+    mkdirSync(bin);
+    writeFileSync(
+      join(bin, 'vmpod-test-slow'),
+      '#!/bin/sh\nwhile IFS= read -r _l; do :; done\ncase "$CNI_COMMAND:$CNI_CONTAINERID" in ADD:slow*) /bin/sleep 1.5 ;; esac\n' +
+        'case "$CNI_COMMAND" in ADD) printf \'{"cniVersion":"1.0.0"}\' ;; esac\n',
+    );
+    chmod(join(bin, 'vmpod-test-slow'), 0o755);
+    const confFile = join(net.confDir, '10-test.conflist');
+    const conf = JSON.parse(readFileSync(confFile, 'utf8')) as { plugins: unknown[] };
+    conf.plugins.push({ type: 'vmpod-test-slow' });
+    writeFileSync(confFile, JSON.stringify(conf));
+    d = await startDaemon({ confDir: net.confDir, binDirs: [bin, SYSTEM_CNI_BIN], cacheDir: net.cacheDir });
+    const n = native();
+    const slow = `slow-${randomBytes(3).toString('hex')}`;
+    const fast = `vmpt-${randomBytes(3).toString('hex')}`;
+    const send = (command: number, key: string, payload?: object): number => {
+      const data = Buffer.from(payload ? JSON.stringify(payload) : '');
+      const fd = n.connectUnix(d!.socket);
+      n.setTimeouts(fd, 30_000);
+      n.writeAll(fd, Buffer.concat([encodeHeader({ command, dataSize: data.length, oobSize: 0, key }), data]));
+      return fd;
+    };
+    const replyOf = (fd: number): number => {
+      let buf = Buffer.alloc(0);
+      while (buf.length < 77 || buf.length < 77 + buf.readUInt32BE(5)) {
+        const r = n.recvMsg(fd, 65536, 0);
+        if (r.data.length === 0) break;
+        buf = Buffer.concat([buf, r.data]);
+      }
+      n.close(fd);
+      return buf[4]!;
+    };
+    const desc = (k: string) => ({ podNetworkDesc: { podId: k, podNs: 'default', podName: k, DNS: null } });
+    const addSlow = send(0, slow, desc(slow));
+    await new Promise((r) => setTimeout(r, 300)); // the add is inside its slow plugin now
+    const releaseSlow = send(1, slow);
+    const addFast = send(0, fast, desc(fast));
+    // the other pod is not held up by the slow one: its add completes first
+    expect(replyOf(addFast)).toBe(0x80);
+    expect(replyOf(addSlow)).toBe(0x80);
+    expect(replyOf(releaseSlow)).toBe(0x81);
+    expect(replyOf(send(1, fast))).toBe(0x81);
+    // the daemon's log lines arrive through a pipe: let the event loop read them (bounded)
+    const order = () => d!.lines().filter((l) => l.msg === `${String(l.op)} done` && (l.key === slow || l.key === fast)).map((l) => `${l.op} ${l.key === slow ? 'slow' : 'fast'}`);
+    for (let i = 0; i < 100 && order().length < 4; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(order()).toEqual(['add fast', 'add slow', 'release slow', 'release fast']);
+    expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
+  });
+});
