@@ -389,3 +389,35 @@ describe('tapmanager restart', () => {
     }
   });
 });
+
+describe('tapmanager recover', () => {
+  it('re-attaches a pod network from its ContainerSideNetwork after the state dir was lost (tapctl recover)', async () => {
+    const net = await makeCniConf();
+    let d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir });
+    const key = `vmpt-${rand()}`;
+    const csnFile = join(d.dir, 'csn.json');
+    try {
+      const csn = new FdClient(d.socket).add(key, desc(key));
+      writeFileSync(csnFile, JSON.stringify(csn));
+      expect(await d.stop()).toBe(0);
+      rmSync(d.stateDir, { recursive: true, force: true }); // the node lost tapmanager's state, not the netns
+      d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d });
+      expect(() => new FdClient(d.socket).get(key)).toThrow(new RegExp(key));
+      const rec = await execa(process.execPath, [BIN.tapctl, '--socket', d.socket, 'recover', key, '--csn', csnFile, '--pod-name', 'vm-a', '--pod-namespace', 'default'], { reject: false });
+      expect(rec.stderr).toBe('');
+      expect(rec.exitCode).toBe(0);
+      const { infos, fds } = new FdClient(d.socket).get(key);
+      expect(infos[0]!.mac).toBe(csn.Interfaces[0]!.HardwareAddr);
+      expect(readFileSync(`/proc/self/fdinfo/${fds[0]}`, 'utf8')).toMatch(/^iff:\ttap0$/m);
+      for (const fd of fds) native().close(fd);
+      new FdClient(d.socket).release(key);
+      expect(await netnsExists(key)).toBe(false);
+      expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
+    } finally {
+      if (d.alive()) expect(await d.stop()).toBe(0);
+      if (existsSync(`/var/run/netns/${key}`)) await execa('ip', ['netns', 'del', key], { reject: false });
+      await net.cleanup();
+      removeDir(d.dir);
+    }
+  });
+});
