@@ -37,7 +37,7 @@ export class TapmanagerService implements Handler {
 
   async handle(req: Request, peer: PeerCred): Promise<Reply> {
     const op = commandName(req.command);
-    const log = this.log.child({ key: req.key, op, peerPid: peer.pid });
+    const log = this.log.child({ key: req.key, op, command: req.command, peerPid: peer.pid });
     const t0 = performance.now();
     try {
       const reply = await this.dispatch(req, log);

@@ -141,7 +141,7 @@ describe('tapmanager with bridge + host-local', () => {
 
     // every request line carries key, op and duration
     const lines = d.lines().filter((x) => x.key === key && typeof x.durationMs === 'number');
-    expect(lines.map((x) => x.op)).toEqual(expect.arrayContaining(['add', 'get', 'release']));
+    expect(lines.map((x) => [x.op, x.command])).toEqual(expect.arrayContaining([['add', 0], ['get', 2], ['release', 1]]));
   });
 
   it('serves several requests on one connection, in order', () => {
