@@ -61,12 +61,10 @@ function parseLink(j: Json): ObservedLink {
   };
   const kind = str(linkinfo.info_kind);
   if (kind) link.kind = kind;
-  const master = str(j.master);
-  if (master) link.master = master;
-  const pb = str(j.parentbus);
-  if (pb) link.parentBus = pb;
-  const pd = str(j.parentdev);
-  if (pd) link.parentDev = pd;
+  for (const [from, to] of [['master', 'master'], ['parentbus', 'parentBus'], ['parentdev', 'parentDev']] as const) {
+    const v = str(j[from]);
+    if (v) link[to] = v;
+  }
   return link;
 }
 

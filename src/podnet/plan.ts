@@ -43,6 +43,26 @@ export function netnsStep(name: string): Step {
   return { name: StepName.Netns, target: name, do: [{ op: 'netns-add', name }], undo: [{ op: 'netns-del', name }] };
 }
 
+/**
+ * rp_filter off in the pod netns. A new netns copies its IPv4 conf `all` and `default` from the host's init netns
+ * (net.core.devconf_inherit_init_net = 0, the default), and hosts often have 1 or 2 there (systemd's
+ * 50-default.conf sets 2, as Ubuntu does). The guest's ARP for 169.254.254.2, its unicast renewal and its
+ * rebinding broadcast all come from the leased address, which the pod netns has no route to (the veth is
+ * stripped), so strict (1) and loose (2) mode both drop them, and renewals fail. The kernel checks
+ * max(conf/all, conf/<dev>), so `all` is set, and `default`, which links made later take: the CNI plugin's veth and
+ * our bridges (this step comes before both). No undo: the values go with the netns.
+ */
+export const RP_FILTER_OFF = ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0'] as const;
+
+export function rpFilterStep(netns: string): Step {
+  return { name: StepName.RpFilter, target: netns, do: [{ op: 'sysctl', settings: [...RP_FILTER_OFF] }], undo: [] };
+}
+
+/** The pod netns, in apply order: made, then its sysctls set, before CNI ADD puts anything in it. */
+export function podNetnsSteps(name: string): Step[] {
+  return [netnsStep(name), rpFilterStep(name)];
+}
+
 /** CNI DEL must also follow a failed ADD (CNI spec), so the undo is recorded before ADD runs. */
 export function cniAddStep(ifName: string): Step {
   return { name: StepName.CniAdd, target: ifName, do: [{ op: 'cni-add', ifName }], undo: [{ op: 'cni-del', ifName }] };

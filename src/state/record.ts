@@ -10,6 +10,8 @@ export const RECORD_KIND = 'vmpodPodV1' as const;
 /** Every step of a pod network setup, in the order add applies them. */
 export const StepName = {
   Netns: 'netns',
+  /** rp_filter off in the pod netns (plan.ts rpFilterStep), before CNI ADD and before our bridges */
+  RpFilter: 'rp-filter',
   LoUp: 'lo-up',
   CniAdd: 'cni-add',
   StripRoutes: 'strip-routes',
@@ -37,6 +39,8 @@ export type Op =
   | { op: 'netns-del'; name: string }
   | { op: 'ip'; args: string[]; withNetns?: true }
   | { op: 'ebtables'; args: string[]; withNetns?: true }
+  // `sysctl -w` of each "name=value" inside the pod netns (/proc/sys/net is the opener's netns)
+  | { op: 'sysctl'; settings: string[] }
   | { op: 'cni-add'; ifName: string }
   | { op: 'cni-del'; ifName: string }
   // SR-IOV (host side, src/devices): bind the VF to vfio-pci (driver/unbind, driver_override, drivers_probe)
@@ -76,9 +80,15 @@ export interface PodRecord {
   createdAt: string;
 }
 
+/** A new record: what the caller knows, interfaces empty unless given, createdAt now. */
+export function newRecord(fields: Pick<PodRecord, 'key' | 'desc' | 'nsPath' | 'phase' | 'steps' | 'cniIfNames'> & Partial<Pick<PodRecord, 'interfaces' | 'result' | 'csn'>>): PodRecord {
+  const { interfaces = [], result, csn, ...rest } = fields;
+  return { kind: RECORD_KIND, ...rest, ...(result ? { result } : {}), ...(csn ? { csn } : {}), interfaces, createdAt: new Date().toISOString() };
+}
+
 const PHASES: readonly string[] = Object.values(Phase);
 const STEP_NAMES: readonly string[] = Object.values(StepName);
-const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'ebtables', 'cni-add', 'cni-del', 'vf-bind', 'vf-restore-driver', 'vf-link', 'vf-netdev-return'];
+const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'ebtables', 'sysctl', 'cni-add', 'cni-del', 'vf-bind', 'vf-restore-driver', 'vf-link', 'vf-netdev-return'];
 
 function isObj(x: unknown): x is Record<string, unknown> {
   return typeof x === 'object' && x !== null && !Array.isArray(x);
@@ -88,6 +98,9 @@ function opProblems(o: unknown, where: string): string[] {
   if (!isObj(o) || typeof o.op !== 'string' || !OP_NAMES.includes(o.op)) return [`${where}: not an op`];
   if ((o.op === 'ip' || o.op === 'ebtables') && !(Array.isArray(o.args) && o.args.every((a) => typeof a === 'string'))) {
     return [`${where}: ${o.op} op without string args`];
+  }
+  if (o.op === 'sysctl' && !(Array.isArray(o.settings) && o.settings.every((a) => typeof a === 'string' && /^[\w./-]+=\S+$/.test(a)))) {
+    return [`${where}: sysctl op without "name=value" settings`];
   }
   const need = (f: string, t: 'string' | 'number') => (typeof o[f] === t ? [] : [`${where}: ${o.op} op without ${t} ${f}`]);
   switch (o.op) {

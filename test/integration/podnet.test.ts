@@ -103,6 +103,12 @@ async function ebtablesRules(key: string): Promise<string> {
   return (await execa('nsenter', [`--net=${join(NETNS_DIR, key)}`, '--', 'ebtables', '-L'], { timeout: 10_000 })).stdout;
 }
 
+/** net.ipv4.conf.<dev>.rp_filter of each dev, read inside the netns (/proc/sys/net is the reader's netns). */
+async function rpFilters(key: string, devs: string[]): Promise<string[]> {
+  const { stdout } = await execa('nsenter', [`--net=${join(NETNS_DIR, key)}`, '--', 'sysctl', '-n', ...devs.map((d) => `net.ipv4.conf.${d}.rp_filter`)], { timeout: 10_000 });
+  return stdout.split('\n');
+}
+
 describe('PodNetwork (real kernel, bridge + host-local)', () => {
   it('add builds netns, veth -> bridge + tap, hands a tap fd; release leaves nothing', async () => {
     const ctx = await setup({ mtu: 1400 });
@@ -148,6 +154,8 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const { stdout: brd } = await execa('ip', ['-d', '-j', '-n', ctx.key, 'link', 'show', 'br0']);
     expect(JSON.parse(brd)[0].linkinfo.info_data.ageing_time).toBe(0);
     expect(await ebtablesRules(ctx.key)).toContain('-o virtlet-eth0 --ip-proto udp --ip-dport 67 -j DROP');
+    // rp_filter off in the pod netns (all, default, and so the bridge made after), whatever the host has
+    expect(await rpFilters(ctx.key, ['all', 'default', 'br0', 'virtlet-eth0'])).toEqual(['0', '0', '0', '0']);
 
     // the fd is the tap, opened in the pod netns, with the vnet header on
     expect(fds).toHaveLength(1);
@@ -165,7 +173,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const rec = store.read(ctx.key)!;
     expect(rec.kind).toBe(RECORD_KIND);
     expect(rec.phase).toBe('ready');
-    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'cni-add', 'lo-up', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up', 'dhcp-filter']);
+    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'cni-add', 'lo-up', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up', 'dhcp-filter']);
     expect(statSync(store.pathOf(ctx.key)).mode & 0o777).toBe(0o600);
     expect(pn.keys()).toEqual([ctx.key]);
     expect((await ctx.net.leftovers()).allocations).toHaveLength(1);

@@ -1,5 +1,7 @@
 import { describe, it, expect } from 'vitest';
-import { planContainerSide, buildCsn, randomLaaMac, observedBeforeFromCsn, dhcpFilterRules } from '../../src/podnet/plan.js';
+import { planContainerSide, buildCsn, randomLaaMac, observedBeforeFromCsn, dhcpFilterRules, podNetnsSteps, rpFilterStep } from '../../src/podnet/plan.js';
+import { runsOf, ebtablesRestoreInput } from '../../src/podnet/steps.js';
+import { conventionRecord } from '../../src/podnet/recover.js';
 import type { Observed } from '../../src/podnet/types.js';
 import type { CniResult } from '../../src/cni/types.js';
 import { resultForRecover } from '../../src/podnet/podnetwork.js';
@@ -193,5 +195,40 @@ describe('recover planning', () => {
     const undo = (p: typeof plan) => p.steps.map((s) => [s.name, ipLines(s.undo)]);
     const expected = undo(added).map(([n, u]) => (n === 'strip-routes' ? [n, ['route replace default via 10.1.90.1 dev virtlet-eth0']] : n === 'strip-addrs' ? [n, ['addr replace 10.1.90.5/24 dev virtlet-eth0']] : [n, u]));
     expect(undo(plan)).toEqual(expected);
+  });
+});
+
+describe('the pod netns steps', () => {
+  it('rp-filter comes right after the netns is made, before CNI ADD and any bridge, and has no undo', () => {
+    expect(podNetnsSteps('pod1')).toEqual([
+      { name: 'netns', target: 'pod1', do: [{ op: 'netns-add', name: 'pod1' }], undo: [{ op: 'netns-del', name: 'pod1' }] },
+      { name: 'rp-filter', target: 'pod1', do: [{ op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0'] }], undo: [] },
+    ]);
+    expect(rpFilterStep('pod1')).toEqual(podNetnsSteps('pod1')[1]);
+    // the records release and recover rebuild start the same way
+    expect(conventionRecord('pod1', NS, 'virtlet-eth0', { podId: 'u', podNs: 'n', podName: 'p' }).steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'cni-add']);
+  });
+});
+
+describe('runsOf (how the step engine spawns)', () => {
+  it('one ip batch across steps, one ebtables-restore per step, every other op alone', () => {
+    const plan = planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
+    const steps = [...podNetnsSteps('pod1'), ...plan.steps];
+    const runs = runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))));
+    expect(runs.map((r) => (r.kind === 'ip' ? `ip x${r.lines.length}` : r.kind === 'ebtables' ? `ebtables x${r.rules.length} ${r.step.name}` : `${r.op.op} ${r.step.name}`))).toEqual([
+      'netns-add netns',
+      'sysctl rp-filter',
+      'ip x13',
+      'ebtables x6 dhcp-filter',
+    ]);
+    const ip = runs[2]!;
+    expect(ip.kind === 'ip' && ip.lines.map((l) => l.step.name)[0]).toBe('lo-up');
+    // ebtables rules of two steps are two transactions
+    const [a, b] = [plan.steps.at(-1)!, { ...plan.steps.at(-1)!, target: 'other' }];
+    expect(runsOf([...a.do.map((op) => ({ step: a, op })), ...b.do.map((op) => ({ step: b, op }))]).map((r) => r.kind)).toEqual(['ebtables', 'ebtables']);
+  });
+
+  it('ebtablesRestoreInput adds the rules to the filter table without a flush', () => {
+    expect(ebtablesRestoreInput([['-A', 'INPUT', '-i', 'eth0', '-j', 'DROP']])).toBe('*filter\n-A INPUT -i eth0 -j DROP\nCOMMIT\n');
   });
 });

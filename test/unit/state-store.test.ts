@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, statSync, readdirSync, writeFileSync, readFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { StateStore } from '../../src/state/store.js';
-import { RECORD_KIND, type PodRecord } from '../../src/state/record.js';
+import { RECORD_KIND, newRecord, recordProblems, type PodRecord } from '../../src/state/record.js';
 import { isVmpodError } from '../../src/errors.js';
 
 function sample(key = 'pod-1'): PodRecord {
@@ -97,5 +97,23 @@ describe('StateStore', () => {
     expect(() => s.read('../etc')).toThrow(/bad key/);
     expect(() => s.write(sample('a/b'))).toThrow(/bad key/);
     expect(() => statSync(dir)).toThrow();
+  });
+});
+
+describe('record', () => {
+  it('newRecord fills kind, interfaces and createdAt, and its record parses', () => {
+    const rec = newRecord({ key: 'pod-1', desc: sample().desc, nsPath: '/var/run/netns/pod-1', phase: 'adding', steps: sample().steps, cniIfNames: ['virtlet-eth0'] });
+    expect(rec).toEqual({ ...sample(), createdAt: rec.createdAt });
+    expect(Object.keys(rec)).toEqual(Object.keys(sample()));
+    expect(Number.isNaN(Date.parse(rec.createdAt))).toBe(false);
+    expect(recordProblems(JSON.parse(JSON.stringify(rec)), 'pod-1')).toEqual([]);
+  });
+
+  it('a sysctl op takes "name=value" settings only', () => {
+    const withOp = (op: unknown) => ({ ...sample(), steps: [{ name: 'rp-filter', target: 'pod-1', do: [op], undo: [] }] });
+    expect(recordProblems(withOp({ op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0'] }), 'pod-1')).toEqual([]);
+    for (const settings of [undefined, ['net.ipv4.conf.all.rp_filter'], ['a=1 b=2'], [3]]) {
+      expect(recordProblems(withOp({ op: 'sysctl', settings }), 'pod-1')).toEqual(['steps[0].do[0]: sysctl op without "name=value" settings']);
+    }
   });
 });

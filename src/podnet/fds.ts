@@ -1,0 +1,61 @@
+// The fds a pod hands to its VM (get): one per interface, opened through the addon (a tap must be opened inside
+// the pod netns, in one synchronous call), closed through it.
+import { openSync } from 'node:fs';
+import { ErrorCode, VmpodError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { native } from '../native.js';
+import type { PodInterface } from './types.js';
+
+/**
+ * One fd per interface, in interface order (get's fdIndex). A tap: opened in the pod netns. A VF: /dev/null,
+ * read-only and close-on-exec (libuv opens every file with O_CLOEXEC), only so that get hands one fd per
+ * interface, as Virtlet did; vmwrapper passes the VF by its PCI address and never gives that fd to qemu.
+ * On a failure the fds already opened are closed.
+ */
+export function openFds(nsPath: string, interfaces: PodInterface[], log: Logger): number[] {
+  const fds: number[] = [];
+  try {
+    for (const i of interfaces) {
+      if (i.type === 'vf') {
+        try {
+          fds.push(openSync('/dev/null', 'r'));
+        } catch (e) {
+          throw new VmpodError(ErrorCode.Syscall, `open /dev/null for VF ${i.cniName}`, { cause: e, op: 'open-tap' });
+        }
+        continue;
+      }
+      try {
+        // IFF_VNET_HDR must match the persistent tap's flags; single queue
+        fds.push(native().openTap(nsPath, i.tapName, { vnetHdr: true }));
+      } catch (e) {
+        throw new VmpodError(ErrorCode.Syscall, `open tap ${i.tapName} in ${nsPath}`, { cause: e, op: 'open-tap' });
+      }
+    }
+  } catch (e) {
+    closeFds(fds, log);
+    throw e;
+  }
+  return fds;
+}
+
+/** Closes and empties `fds` (in place); a failing close is logged, the rest still closed. */
+export function closeFds(fds: number[], log: Logger): void {
+  for (const fd of fds.splice(0)) {
+    try {
+      native().close(fd);
+    } catch (e) {
+      log.error({ err: e, fd }, 'closing a tap fd failed');
+    }
+  }
+}
+
+/**
+ * EBUSY from TUNSETIFF (native errors carry the errno name as code), anywhere in the cause chain: a
+ * single-queue tap takes one open file at a time, and a running VM holds it.
+ */
+export function isBusy(e: unknown): boolean {
+  for (let c: unknown = e, d = 0; c instanceof Error && d < 5; c = c.cause, d++) {
+    if ((c as NodeJS.ErrnoException).code === 'EBUSY') return true;
+  }
+  return false;
+}

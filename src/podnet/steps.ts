@@ -1,0 +1,246 @@
+// The step engine: records steps and applies their do-ops, and runs the recorded undo-ops (teardown, failed-ADD
+// rollback, restart recovery). Each step is written to the record BEFORE it is applied (DESIGN.md), so an undo
+// run reads exactly what may have been done. Ops are grouped into runs (runsOf, pure) so that many link
+// operations cost one spawn.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { Sysfs } from '../devices/sysfs.js';
+import { bindToVfio } from '../devices/bind.js';
+import { vfLinkArgv } from '../devices/vf.js';
+import type { StateStore } from '../state/store.js';
+import type { Op, PodRecord, Step } from '../state/record.js';
+import { isAlreadyUndone, type NetExec, type RunOpts } from './exec.js';
+import { restoreVfDriver, restoreVfLink, returnVfNetdev, type VfLink } from './vf.js';
+
+/** What the engine works with; PodNetwork builds it once. */
+export interface StepDeps {
+  exec: NetExec;
+  store: StateStore;
+  sysfs: Sysfs;
+  vfLink: VfLink;
+  /** where `ip netns` keeps named netns */
+  netnsDir: string;
+  /** how long the undo of a VF's bind waits for its netdev */
+  vfNetdevTimeoutMs: number;
+  /** CNI DEL of the record's attachment ifName */
+  cniDel: (rec: PodRecord, ifName: string) => Promise<void>;
+}
+
+/** A failure of one recorded step (or of a stage that is not a step, such as open-tap). */
+export function stepError(step: string, target: string | undefined, cause: unknown): VmpodError {
+  const code: ErrorCodeT = isVmpodError(cause) ? cause.code : ErrorCode.Internal;
+  return new VmpodError(code, `step "${step}"${target ? ` on ${target}` : ''} failed: ${errorChain(cause)}`, { cause, op: step });
+}
+
+export interface StepOp {
+  step: Step;
+  op: Op;
+}
+
+/** Ops run together: one `ip -batch`, one ebtables-restore, or one op alone. */
+export type Run = { kind: 'ip'; lines: { step: Step; args: string[] }[] } | { kind: 'ebtables'; step: Step; rules: string[][] } | { kind: 'one'; step: Step; op: Op };
+
+/**
+ * Pure: consecutive ip ops (of any steps) form one run, as `ip -batch` runs them all in the pod netns;
+ * consecutive ebtables ops form one run per step (one atomic ebtables-restore); every other op is a run alone.
+ */
+export function runsOf(items: readonly StepOp[]): Run[] {
+  const runs: Run[] = [];
+  for (const { step, op } of items) {
+    const last = runs[runs.length - 1];
+    if (op.op === 'ip') {
+      if (last?.kind === 'ip') last.lines.push({ step, args: op.args });
+      else runs.push({ kind: 'ip', lines: [{ step, args: op.args }] });
+    } else if (op.op === 'ebtables') {
+      if (last?.kind === 'ebtables' && last.step === step) last.rules.push(op.args);
+      else runs.push({ kind: 'ebtables', step, rules: [op.args] });
+    } else runs.push({ kind: 'one', step, op });
+  }
+  return runs;
+}
+
+/** Pure: ebtables-restore input that changes the filter table by these rules (no flush), in one transaction. */
+export function ebtablesRestoreInput(rules: readonly (readonly string[])[]): string {
+  return ['*filter', ...rules.map((a) => a.join(' ')), 'COMMIT', ''].join('\n');
+}
+
+/** Appends the steps to the record and writes it (one atomic write). */
+export function recordSteps(store: StateStore, rec: PodRecord, steps: Step[]): void {
+  rec.steps.push(...steps);
+  store.write(rec);
+}
+
+/**
+ * Records the steps (one write), then runs their do-ops: consecutive ip ops as one `ip -batch` in the pod
+ * netns (it stops at the first failing line, which names the step), ebtables rules as one atomic
+ * ebtables-restore. Throws a step error naming the failed step.
+ */
+export async function applySteps(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void> {
+  recordSteps(deps.store, rec, steps);
+  const sig = signal ? { signal } : {};
+  for (const run of runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))))) {
+    if (run.kind === 'ip') {
+      let failures;
+      try {
+        ({ failures } = await deps.exec.ipBatch(rec.key, run.lines.map((g) => g.args), sig));
+      } catch (e) {
+        throw stepError(run.lines[0]!.step.name, run.lines[0]!.step.target, e);
+      }
+      if (failures.length > 0) {
+        const f = failures[0]!;
+        const g = run.lines[f.line - 1] ?? run.lines[0]!;
+        throw stepError(g.step.name, g.step.target, new VmpodError(ErrorCode.Netlink, `ip ${g.args.join(' ')}: ${f.message}`));
+      }
+      continue;
+    }
+    const { step } = run;
+    try {
+      // ebtables-restore applies the whole table in one transaction: all rules or none
+      if (run.kind === 'ebtables') await mustRunInNetns(deps.exec, rec.nsPath, ['ebtables-restore', '--noflush'], 'ebtables-restore', { input: ebtablesRestoreInput(run.rules), ...sig });
+      else await applyOne(deps, rec, step, run.op, sig);
+    } catch (e) {
+      if (run.kind === 'one' && run.op.op === 'netns-add') {
+        // `ip netns add` cleans up after itself when it fails: nothing of ours to undo, and the netns (if it
+        // exists now) is someone else's: drop the step so rollback does not delete it
+        rec.steps = rec.steps.filter((s) => s !== step);
+        deps.store.write(rec);
+      }
+      throw stepError(step.name, step.target, e);
+    }
+  }
+}
+
+/** One do-op that runs alone (not ip, not ebtables). */
+async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig: { signal?: AbortSignal }): Promise<void> {
+  switch (op.op) {
+    case 'sysctl':
+      // procps' sysctl writes /proc/sys/net/..., which shows the netns of the process that opens it
+      return mustRunInNetns(deps.exec, rec.nsPath, ['sysctl', '-q', '-w', ...op.settings], `sysctl -w ${op.settings.join(' ')}`, sig);
+    case 'vf-bind':
+      // host side, synchronous sysfs writes; the VF's netdev leaves the pod netns as its driver lets go
+      bindToVfio(deps.sysfs, op.address);
+      return;
+    case 'vf-link':
+      try {
+        await deps.vfLink(vfLinkArgv(op.pf, op.vf, op.mac, op.vlan));
+      } catch (e) {
+        throw new VmpodError(ErrorCode.Device, `set MAC ${op.mac} VLAN ${op.vlan} on VF ${op.vf} of ${op.pf}`, { cause: e });
+      }
+      return;
+    case 'netns-add':
+      await deps.exec.ip(['netns', 'add', op.name], sig);
+      return;
+    case 'ip':
+    case 'ebtables':
+    case 'netns-del':
+    case 'cni-add':
+    case 'cni-del':
+    case 'vf-restore-driver':
+    case 'vf-netdev-return':
+      throw new VmpodError(ErrorCode.Internal, `step ${step.name}: op ${op.op} cannot be applied here`);
+    default: {
+      const never: never = op;
+      throw new VmpodError(ErrorCode.Internal, `unknown op ${JSON.stringify(never)}`);
+    }
+  }
+}
+
+/** A program in the pod netns that must succeed: a non-zero exit is a Netlink error quoting its stderr. */
+async function mustRunInNetns(exec: NetExec, nsPath: string, argv: string[], what: string, opts: RunOpts): Promise<void> {
+  const r = await exec.inNetns(nsPath, argv, opts);
+  if (r.exitCode !== 0) throw new VmpodError(ErrorCode.Netlink, `${what} in ${nsPath}: ${r.stderr.trim() || `exit code ${r.exitCode}`}`);
+}
+
+/**
+ * Runs every recorded undo op, steps in reverse, ops of a step in order; keeps going past failures and
+ * returns them. Ops marked withNetns are left to the netns removal that ends the same run. Ops inside the
+ * pod netns are skipped when the netns is gone (nothing left to undo there).
+ * "Already undone" (no such device, address, route, rule) is not a failure: a batch or a crash can have
+ * stopped anywhere between record and apply.
+ */
+export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): Promise<Error[]> {
+  const errors: Error[] = [];
+  const netnsGoes = rec.steps.some((s) => s.undo.some((o) => o.op === 'netns-del'));
+  const items = [...rec.steps]
+    .reverse()
+    .flatMap((step) => step.undo.map((op) => ({ step, op })))
+    .filter(({ op }) => !(netnsGoes && (op.op === 'ip' || op.op === 'ebtables') && op.withNetns));
+  let t = performance.now();
+  for (const run of runsOf(items)) {
+    const nsThere = existsSync(rec.nsPath);
+    const first = run.kind === 'ip' ? run.lines[0]!.step : run.step;
+    try {
+      if (run.kind === 'ip') {
+        if (nsThere) errors.push(...(await undoIpBatch(deps.exec, rec.key, run.lines)));
+      } else if (run.kind === 'ebtables') {
+        if (nsThere) await undoEbtables(deps.exec, rec.nsPath, run.rules);
+      } else await undoOne(deps, rec, run.op, log);
+    } catch (e) {
+      errors.push(stepError(`undo ${first.name}`, first.target, e));
+    }
+    const now = performance.now();
+    const last = run.kind === 'ip' ? run.lines[run.lines.length - 1]!.step : run.step;
+    log.debug({ ms: Math.round((now - t) * 10) / 10 }, `undo ${last.name}`);
+    t = now;
+  }
+  for (const e of errors) log.error({ err: e }, 'undo step failed');
+  return errors;
+}
+
+/** One `ip -force -batch` of undo lines: every line runs; the failures that are not "already undone", each naming its step. */
+async function undoIpBatch(exec: NetExec, key: string, lines: { step: Step; args: string[] }[]): Promise<Error[]> {
+  const { failures } = await exec.ipBatch(key, lines.map((g) => g.args), { force: true });
+  return failures
+    .filter((f) => !isAlreadyUndone(f.message))
+    .map((f) => {
+      const g = lines[f.line - 1];
+      return new VmpodError(ErrorCode.Netlink, `undo "${g?.step.name ?? '?'}"${g?.step.target ? ` on ${g.step.target}` : ''}: ip ${g?.args.join(' ') ?? ''}: ${f.message}`, { key, op: g?.step.name ?? 'undo' });
+    });
+}
+
+async function undoOne(deps: StepDeps, rec: PodRecord, op: Op, log: Logger): Promise<void> {
+  switch (op.op) {
+    case 'cni-del':
+      // DEL with the cached ADD result as prevResult (the CNI client reads its cache); it must succeed
+      // when called again and after a failed ADD, and a missing netns is the plugins' to tolerate
+      return deps.cniDel(rec, op.ifName);
+    case 'netns-del':
+      if (!existsSync(join(deps.netnsDir, op.name))) return;
+      await deps.exec.ip(['netns', 'del', op.name]);
+      return;
+    case 'vf-restore-driver':
+      return restoreVfDriver(deps.sysfs, op, log);
+    case 'vf-link':
+      return restoreVfLink(deps.vfLink, op, log);
+    case 'vf-netdev-return':
+      return returnVfNetdev(deps, rec, op, log);
+    case 'ip':
+    case 'ebtables':
+      throw new VmpodError(ErrorCode.Internal, `op ${op.op} runs in a batch, not alone`);
+    case 'netns-add':
+    case 'sysctl':
+    case 'cni-add':
+    case 'vf-bind':
+      throw new VmpodError(ErrorCode.Internal, `op ${op.op} is not an undo op`);
+    default: {
+      const never: never = op;
+      throw new VmpodError(ErrorCode.Internal, `unknown op ${JSON.stringify(never)}`);
+    }
+  }
+}
+
+/**
+ * Deletes ebtables rules: all in one ebtables-restore transaction (one spawn); when that fails (a rule is
+ * missing: a crash came between record and apply), one by one, "no such rule" being fine.
+ */
+async function undoEbtables(exec: NetExec, nsPath: string, rules: string[][]): Promise<void> {
+  const all = await exec.inNetns(nsPath, ['ebtables-restore', '--noflush'], { input: ebtablesRestoreInput(rules) });
+  if (all.exitCode === 0) return;
+  for (const args of rules) {
+    const r = await exec.inNetns(nsPath, ['ebtables', ...args]);
+    if (r.exitCode !== 0 && !isAlreadyUndone(r.stderr)) throw new VmpodError(ErrorCode.Netlink, `ebtables ${args.join(' ')} in ${nsPath}: ${r.stderr.trim()}`);
+  }
+}
