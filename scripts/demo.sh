@@ -79,7 +79,8 @@ cat > "$WORK/net.d/10-demo.conflist" <<EOF
 EOF
 
 say "starting tapmanager on $SOCKET (CNI: bridge $BRIDGE + host-local $SUBNET.0/24)"
-node dist/bundle/tapmanager.js --socket "$SOCKET" --cni-conf-dir "$WORK/net.d" --cni-bin-dir /usr/lib/cni \
+# setsid: a Ctrl-C in the terminal reaches the script, not tapmanager, which must stay up to release the pod
+setsid node dist/bundle/tapmanager.js --socket "$SOCKET" --cni-conf-dir "$WORK/net.d" --cni-bin-dir /usr/lib/cni \
   --cni-cache-dir "$WORK/cache" --state-dir "$WORK/state" --log-level warn &
 TM_PID=$!
 for _ in $(seq 100); do [ -S "$SOCKET" ] && break; sleep 0.1; done
@@ -97,9 +98,9 @@ if [ -e /dev/kvm ] && [ ! -e /sys/module/kvm_pvm ] && [ -z "${VMPOD_DEMO_TCG:-}"
 say "booting the guest through vmwrapper (${ACCEL[*]})"
 SERIAL="$WORK/serial.log"
 VIRTLET_EMULATOR=/usr/bin/qemu-system-x86_64 VIRTLET_NET_KEY="$KEY" VIRTLET_FD_SERVER_SOCKET_PATH="$SOCKET" VMPOD_LOG_LEVEL=silent \
-  node dist/bundle/vmwrapper.js "${ACCEL[@]}" -m 256 -nodefaults -display none -serial "file:$SERIAL" \
+  setsid node dist/bundle/vmwrapper.js "${ACCEL[@]}" -m 256 -nodefaults -display none -serial "file:$SERIAL" \
   -kernel "$KERNEL" -initrd "$INITRD" -append 'console=ttyS0 quiet' &
-QEMU_PID=$!   # vmwrapper execs qemu: same PID
+QEMU_PID=$!   # setsid and vmwrapper both exec: this is qemu's PID
 LEASE=""
 for _ in $(seq 600); do
   LEASE=$(grep -m1 '^VMPOD-LEASE' "$SERIAL" 2>/dev/null || true)
