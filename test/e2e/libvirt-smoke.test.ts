@@ -69,6 +69,8 @@ describe('libvirt harness smoke', () => {
     await v.virsh(['undefine', domain]);
     const names = (await v.virsh(['list', '--all', '--name'])).split('\n');
     expect(names).not.toContain(domain);
+    // libvirt keeps the domain's log after undefine: it is ours, remove it
+    await rm(`/var/log/libvirt/qemu/${domain}.log`, { force: true });
     domain = undefined;
   });
 });
