@@ -3,6 +3,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { execa } from 'execa';
+import { expect } from 'vitest';
+import type { CniTestNet } from './cniconf.js';
 import { native } from '../../src/native.js';
 
 export const REPO = resolve(import.meta.dirname, '../..');
@@ -117,4 +120,24 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 
 export function removeDir(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
+}
+
+export interface StopOptions {
+  /** only stop (and check the exit code of) a daemon that still runs: a restart test stops and checks it itself */
+  ifAlive?: boolean;
+  /** a pod whose netns a failed test may have left behind */
+  podKey?: string;
+}
+
+/**
+ * The finally of a test that runs its own tapmanager on a throwaway CNI network: SIGTERM must end the daemon with
+ * exit code 0; then the pod's netns (if left), the network and the daemon's temp dir are removed.
+ */
+export async function stopDaemonAndNet(d: Daemon, net: CniTestNet, opts: StopOptions = {}): Promise<void> {
+  if (!opts.ifAlive || d.alive()) expect(await d.stop()).toBe(0);
+  if (opts.podKey !== undefined && existsSync(`/var/run/netns/${opts.podKey}`)) {
+    await execa('ip', ['netns', 'del', opts.podKey], { reject: false, timeout: 10_000 });
+  }
+  await net.cleanup();
+  removeDir(d.dir);
 }

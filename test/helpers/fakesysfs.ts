@@ -4,6 +4,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { expect } from 'vitest';
 import { Sysfs } from '../../src/devices/sysfs.js';
 import { ErrorCode, VmpodError } from '../../src/errors.js';
 
@@ -120,6 +121,18 @@ export class FakeSysfsTree {
 
 export function makeFakeSysfs(): FakeSysfsTree {
   return new FakeSysfsTree(fs.mkdtempSync(path.join(os.tmpdir(), 'vmpod-sysfs-')));
+}
+
+/**
+ * For afterEach: removes the tree the test made, if any, and checks that it is gone. Returns undefined, to clear the
+ * test file's slot: `afterEach(() => { tree = removeFakeSysfs(tree); });`
+ */
+export function removeFakeSysfs(tree: FakeSysfsTree | undefined): undefined {
+  if (tree) {
+    tree.cleanup();
+    expect(fs.existsSync(tree.root)).toBe(false);
+  }
+  return undefined;
 }
 
 /** The kernel's probe, by hand: bind `address` to its driver_override (if set and not "(null)"). */

@@ -1,12 +1,12 @@
 // tapmanager as an operator runs it: a child process on a temporary socket, Debian's CNI plugins, the real kernel.
 // Every pod key and CNI network is unique to this file; every test checks that nothing of its own is left.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { readFileSync, readdirSync, existsSync, mkdtempSync, writeFileSync, chmodSync, mkdirSync, openSync, closeSync, rmSync } from 'node:fs';
+import { readFileSync, readdirSync, mkdtempSync, writeFileSync, chmodSync, mkdirSync, openSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
-import { startDaemon, removeDir, BIN, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, stopDaemonAndNet, removeDir, BIN, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet, SYSTEM_CNI_BIN } from '../helpers/cniconf.js';
 import { runVmwrapper, stubTaps, ambientFds, STUB_EMULATOR } from '../helpers/vmwrapper.js';
 import { FdClient } from '../../src/client/fdclient.js';
@@ -314,9 +314,7 @@ describe('tapmanager with failing CNI plugins', () => {
       expect(readdirSync(d.stateDir).filter((f) => f.includes(key))).toEqual([]);
       expect(Array.isArray(client.list())).toBe(true);
     } finally {
-      expect(await d.stop()).toBe(0);
-      await net.cleanup();
-      removeDir(d.dir);
+      await stopDaemonAndNet(d, net);
     }
   });
 
@@ -349,9 +347,7 @@ describe('tapmanager with failing CNI plugins', () => {
       expect(sleepers).toEqual([]);
       expect(Array.isArray(client.list())).toBe(true);
     } finally {
-      expect(await d.stop()).toBe(0);
-      await net.cleanup();
-      removeDir(d.dir);
+      await stopDaemonAndNet(d, net);
     }
   });
 });
@@ -382,10 +378,7 @@ describe('tapmanager restart', () => {
       expect(await netnsExists(key)).toBe(false);
       expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
     } finally {
-      if (d.alive()) expect(await d.stop()).toBe(0);
-      if (existsSync(`/var/run/netns/${key}`)) await execa('ip', ['netns', 'del', key], { reject: false });
-      await net.cleanup();
-      removeDir(d.dir);
+      await stopDaemonAndNet(d, net, { ifAlive: true, podKey: key });
     }
   });
 });
@@ -414,10 +407,7 @@ describe('tapmanager recover', () => {
       expect(await netnsExists(key)).toBe(false);
       expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
     } finally {
-      if (d.alive()) expect(await d.stop()).toBe(0);
-      if (existsSync(`/var/run/netns/${key}`)) await execa('ip', ['netns', 'del', key], { reject: false });
-      await net.cleanup();
-      removeDir(d.dir);
+      await stopDaemonAndNet(d, net, { ifAlive: true, podKey: key });
     }
   });
 });

@@ -15,6 +15,7 @@ import {
 } from '../../src/cni/config.js';
 import { CniError } from '../../src/cni/errors.js';
 import { isVmpodError } from '../../src/errors.js';
+import { thrownError as thrown } from '../helpers/errors.js';
 
 const conflist = {
   cniVersion: '1.0.0',
@@ -25,15 +26,6 @@ const conflist = {
     { type: 'portmap', capabilities: { portMappings: true, bandwidth: false } },
   ],
 };
-
-function thrown(f: () => unknown): Error {
-  try {
-    f();
-  } catch (e) {
-    return e as Error;
-  }
-  throw new Error('did not throw');
-}
 
 describe('parseConfList', () => {
   it('reads a conflist and keeps its bytes', () => {

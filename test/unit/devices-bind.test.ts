@@ -1,16 +1,11 @@
-import * as fs from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ErrorCode } from '../../src/errors.js';
 import { bindToVfio, restoreDriver, Sysfs } from '../../src/devices/index.js';
-import { FakeSysfs, makeFakeSysfs, simulateProbe, type FakeSysfsTree } from '../helpers/fakesysfs.js';
+import { FakeSysfs, makeFakeSysfs, removeFakeSysfs, simulateProbe, type FakeSysfsTree } from '../helpers/fakesysfs.js';
 
 let tree: FakeSysfsTree | undefined;
 afterEach(() => {
-  if (tree) {
-    tree.cleanup();
-    expect(fs.existsSync(tree.root)).toBe(false);
-    tree = undefined;
-  }
+  tree = removeFakeSysfs(tree);
 });
 
 function qatTree(driver?: string): FakeSysfsTree {

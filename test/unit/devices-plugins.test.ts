@@ -1,17 +1,13 @@
-import * as fs from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ErrorCode, isVmpodError, type VmpodError } from '../../src/errors.js';
+import { ErrorCode } from '../../src/errors.js';
 import { classifyCriDevices, collectPluginDevices, parseCriDevices, Sysfs } from '../../src/devices/index.js';
 import { buildQemuArgv } from '../../src/qemu/index.js';
-import { makeFakeSysfs, type FakeSysfsTree } from '../helpers/fakesysfs.js';
+import { thrownVmpodError as thrown } from '../helpers/errors.js';
+import { makeFakeSysfs, removeFakeSysfs, type FakeSysfsTree } from '../helpers/fakesysfs.js';
 
 let tree: FakeSysfsTree | undefined;
 afterEach(() => {
-  if (tree) {
-    tree.cleanup();
-    expect(fs.existsSync(tree.root)).toBe(false);
-    tree = undefined;
-  }
+  tree = removeFakeSysfs(tree);
 });
 
 const MDEV = '4b20d080-1b54-4048-85b3-a6a62d165c01';
@@ -39,16 +35,6 @@ function node(): { tree: FakeSysfsTree; sysfs: Sysfs } {
   t.addPci({ address: '0000:00:02.0', class: 0x030000, driver: 'i915', iommuGroup: '1' });
   t.addMdev(MDEV, '0000:00:02.0', '20');
   return { tree: t, sysfs: new Sysfs(t.root) };
-}
-
-function thrown(f: () => unknown): VmpodError {
-  try {
-    f();
-  } catch (e) {
-    if (isVmpodError(e)) return e;
-    throw e;
-  }
-  throw new Error('did not throw');
 }
 
 const GROUP67 = JSON.stringify([

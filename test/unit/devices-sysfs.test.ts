@@ -2,15 +2,11 @@ import * as fs from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ErrorCode } from '../../src/errors.js';
 import { parsePciAddress, Sysfs, sysfsRoot } from '../../src/devices/index.js';
-import { makeFakeSysfs, type FakeSysfsTree } from '../helpers/fakesysfs.js';
+import { makeFakeSysfs, removeFakeSysfs, type FakeSysfsTree } from '../helpers/fakesysfs.js';
 
 let tree: FakeSysfsTree | undefined;
 afterEach(() => {
-  if (tree) {
-    tree.cleanup();
-    expect(fs.existsSync(tree.root)).toBe(false);
-    tree = undefined;
-  }
+  tree = removeFakeSysfs(tree);
 });
 
 describe('parsePciAddress', () => {

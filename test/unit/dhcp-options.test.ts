@@ -13,6 +13,7 @@ import {
   planRoutes,
   sortRoutes,
 } from '../../src/dhcp/options.js';
+import { thrownError as thrown } from '../helpers/errors.js';
 
 const lease: DhcpLease = {
   mac: '02:42:AC:11:00:02',
@@ -33,15 +34,6 @@ const lease: DhcpLease = {
 
 function opt(built: ReturnType<typeof buildOptions>, code: number): Buffer | undefined {
   return built.options.find((o) => o.code === code)?.data;
-}
-
-function thrown(f: () => unknown): Error & { code?: string } {
-  try {
-    f();
-  } catch (e) {
-    return e as Error & { code?: string };
-  }
-  throw new Error('did not throw');
 }
 
 describe('RFC 3442 classless static routes (option 121)', () => {

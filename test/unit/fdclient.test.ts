@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { once } from 'node:events';
 import { FdClient } from '../../src/client/fdclient.js';
-import { isVmpodError } from '../../src/errors.js';
+import { errOf } from '../helpers/errors.js';
 
 const ADDON = join(import.meta.dirname, '../../build/Release/vmpod_native.node');
 
@@ -99,16 +99,6 @@ let serverLog = '';
 
 function openFds(): string[] {
   return readdirSync('/proc/self/fd').sort();
-}
-
-function errOf(f: () => unknown): { code: string; message: string } {
-  try {
-    f();
-  } catch (e) {
-    if (isVmpodError(e)) return { code: e.code, message: e.message };
-    throw e;
-  }
-  throw new Error('did not throw');
 }
 
 beforeAll(async () => {

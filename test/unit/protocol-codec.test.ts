@@ -10,19 +10,9 @@ import {
   encodeRecoverPayload,
 } from '../../src/protocol/codec.js';
 import type { ContainerSideNetwork } from '../../src/protocol/payloads.js';
-import { isVmpodError } from '../../src/errors.js';
+import { errOf } from '../helpers/errors.js';
 
 const b = (s: string) => Buffer.from(s, 'utf8');
-
-function errOf(f: () => unknown): { code: string; message: string } {
-  try {
-    f();
-  } catch (e) {
-    if (isVmpodError(e)) return { code: e.code, message: e.message };
-    throw e;
-  }
-  throw new Error('did not throw');
-}
 
 // reference/fd-protocol.md, "Example"
 const EXAMPLE_CSN =

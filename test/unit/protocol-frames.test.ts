@@ -2,20 +2,10 @@ import { describe, expect, it } from 'vitest';
 import { RequestReader, encodeError, encodeResponse, type Request } from '../../src/protocol/frames.js';
 import { encodeHeader, decodeHeader } from '../../src/protocol/header.js';
 import { Command, MAX_PAYLOAD } from '../../src/protocol/commands.js';
-import { isVmpodError } from '../../src/errors.js';
+import { errOf } from '../helpers/errors.js';
 
 function req(command: number, key: string, data: Buffer = Buffer.alloc(0), oobSize = 0): Buffer {
   return Buffer.concat([encodeHeader({ command, dataSize: data.length, oobSize, key }), data]);
-}
-
-function errOf(f: () => unknown): { code: string; message: string } {
-  try {
-    f();
-  } catch (e) {
-    if (isVmpodError(e)) return { code: e.code, message: e.message };
-    throw e;
-  }
-  throw new Error('did not throw');
 }
 
 const addJson = Buffer.from('{"podNetworkDesc":{"podId":"p","podNs":"ns","podName":"n"}}');

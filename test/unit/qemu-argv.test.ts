@@ -1,19 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { ErrorCode, isVmpodError, type VmpodError } from '../../src/errors.js';
+import { ErrorCode } from '../../src/errors.js';
 import { buildQemuArgv, IdAllocator, QemuNetdev, QemuVfioDevice } from '../../src/qemu/index.js';
+import { thrownVmpodError as thrown } from '../helpers/errors.js';
 
 const PC = ['-name', 'guest=vm', '-machine', 'pc-i440fx-7.2,usb=off', '-m', '1024'];
 const Q35 = ['-name', 'guest=vm', '-machine', 'pc-q35-7.2,usb=off', '-m', '1024'];
-
-function thrown(f: () => unknown): VmpodError {
-  try {
-    f();
-  } catch (e) {
-    if (isVmpodError(e)) return e;
-    throw e;
-  }
-  throw new Error('did not throw');
-}
 
 describe('QemuNetdev (golden argv)', () => {
   it('single-queue tap', () => {
