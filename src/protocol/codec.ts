@@ -51,13 +51,6 @@ function fail(what: string, p: Problems): never {
 
 // ---- field readers: each reports its own problem and returns a usable default ----
 
-function reqObj(o: Obj, f: string, path: string, p: Problems): Obj | undefined {
-  const v = o[f];
-  if (isObj(v)) return v;
-  p.add(`${path}${f}`, 'must be an object', v);
-  return undefined;
-}
-
 function reqStr(o: Obj, f: string, path: string, p: Problems): string {
   const v = o[f];
   if (typeof v === 'string') return v;

@@ -131,6 +131,8 @@ class Connection {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private eof = false;
+  /** a peer without the right to be served: its bytes are dropped */
+  private refused = false;
   private readonly log: Logger;
 
   constructor(
@@ -150,7 +152,11 @@ class Connection {
     this.log = opts.log.child({ peerPid: this.peer.pid, peerUid: this.peer.uid });
     if (!peerAllowed(this.peer, opts.allowedGids ?? [])) {
       this.log.warn('refused a peer that is neither uid 0 nor in the socket group');
-      this.reject(`permission denied: uid ${this.peer.uid} gid ${this.peer.gid} may not use this socket`);
+      // say why, then serve nothing: the peer's request is read and dropped until it hangs up or the frame
+      // timeout ends it (closing at once would make its write fail with EPIPE before it reads the reason)
+      this.sendError(`permission denied: uid ${this.peer.uid} gid ${this.peer.gid} may not use this socket`);
+      this.refused = true;
+      this.armTimer();
       return;
     }
     this.armTimer();
@@ -204,6 +210,7 @@ class Connection {
         this.poller.stop();
         break;
       }
+      if (this.refused) continue;
       let reqs: Request[];
       try {
         reqs = this.reader.push(chunk);
@@ -216,6 +223,11 @@ class Connection {
         break;
       }
       this.queue.push(...reqs.map((req) => ({ req })));
+    }
+    if (this.refused) {
+      // nothing is served; the timer armed at refusal stands, a hang-up ends it sooner
+      if (this.eof) this.close();
+      return;
     }
     this.pump();
   }
