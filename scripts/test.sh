@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# sources and tests type-check together (the build checks src/ alone)
+if ! npm run typecheck --silent; then
+  echo "0 passed, 1 failed"
+  exit 1
+fi
 mkdir -p .cache
 report=.cache/vitest-report.json
 rm -f "$report"
