@@ -20,7 +20,7 @@
 // pod and no outside server answers the guest; the rule must match the veth port only, or it drops the guest's
 // renewals as Virtlet's did. And the pod netns must accept the guest's source address for (1): rp_filter 0 on
 // the bridge and in "all" (the kernel uses the maximum). A new netns copies its IPv4 settings from the host's
-// (net.core.devconf_inherit_init_net = 0), so on a host with rp_filter 1 or 2 podnet has to set them to 0.
+// (net.core.devconf_inherit_init_net = 0); podnet sets rp_filter 0 in every pod netns (its "rp-filter" step).
 //
 // SIZE. A reply fits the client's option 57, else 576 bytes (RFC 2131 section 2; busybox sends 57 = 576):
 // options that overflow the options field go into file and sname (option 52); no option is split (RFC 3396),
