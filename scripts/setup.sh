@@ -8,7 +8,7 @@ PACKAGES=(
   containernetworking-plugins   # the node's CNI plugins (/usr/lib/cni)
   iproute2                      # ip, ip netns, bridge
   ebtables util-linux           # DHCP kept off the CNI link (ebtables inside the pod netns, entered with nsenter)
-  procps                        # sysctl: rp_filter 0 inside every pod netns (DHCP renewals from the leased address)
+  procps                        # sysctl: the tests read sysctls inside pod netns
   qemu-system-x86               # the emulator (TCG where KVM is unusable)
   busybox-static                # the tiny guest's userland, and udhcpc for DHCP tests
   dnsmasq-base                  # the off-the-shelf DHCP server of the baseline benchmark

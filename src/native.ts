@@ -95,6 +95,11 @@ export interface Native {
    * SO_BINDTODEVICE(ifname), bound to 0.0.0.0:port.
    */
   udpSocketInNetns(nsPath: string, ifname: string, port: number): number;
+  /**
+   * write each "name=value" (sysctl names, e.g. "net.ipv4.conf.all.rp_filter=0") to /proc/sys inside the netns
+   * at nsPath: /proc/sys/net shows the netns of the thread that opens it.
+   */
+  sysctlInNetns(nsPath: string, settings: string[]): void;
   /** recvfrom on a nonblocking UDP socket; null on EAGAIN. */
   recvFrom(fd: number, max: number): RecvFromResult | null;
   /** sendto(address:port) on a UDP socket. */

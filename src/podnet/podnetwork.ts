@@ -56,7 +56,7 @@ export interface PodNetworkOptions {
   vfLink?: (argv: string[]) => Promise<string>;
   /** how long release waits for a re-bound VF driver to create its netdev again, default 10 s */
   vfNetdevTimeoutMs?: number;
-  /** per ip/ebtables/sysctl spawn, default 15 s */
+  /** per ip/ebtables spawn, default 15 s */
   cmdTimeoutMs?: number;
 }
 

@@ -3,6 +3,7 @@
 // run reads exactly what may have been done. Ops are grouped into runs (runsOf, pure) so that many link
 // operations cost one spawn.
 import { existsSync } from 'node:fs';
+import { native } from '../native.js';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
@@ -117,8 +118,14 @@ export async function applySteps(deps: StepDeps, rec: PodRecord, steps: Step[], 
 async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig: { signal?: AbortSignal }): Promise<void> {
   switch (op.op) {
     case 'sysctl':
-      // procps' sysctl writes /proc/sys/net/..., which shows the netns of the process that opens it
-      return mustRunInNetns(deps.exec, rec.nsPath, ['sysctl', '-q', '-w', ...op.settings], `sysctl -w ${op.settings.join(' ')}`, sig);
+      // /proc/sys/net shows the netns of the thread that opens it: one synchronous addon call enters the pod
+      // netns, writes, and leaves (no spawn: nsenter + sysctl cost two execs)
+      try {
+        native().sysctlInNetns(rec.nsPath, op.settings);
+      } catch (e) {
+        throw new VmpodError(ErrorCode.Syscall, `sysctl -w ${op.settings.join(' ')} in ${rec.nsPath}`, { cause: e });
+      }
+      return;
     case 'vf-bind':
       // host side, synchronous sysfs writes; the VF's netdev leaves the pod netns as its driver lets go
       bindToVfio(deps.sysfs, op.address);
