@@ -5,48 +5,21 @@
 //           DHCP server, state record; release undoes it all)
 // baseline: the same conflist run by our CNI client in-process: ip netns add + CNI ADD, then CNI DEL + ip netns del
 // Our share = pair - baseline. Prints one JSON line per set and a human summary. Reported, never asserted.
-import { mkdir } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
-import * as esbuild from 'esbuild';
+import { loadTs } from './lib/ts.mjs';
+import { median, percentile } from './lib/stats.mjs';
 
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
-async function load() {
-  const outdir = join(repo, '.cache', 'bench');
-  await mkdir(outdir, { recursive: true });
-  const outfile = join(outdir, 'add-latency-helpers.mjs');
-  await esbuild.build({
-    stdin: {
-      contents: [
+const load = () =>
+  loadTs('add-latency-helpers', [
         "export { makeCniConf } from './test/helpers/cniconf.ts';",
         "export { startDaemon, removeDir } from './test/helpers/daemon.ts';",
         "export { FdClient } from './src/client/fdclient.ts';",
         "export { CniClient, loadConfList, execaPluginExec } from './src/cni/index.ts';",
-      ].join('\n'),
-      resolveDir: repo,
-      sourcefile: 'bench-entry.ts',
-      loader: 'ts',
-    },
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    outfile,
-    logLevel: 'warning',
-  });
-  return import(`${pathToFileURL(outfile).href}?t=${Date.now()}`);
-}
+  ]);
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-const p90 = (xs) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(xs.length * 0.9) - 1)];
+const p90 = (xs) => percentile([...xs].sort((a, b) => a - b), 90);
 const r1 = (x) => Math.round(x * 10) / 10;
 
 async function ip(args) {

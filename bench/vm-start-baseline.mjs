@@ -5,46 +5,18 @@
 // because Node 20 cannot import TypeScript.
 //   node bench/vm-start-baseline.mjs [--runs N]      (root; default 5 runs)
 // Prints one JSON line per run, a JSON summary line, and a human line. Reported, never asserted.
-import { mkdir } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import * as esbuild from 'esbuild';
+import { loadTs } from './lib/ts.mjs';
+import { median } from './lib/stats.mjs';
 
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
-function median(xs) {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
 const r1 = (x) => Math.round(x * 10) / 10;
 
-async function loadHelpers() {
-  // Bundled into .cache/ (git-ignored) so that the bare imports (execa) resolve from the repo's node_modules.
-  const outdir = join(repo, '.cache', 'bench');
-  await mkdir(outdir, { recursive: true });
-  const outfile = join(outdir, 'baseline-helpers.mjs');
-  await esbuild.build({
-    stdin: {
-      contents: [
+const loadHelpers = () =>
+  loadTs('baseline-helpers', [
         "export * from './test/helpers/baseline.ts';",
         "export { ensureGuest, detectAccel } from './test/helpers/guest.ts';",
-      ].join('\n'),
-      resolveDir: repo,
-      sourcefile: 'bench-entry.ts',
-      loader: 'ts',
-    },
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    outfile,
-    logLevel: 'warning',
-  });
-  return import(`${pathToFileURL(outfile).href}?t=${Date.now()}`);
-}
+  ]);
 
 async function main() {
   const { values } = parseArgs({ options: { runs: { type: 'string', default: '5' } } });

@@ -8,54 +8,27 @@
 // The steps are test/helpers/{pairvm,baseline}.ts (the same as the e2e tests), bundled with esbuild.
 //   node bench/vm-start-pair.mjs [--runs N]      (root; default 5 runs of each; needs `npm run build`)
 // Prints one JSON line per run, a JSON summary line, and a human line. Reported, never asserted.
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import * as esbuild from 'esbuild';
+import { loadTs } from './lib/ts.mjs';
+import { median } from './lib/stats.mjs';
 
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const MTU = 1400;
 
-function median(xs) {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
 const r1 = (x) => Math.round(x * 10) / 10;
 const r2 = (x) => Math.round(x * 100) / 100;
 
-async function loadHelpers() {
-  // Bundled into .cache/bench (git-ignored): bare imports (execa) resolve from the repo's node_modules, and the
-  // helpers' repo-relative paths (dist/bundle, build/Release) resolve from .cache/bench/../.. = the repo.
-  const outdir = join(repo, '.cache', 'bench');
-  await mkdir(outdir, { recursive: true });
-  const outfile = join(outdir, 'pair-helpers.mjs');
-  await esbuild.build({
-    stdin: {
-      contents: [
+const loadHelpers = () =>
+  loadTs('pair-helpers', [
         "export * from './test/helpers/pairvm.ts';",
         "export { setupBaselineNet, bootBaselineVm, baselineLeftovers } from './test/helpers/baseline.ts';",
         "export { makeCniConf } from './test/helpers/cniconf.ts';",
         "export { startDaemon, removeDir, BIN } from './test/helpers/daemon.ts';",
         "export { ensureGuest, detectAccel } from './test/helpers/guest.ts';",
         "export { FdClient } from './src/client/fdclient.ts';",
-      ].join('\n'),
-      resolveDir: repo,
-      sourcefile: 'bench-pair-entry.ts',
-      loader: 'ts',
-    },
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    outfile,
-    logLevel: 'warning',
-  });
-  return import(`${pathToFileURL(outfile).href}?t=${Date.now()}`);
-}
+  ]);
 
 /** One pair run: add, boot through vmwrapper, stop, release; returns the timings and what was left. */
 async function pairRun(h, ctx, i) {

@@ -8,47 +8,22 @@
 //   start       vmwrapper with VIRTLET_NET_KEY: a get from tapmanager (1 tap fd), argv rewrite, execve
 // Prints one JSON line per set and a human summary. Reported, never asserted.
 import { spawnSync } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
-import * as esbuild from 'esbuild';
+import { loadTs } from './lib/ts.mjs';
+import { repo } from './lib/dist.mjs';
+import { median } from './lib/stats.mjs';
 
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const vmwrapper = join(repo, 'dist/bundle/vmwrapper.js');
 
-async function load() {
-  const outdir = join(repo, '.cache', 'bench');
-  await mkdir(outdir, { recursive: true });
-  const outfile = join(outdir, 'vmwrapper-start-helpers.mjs');
-  await esbuild.build({
-    stdin: {
-      contents: [
+const load = () =>
+  loadTs('vmwrapper-start-helpers', [
         "export { makeCniConf } from './test/helpers/cniconf.ts';",
         "export { startDaemon, removeDir } from './test/helpers/daemon.ts';",
         "export { FdClient } from './src/client/fdclient.ts';",
-      ].join('\n'),
-      resolveDir: repo,
-      sourcefile: 'bench-entry.ts',
-      loader: 'ts',
-    },
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    outfile,
-    logLevel: 'warning',
-  });
-  return import(`${pathToFileURL(outfile).href}?t=${Date.now()}`);
-}
+  ]);
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 const r1 = (x) => Math.round(x * 10) / 10;
 
 function timeOnce(cmd, args, env) {

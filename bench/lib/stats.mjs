@@ -29,3 +29,10 @@ export function summarize(samples, digits = 1) {
 export function ratio(a, b) {
   return Number.isFinite(a) && Number.isFinite(b) && b > 0 ? Number((a / b).toFixed(2)) : null;
 }
+
+/** the median of the samples (unrounded) */
+export function median(samples) {
+  const s = [...samples].sort((a, b) => a - b);
+  const n = s.length;
+  return n === 0 ? NaN : n % 2 === 1 ? s[n >> 1] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
