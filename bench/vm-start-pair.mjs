@@ -53,10 +53,15 @@ async function pairRun(h, ctx, i) {
   }
   const left = await h.podLeftovers(ctx.net, ctx.daemon.stateDir, key);
   const leaked = Object.values(left).reduce((n, xs) => n + xs.length, 0);
+  return row('pair', i, setupMs, vm, teardownMs, leaked);
+}
+
+/** One run's JSON line, the same fields for both sides. */
+function row(side, run, setupMs, vm, teardownMs, leaked) {
   return {
     bench: 'vm-start-pair',
-    side: 'pair',
-    run: i,
+    side,
+    run,
     setupMs: r1(setupMs),
     startToBootMs: r1(vm.startToBootMs),
     startToLeaseMs: r1(vm.startToLeaseMs),
@@ -82,18 +87,7 @@ async function baselineRun(h, ctx, i) {
     teardownMs = performance.now() - tTeardown;
   }
   const left = await h.baselineLeftovers(net, [vm.qemuPid, net.dnsmasqPid]);
-  return {
-    bench: 'vm-start-pair',
-    side: 'baseline',
-    run: i,
-    setupMs: r1(setupMs),
-    startToBootMs: r1(vm.startToBootMs),
-    startToLeaseMs: r1(vm.startToLeaseMs),
-    bootToLeaseMs: r1(vm.startToLeaseMs - vm.startToBootMs),
-    totalMs: r1(setupMs + vm.startToLeaseMs),
-    teardownMs: r1(teardownMs),
-    leaked: left.netns.length + left.links.length + left.pids.length,
-  };
+  return row('baseline', i, setupMs, vm, teardownMs, left.netns.length + left.links.length + left.pids.length);
 }
 
 function summarise(rows) {
