@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -417,6 +418,23 @@ static napi_value js_listenUnix(napi_env env, napi_callback_info info) {
       throw_errno(env, EEXIST, "listenUnix %s: exists and is not a socket", path);
       goto out;
     }
+    // Never unlink a live socket: connect to it first. Only ECONNREFUSED (nobody listens) or ENOENT
+    // (gone meanwhile) make it stale; a full backlog (EAGAIN) or an accepted connect means a live server.
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (probe < 0) {
+      throw_errno(env, errno, "socket(AF_UNIX) to probe %s", path);
+      goto out;
+    }
+    int cr;
+    do cr = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
+    while (cr < 0 && errno == EINTR);
+    int cerr = cr < 0 ? errno : 0;
+    close(probe);
+    if (cerr != ECONNREFUSED && cerr != ENOENT) {
+      throw_errno(env, cerr == 0 || cerr == EAGAIN || cerr == EINPROGRESS ? EADDRINUSE : cerr,
+                  "listenUnix %s: another server is listening on this socket", path);
+      goto out;
+    }
     if (unlink(path) < 0 && errno != ENOENT) {
       throw_errno(env, errno, "unlink stale socket %s", path);
       goto out;
@@ -602,6 +620,82 @@ static napi_value js_sendMsg(napi_env env, napi_callback_info info) {
   return make_int(env, (int64_t)off);
 }
 
+// One non-blocking sendmsg(MSG_DONTWAIT|MSG_NOSIGNAL) of data with SCM_RIGHTS(fds); one filler byte
+// 0x00 when data is empty and fds are given. Returns the bytes written (the fds went with them), or -1
+// when the socket is full and nothing was written (the caller waits for writability and tries again).
+static napi_value js_trySendMsg(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  int fd;
+  const uint8_t *data;
+  size_t len;
+  int *fds = NULL;
+  uint32_t nfds = 0;
+  if (!get_args(env, info, 3, argv, "trySendMsg") || !get_fd(env, argv[0], "trySendMsg", &fd) ||
+      !get_bytes(env, argv[1], "trySendMsg", "data", &data, &len))
+    return NULL;
+  if (!get_fd_array(env, argv[2], "trySendMsg", "fds", &fds, &nfds, MAX_SCM_FDS)) return NULL;
+  static const uint8_t filler = 0;
+  if (len == 0 && nfds > 0) {
+    data = &filler;
+    len = 1;
+  }
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * MAX_SCM_FDS)];
+  } ctl;
+  memset(&ctl, 0, sizeof(ctl));
+  struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (nfds) {
+    struct cmsghdr *c = (struct cmsghdr *)ctl.buf;
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+  }
+  free(fds);
+  if (len == 0) return make_int(env, 0);
+  ssize_t n;
+  do n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return make_int(env, -1);
+    return throw_errno(env, errno, "sendmsg fd %d (%zu bytes, %u fds)", fd, len, nfds);
+  }
+  return make_int(env, (int64_t)n);
+}
+
+// An exclusive, non-blocking flock on a directory (or file), held by the returned fd (CLOEXEC) until it is
+// closed or the process ends. Another holder: throws with code EWOULDBLOCK/EAGAIN.
+static napi_value js_lockExclusive(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  if (!get_args(env, info, 1, argv, "lockExclusive")) return NULL;
+  char *path = get_string(env, argv[0], "lockExclusive", "path");
+  if (!path) return NULL;
+  napi_value ret = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    throw_errno(env, errno, "open %s to lock it", path);
+    goto out;
+  }
+  int r;
+  do r = flock(fd, LOCK_EX | LOCK_NB);
+  while (r < 0 && errno == EINTR);
+  if (r < 0) {
+    int err = errno;
+    close(fd);
+    throw_errno(env, err, "flock %s", path);
+    goto out;
+  }
+  ret = make_int(env, fd);
+  if (!ret) close(fd);
+out:
+  free(path);
+  return ret;
+}
+
 // ---- pollReadable ----
 
 typedef struct {
@@ -614,9 +708,15 @@ typedef struct {
   // the env ends, and a close callback into unmapped code would crash the process.
   napi_async_cleanup_hook_handle cleanup;
   int fd;
+  int events;        // the uv events watched now (UV_READABLE, UV_WRITABLE, UV_DISCONNECT)
   bool active;
-  int refs;          // the uv handle until its close callback + the stop function until finalised
+  int refs;          // the uv handle until its close callback + stop and want until finalised
 } poller_t;
+
+// Event bits passed to the JS callback (and taken by want()).
+#define POLL_JS_READABLE 1
+#define POLL_JS_WRITABLE 2
+#define POLL_JS_DISCONNECT 4
 
 static void poller_unref(poller_t *p) {
   if (--p->refs == 0) free(p);
@@ -656,13 +756,12 @@ static void poller_fn_finalize(napi_env env, void *data, void *hint) {
 }
 
 static void poller_cb(uv_poll_t *h, int status, int events) {
-  (void)events;
   poller_t *p = h->data;
   if (!p->active) return;
   napi_env env = p->env;
   napi_handle_scope scope;
   if (napi_open_handle_scope(env, &scope) != napi_ok) return;
-  napi_value cb, recv, arg, result;
+  napi_value cb, recv, arg, result, args[2];
   if (napi_get_reference_value(env, p->cb, &cb) == napi_ok &&
       napi_get_reference_value(env, p->self, &recv) == napi_ok) {
     if (status < 0) {
@@ -680,7 +779,11 @@ static void poller_cb(uv_poll_t *h, int status, int events) {
     } else {
       napi_get_null(env, &arg);
     }
-    napi_status s = napi_make_callback(env, p->async, recv, cb, 1, &arg, &result);
+    int bits = (events & UV_READABLE ? POLL_JS_READABLE : 0) | (events & UV_WRITABLE ? POLL_JS_WRITABLE : 0) |
+               (events & UV_DISCONNECT ? POLL_JS_DISCONNECT : 0);
+    args[0] = arg;
+    napi_create_int32(env, status < 0 ? 0 : bits, &args[1]);
+    napi_status s = napi_make_callback(env, p->async, recv, cb, 2, args, &result);
     if (s != napi_ok) {
       // A throwing callback becomes an uncaught exception, like any other event-loop callback.
       bool pending = false;
@@ -703,8 +806,29 @@ static napi_value js_poller_stop(napi_env env, napi_callback_info info) {
   return make_undefined(env);
 }
 
+// want(readable, writable): change what is watched (both false: paused, not stopped). Readable includes hang-up.
+static napi_value js_poller_want(napi_env env, napi_callback_info info) {
+  void *data = NULL;
+  size_t argc = 2;
+  napi_value argv[2];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, &data) != napi_ok)
+    return throw_napi(env, "napi_get_cb_info failed");
+  if (argc < 2) return throw_type(env, "want: expects (readable, writable)");
+  bool r, w;
+  if (!get_bool(env, argv[0], "want", "readable", &r) || !get_bool(env, argv[1], "want", "writable", &w))
+    return NULL;
+  poller_t *p = data;
+  if (!p->active) return make_undefined(env);
+  int ev = (r ? UV_READABLE | UV_DISCONNECT : 0) | (w ? UV_WRITABLE : 0);
+  if (ev == p->events) return make_undefined(env);
+  int rc = ev == 0 ? uv_poll_stop(&p->handle) : uv_poll_start(&p->handle, ev, poller_cb);
+  if (rc < 0) return throw_errno(env, -rc, "uv_poll_start fd %d", p->fd);
+  p->events = ev;
+  return make_undefined(env);
+}
+
 static napi_value js_pollReadable(napi_env env, napi_callback_info info) {
-  napi_value argv[2], obj, stop, name;
+  napi_value argv[2], obj, stop, want, name;
   napi_valuetype t;
   int fd;
   if (!get_args(env, info, 2, argv, "pollReadable") || !get_fd(env, argv[0], "pollReadable", &fd))
@@ -724,6 +848,8 @@ static napi_value js_pollReadable(napi_env env, napi_callback_info info) {
   if (napi_create_object(env, &obj) != napi_ok ||
       napi_create_function(env, "stop", NAPI_AUTO_LENGTH, js_poller_stop, p, &stop) != napi_ok ||
       napi_set_named_property(env, obj, "stop", stop) != napi_ok ||
+      napi_create_function(env, "want", NAPI_AUTO_LENGTH, js_poller_want, p, &want) != napi_ok ||
+      napi_set_named_property(env, obj, "want", want) != napi_ok ||
       napi_create_string_utf8(env, "vmpod.pollReadable", NAPI_AUTO_LENGTH, &name) != napi_ok) {
     free(p);
     return throw_napi(env, "pollReadable: creating the poller object failed");
@@ -735,7 +861,8 @@ static napi_value js_pollReadable(napi_env env, napi_callback_info info) {
   }
   // From here the uv handle owns one reference and needs uv_close to go away.
   p->refs = 1;
-  r = uv_poll_start(&p->handle, UV_READABLE | UV_DISCONNECT, poller_cb);
+  p->events = UV_READABLE | UV_DISCONNECT;
+  r = uv_poll_start(&p->handle, p->events, poller_cb);
   if (r < 0) {
     uv_close((uv_handle_t *)&p->handle, poller_closed);
     return throw_errno(env, -r, "uv_poll_start fd %d", fd);
@@ -750,10 +877,16 @@ static napi_value js_pollReadable(napi_env env, napi_callback_info info) {
     return throw_napi(env, "pollReadable: napi reference failed");
   }
   p->active = true;
-  // The stop function holds p as its data: p lives until the function is collected too.
+  // The stop and want functions hold p as their data: p lives until both are collected too.
   p->refs = 2;
   if (napi_add_finalizer(env, stop, p, poller_fn_finalize, NULL, NULL) != napi_ok) {
     p->refs = 1;  // never finalised: the uv handle is then the only owner
+    poller_stop(p);
+    return throw_napi(env, "pollReadable: napi_add_finalizer failed");
+  }
+  p->refs = 3;
+  if (napi_add_finalizer(env, want, p, poller_fn_finalize, NULL, NULL) != napi_ok) {
+    p->refs = 2;
     poller_stop(p);
     return throw_napi(env, "pollReadable: napi_add_finalizer failed");
   }
@@ -1447,6 +1580,8 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"peerCred", js_peerCred},
       {"read", js_read},
       {"sendMsg", js_sendMsg},
+      {"trySendMsg", js_trySendMsg},
+      {"lockExclusive", js_lockExclusive},
       {"pollReadable", js_pollReadable},
       {"close", js_close},
       {"connectUnix", js_connectUnix},

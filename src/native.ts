@@ -34,6 +34,15 @@ export interface Poller {
   stop(): void;
 }
 
+/** The poller pollReadable returns: it can watch writability too. */
+export interface DuplexPoller extends Poller {
+  /** change what is watched: readable (with hang-up) and/or writable; both false pauses. No-op once stopped. */
+  want(readable: boolean, writable: boolean): void;
+}
+
+/** Bits of the second argument of a poller's callback. */
+export const PollEvent = { Readable: 1, Writable: 2, Disconnect: 4 } as const;
+
 export interface TapOptions {
   /** IFF_VNET_HDR */
   vnetHdr?: boolean;
@@ -43,7 +52,10 @@ export interface TapOptions {
 
 export interface Native {
   // ---- Unix stream sockets (daemon side: nonblocking, driven from the event loop) ----
-  /** socket(AF_UNIX, SOCK_STREAM|NONBLOCK|CLOEXEC), unlink a stale socket file, bind, chmod(mode), listen(backlog). */
+  /**
+   * socket(AF_UNIX, SOCK_STREAM|NONBLOCK|CLOEXEC), unlink a stale socket file, bind, chmod(mode), listen(backlog).
+   * A socket file someone still listens on (a connect to it succeeds) is left alone: throws code EADDRINUSE.
+   */
   listenUnix(path: string, mode: number, backlog: number): number;
   /** accept4(NONBLOCK|CLOEXEC); returns -1 when there is nothing to accept (EAGAIN). */
   accept(fd: number): number;
@@ -57,8 +69,19 @@ export interface Native {
    * and continues with the rest of the data (the fds go with the first chunk only). Returns bytes written.
    */
   sendMsg(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
-  /** uv_poll on fd for readability (and hangup/error); cb runs on the main loop. Keep the returned object referenced. */
-  pollReadable(fd: number, cb: (err: Error | null) => void): Poller;
+  /**
+   * ONE non-blocking sendmsg(data, SCM_RIGHTS(fds)) with MSG_NOSIGNAL (one filler byte 0x00 when data is empty and
+   * fds are given). Returns the bytes written (the fds went with them), or -1 when the socket is full and nothing
+   * was written. Other errors (EPIPE, ECONNRESET) throw.
+   */
+  trySendMsg(fd: number, data: Buffer, fds: number[]): number;
+  /**
+   * uv_poll on fd for readability (and hangup/error); cb runs on the main loop with the events seen
+   * (PollEvent bits). Keep the returned object referenced. want() adds writability.
+   */
+  pollReadable(fd: number, cb: (err: Error | null, events: number) => void): DuplexPoller;
+  /** open(path) and flock(LOCK_EX|LOCK_NB): the lock lives as long as the returned fd (CLOEXEC). Held elsewhere: throws code EAGAIN. */
+  lockExclusive(path: string): number;
   /** close(fd); EBADF throws. */
   close(fd: number): void;
 

@@ -9,6 +9,7 @@ import { PodNetwork } from '../podnet/index.js';
 import { CniClient, execaPluginExec, loadConfList } from '../cni/index.js';
 import { createLogger, type Logger } from '../log.js';
 import { errorChain } from '../errors.js';
+import { native } from '../native.js';
 
 /** A group name or number to a gid (getent: no libc binding in Node). */
 function resolveGid(group: string): number {
@@ -19,9 +20,35 @@ function resolveGid(group: string): number {
   return gid;
 }
 
-export async function runTapmanager(config: TapmanagerConfig, log: Logger): Promise<() => Promise<void>> {
+/** The daemon's parts, started; stop() ends it (see main). */
+export interface Running {
+  stop(): Promise<void>;
+  /** keys with a request or a restore still running */
+  busyKeys(): string[];
+  /** settles when the restore of the recorded pods is done */
+  restored: Promise<unknown>;
+}
+
+/** The state dir's flock, held for the life of the process: one daemon per state dir. */
+function lockStateDir(stateDir: string): number {
+  try {
+    return native().lockExclusive(stateDir);
+  } catch (e) {
+    if ((e as { code?: string }).code === 'EAGAIN') {
+      throw new Error(`another tapmanager is running on the state dir ${stateDir} (it holds its lock): stop it first, or give this one its own --state-dir and --socket`);
+    }
+    throw e;
+  }
+}
+
+/**
+ * Start-up order: lock the state dir, queue the restore of every recorded pod, listen. The socket serves at once:
+ * a request for a pod still being restored waits in that pod's queue, the others are served meanwhile.
+ */
+export function runTapmanager(config: TapmanagerConfig, log: Logger): Running {
   mkdirSync(dirname(config.socket), { recursive: true, mode: 0o755 });
   mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
+  lockStateDir(config.stateDir); // the fd stays open (CLOEXEC) until the process ends
   const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: execaPluginExec(), timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
   const pods = new PodNetwork({
     stateDir: config.stateDir,
@@ -32,21 +59,59 @@ export async function runTapmanager(config: TapmanagerConfig, log: Logger): Prom
     sysfsRoot: config.sysfsRoot,
   });
   const service = new TapmanagerService(pods, log);
-  const restored = await service.restore();
-  if (restored.restored.length + restored.rolledBack.length > 0) log.info(restored, 'restored pod networks from the state dir');
   const gid = config.socketGroup ? resolveGid(config.socketGroup) : undefined;
   const server = new FdServer({
     socketPath: config.socket,
     handler: service,
     log,
+    requestTimeoutMs: config.requestTimeoutMs,
+    maxConnections: config.maxConnections,
     ...(gid !== undefined ? { allowedGids: [gid], socketGid: gid } : {}),
   });
-  server.start();
+  // listen, then queue the restore of every recorded key, in the same tick (both synchronous): the socket is
+  // served at once, yet no request can reach a key before its restore is queued. A live socket (another daemon)
+  // makes start() throw before anything is restored.
+  try {
+    server.start();
+  } catch (e) {
+    if ((e as { code?: string }).code === 'EADDRINUSE') {
+      throw new Error(`another tapmanager is serving on the socket ${config.socket}: stop it first, or give this one its own --socket`);
+    }
+    throw e;
+  }
+  const restored = service.restore().then(
+    (r) => {
+      if (r.restored.length + r.rolledBack.length + r.kept.length > 0) log.info(r, 'restored pod networks from the state dir');
+      return r;
+    },
+    (e: unknown) => log.error({ err: e }, 'restore failed'),
+  );
   log.info({ socket: config.socket, cniConfDir: config.cniConfDir, cniBinDirs: config.cniBinDirs, stateDir: config.stateDir }, 'tapmanager listening');
-  return async () => {
-    await server.stop();
-    await service.shutdown();
+  return {
+    stop: async () => {
+      await server.stop();
+      await service.shutdown();
+    },
+    busyKeys: () => service.queue.busyKeys,
+    restored,
   };
+}
+
+/** SIGTERM/SIGINT, caught from the first moment: stop() is called once; later signals are only logged. */
+function onStopSignal(log: Logger, stop: (sig: NodeJS.Signals) => void): void {
+  let seen = false;
+  const handler = (sig: NodeJS.Signals) => {
+    if (seen) {
+      log.warn({ signal: sig }, 'already stopping: waiting for running requests (bounded by --stop-timeout)');
+      return;
+    }
+    seen = true;
+    stop(sig);
+  };
+  // never removed: while a listener of ours is installed, the signal-exit handler that execa adds does not
+  // re-raise the signal (which would kill the daemon mid-request with no reply sent)
+  process.on('SIGTERM', handler);
+  process.on('SIGINT', handler);
 }
 
 async function main(): Promise<number> {
@@ -60,30 +125,40 @@ async function main(): Promise<number> {
     process.stdout.write(`${usage()}\n`);
     return 0;
   }
-  const log = createLogger('tapmanager', parsed.config.logLevel);
-  let stop: () => Promise<void>;
+  const config = parsed.config;
+  const log = createLogger('tapmanager', config.logLevel);
+  let signalled: (sig: NodeJS.Signals) => void = () => undefined;
+  const stopRequested = new Promise<NodeJS.Signals>((r) => (signalled = r));
+  onStopSignal(log, (sig) => signalled(sig));
+  let running: Running;
   try {
-    stop = await runTapmanager(parsed.config, log);
+    running = runTapmanager(config, log);
   } catch (e) {
     log.fatal({ err: e }, 'start failed');
     process.stderr.write(`tapmanager: ${errorChain(e)}\n`);
     return 1;
   }
-  await new Promise<void>((resolve) => {
-    const onSignal = (sig: NodeJS.Signals) => {
-      log.info({ signal: sig }, 'stopping: finishing running requests, pod networks stay in place');
-      process.off('SIGTERM', onSignal);
-      process.off('SIGINT', onSignal);
-      void stop().then(resolve, (e) => {
+  const sig = await stopRequested;
+  log.info({ signal: sig, busyKeys: running.busyKeys(), stopTimeoutMs: config.stopTimeoutMs }, 'stopping: no new connections, finishing running requests; pod networks stay in place');
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), config.stopTimeoutMs)));
+  const outcome = await Promise.race([
+    running.stop().then(
+      () => 'stopped' as const,
+      (e: unknown) => {
         log.error({ err: e }, 'stop failed');
-        resolve();
-      });
-    };
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-  });
+        return 'failed' as const;
+      },
+    ),
+    bound,
+  ]);
+  clearTimeout(timer);
+  if (outcome === 'timeout') {
+    log.error({ busyKeys: running.busyKeys(), stopTimeoutMs: config.stopTimeoutMs }, 'requests still running at --stop-timeout: exiting; the next start finishes or rolls them back');
+    return 1;
+  }
   log.info('stopped');
-  return 0;
+  return outcome === 'stopped' ? 0 : 1;
 }
 
 main().then(

@@ -280,30 +280,48 @@ export class PodNetwork {
     const restored: string[] = [];
     const rolledBack: string[] = [];
     for (const key of this.store.keys()) {
-      const log = this.log.child({ key, op: 'restore' });
-      if (this.states.has(key)) continue;
-      const { rec, corrupt } = this.readRecord(key);
-      if (corrupt) log.error({ err: corrupt }, 'state record unreadable: left as it is (release the key to clean up)');
-      if (!rec) continue;
-      if (rec.phase === Phase.Ready && existsSync(rec.nsPath)) {
-        try {
-          this.attach(rec, true);
-          restored.push(key);
-        } catch (e) {
-          log.error({ err: e }, 'reopening the taps failed: the record stays');
-        }
-        continue;
-      }
-      log.warn({ phase: rec.phase, netnsExists: existsSync(rec.nsPath) }, 'undoing a pod network left halfway');
-      rec.phase = Phase.Releasing;
-      this.safeWrite(rec, log);
-      const errors = await undoRecord(this.deps, rec, log);
-      if (errors.length === 0) {
-        this.store.remove(key);
-        rolledBack.push(key);
-      } else log.error({ errors: errors.map((x) => errorChain(x)) }, 'undo incomplete: the record stays');
+      const out = await this.restoreKey(key);
+      if (out === 'restored') restored.push(key);
+      else if (out === 'rolledBack') rolledBack.push(key);
     }
     return { restored, rolledBack };
+  }
+
+  /** Keys with a state record, as a restore would visit them. */
+  recordedKeys(): string[] {
+    return this.store.keys();
+  }
+
+  /**
+   * Restores one key at daemon start (the daemon runs this in the key's queue, so requests for the key wait for
+   * it): a ready record gets its taps reopened; a record left adding/releasing is undone. 'kept': the record
+   * stays as it is (unreadable, or the undo incomplete), reported in the log.
+   */
+  async restoreKey(key: string): Promise<'restored' | 'rolledBack' | 'kept' | 'none'> {
+    const log = this.log.child({ key, op: 'restore' });
+    if (this.states.has(key)) return 'none';
+    const { rec, corrupt } = this.readRecord(key);
+    if (corrupt) log.error({ err: corrupt }, 'state record unreadable: left as it is (release the key to clean up)');
+    if (!rec) return corrupt ? 'kept' : 'none';
+    if (rec.phase === Phase.Ready && existsSync(rec.nsPath)) {
+      try {
+        this.attach(rec, true);
+        return 'restored';
+      } catch (e) {
+        log.error({ err: e }, 'reopening the taps failed: the record stays');
+        return 'kept';
+      }
+    }
+    log.warn({ phase: rec.phase, netnsExists: existsSync(rec.nsPath) }, 'undoing a pod network left halfway');
+    rec.phase = Phase.Releasing;
+    this.safeWrite(rec, log);
+    const errors = await undoRecord(this.deps, rec, log);
+    if (errors.length === 0) {
+      this.store.remove(key);
+      return 'rolledBack';
+    }
+    log.error({ errors: errors.map((x) => errorChain(x)) }, 'undo incomplete: the record stays');
+    return 'kept';
   }
 
   /** Keys with a record or in memory, sorted. */

@@ -35,8 +35,8 @@ const MAGIC_BYTES = (() => {
 interface Body {
   header: Header;
   command: Command;
-  /** null when the payload is drained */
-  data: Buffer | null;
+  /** the payload bytes received so far (copies of the reads); null when the payload is drained */
+  parts: Buffer[] | null;
   /** payload bytes still to come */
   remaining: number;
 }
@@ -44,11 +44,12 @@ interface Body {
 /**
  * A push decoder: feed it whatever read() returned, get back every request completed by it.
  * Split and coalesced reads are both fine. Validation happens as early as the bytes allow:
- * a wrong magic byte throws as soon as it arrives; a bad command, an oobSize in a request or an
- * oversized dataSize throw as soon as the header is complete, before any payload is buffered.
- * After a throw the connection is unusable (we cannot find the next frame): the reader stays failed and
- * every later push() throws the same error. Requests completed earlier in the failing chunk are lost with it;
- * the server answers with an error reply and closes.
+ * a wrong magic byte fails as soon as it arrives; a bad command, an oobSize in a request or an
+ * oversized dataSize fail as soon as the header is complete. A header's dataSize allocates nothing: the payload
+ * is kept as the bytes arrive and joined once complete.
+ * A failure makes the connection unusable (we cannot find the next frame): push() still returns the requests
+ * completed before the bad bytes (they get their replies), `error` holds the failure, and every later push()
+ * returns nothing. The server answers the queued requests, then the error, then closes.
  */
 export class RequestReader {
   private readonly head = Buffer.alloc(HEADER_SIZE);
@@ -57,19 +58,25 @@ export class RequestReader {
   private failed: VmpodError | null = null;
 
   push(chunk: Buffer): Request[] {
-    if (this.failed) throw this.failed;
+    if (this.failed) return [];
+    const out: Request[] = [];
     try {
-      return this.consume(chunk);
+      this.consume(chunk, out);
     } catch (e) {
       this.failed = e as VmpodError;
-      throw e;
     }
+    return out;
+  }
+
+  /** The protocol error that ended the stream, or null. */
+  get error(): VmpodError | null {
+    return this.failed;
   }
 
   /** Bytes held for the frame in progress (header bytes plus kept payload bytes). */
   pending(): number {
     const body = this.body;
-    const kept = body?.data ? body.data.length - body.remaining : 0;
+    const kept = body?.parts ? body.header.dataSize - body.remaining : 0;
     return this.headFill + kept;
   }
 
@@ -78,8 +85,7 @@ export class RequestReader {
     return this.headFill > 0 || this.body !== null;
   }
 
-  private consume(chunk: Buffer): Request[] {
-    const out: Request[] = [];
+  private consume(chunk: Buffer, out: Request[]): void {
     let off = 0;
     while (off < chunk.length) {
       if (this.body === null) {
@@ -96,7 +102,7 @@ export class RequestReader {
       } else {
         const body = this.body;
         const n = Math.min(body.remaining, chunk.length - off);
-        if (body.data) chunk.copy(body.data, body.data.length - body.remaining, off, off + n);
+        if (body.parts) body.parts.push(Buffer.from(chunk.subarray(off, off + n)));
         body.remaining -= n;
         off += n;
         if (body.remaining === 0) {
@@ -105,7 +111,6 @@ export class RequestReader {
         }
       }
     }
-    return out;
   }
 
   /** Checks the magic bytes in head[from..to) as they arrive, so garbage fails on its first byte. */
@@ -133,14 +138,15 @@ export class RequestReader {
     return {
       header: h,
       command: h.command,
-      data: keepsPayload(h.command) ? Buffer.allocUnsafe(h.dataSize) : null,
+      parts: keepsPayload(h.command) ? [] : null,
       remaining: h.dataSize,
     };
   }
 }
 
 function finish(body: Body): Request {
-  return { command: body.command, key: body.header.key, data: body.data ?? Buffer.alloc(0) };
+  const data = body.parts === null ? Buffer.alloc(0) : body.parts.length === 1 ? body.parts[0]! : Buffer.concat(body.parts);
+  return { command: body.command, key: body.header.key, data };
 }
 
 /**

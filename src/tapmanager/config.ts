@@ -16,6 +16,12 @@ export interface TapmanagerConfig {
   cniTimeoutMs: number;
   enableSriov: boolean;
   sysfsRoot: string;
+  /** a request must be complete this long after its first byte; idle connections are closed after as long */
+  requestTimeoutMs: number;
+  /** connections served at once */
+  maxConnections: number;
+  /** SIGTERM/SIGINT: how long running requests may take to finish before the daemon exits anyway (code 1) */
+  stopTimeoutMs: number;
   help: boolean;
 }
 
@@ -99,6 +105,27 @@ export const FLAGS = {
     kind: 'string',
     help: 'where sysfs is read (tests point it at a fake tree)',
   },
+  requestTimeoutMs: {
+    flag: '--request-timeout',
+    env: 'VMPOD_REQUEST_TIMEOUT_MS',
+    def: '10000',
+    kind: 'int',
+    help: 'ms a request may take to arrive from its first byte; idle connections are closed after as long',
+  },
+  maxConnections: {
+    flag: '--max-connections',
+    env: 'VMPOD_MAX_CONNECTIONS',
+    def: '256',
+    kind: 'int',
+    help: 'connections served at once; a new one beyond it gets an error reply and is closed',
+  },
+  stopTimeoutMs: {
+    flag: '--stop-timeout',
+    env: 'VMPOD_STOP_TIMEOUT_MS',
+    def: '80000',
+    kind: 'int',
+    help: 'on SIGTERM/SIGINT, ms running requests may take to finish; then the daemon exits with code 1',
+  },
 } as const satisfies Record<string, FlagSpec>;
 
 type Key = keyof typeof FLAGS;
@@ -153,6 +180,14 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   if (!isLogLevel(logLevel)) errors.push(`--log-level ${JSON.stringify(logLevel)} is not one of fatal, error, warn, info, debug, trace, silent`);
   const timeout = Number(get('cniTimeoutMs'));
   if (!Number.isInteger(timeout) || timeout <= 0) errors.push(`--cni-timeout ${JSON.stringify(get('cniTimeoutMs'))} is not a positive integer (ms)`);
+  const positive = (k: 'requestTimeoutMs' | 'maxConnections' | 'stopTimeoutMs'): number => {
+    const v = Number(get(k));
+    if (!Number.isInteger(v) || v <= 0) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} is not a positive integer`);
+    return v;
+  };
+  const requestTimeoutMs = positive('requestTimeoutMs');
+  const maxConnections = positive('maxConnections');
+  const stopTimeoutMs = positive('stopTimeoutMs');
   const sriov = parseBool(get('enableSriov'));
   if (sriov === undefined) errors.push(`--enable-sriov / VIRTLET_SRIOV_SUPPORT ${JSON.stringify(get('enableSriov'))} is not a boolean`);
   for (const k of ['socket', 'cniConfDir', 'cniCacheDir', 'stateDir', 'sysfsRoot'] as const) {
@@ -177,6 +212,9 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       cniTimeoutMs: timeout,
       enableSriov: sriov!,
       sysfsRoot: get('sysfsRoot'),
+      requestTimeoutMs,
+      maxConnections,
+      stopTimeoutMs,
       help,
     },
   };

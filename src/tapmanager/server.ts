@@ -1,10 +1,18 @@
 // The fd server: a Unix stream socket owned by the addon and driven from the event loop (uv_poll).
-// Framing is Virtlet's (reference/fd-protocol.md); what each command does is the Handler's business.
+// Framing is Virtlet's (docs/protocol.md); what each command does is the Handler's business.
 //
 // Why not node:net: libuv reads with read(), so it could carry our requests, but replies need sendmsg with
 // SCM_RIGHTS on the same socket, and mixing libuv's writes with ours is a race. One owner of the fd is simpler.
-import { chownSync, readFileSync, unlinkSync } from 'node:fs';
-import { native, type PeerCred, type Poller } from '../native.js';
+//
+// Nothing here blocks and every connection ends (docs/operations.md, "Limits"):
+// - replies go through a per-connection write queue of non-blocking sendmsg calls; a peer that reads nothing
+//   for sendStallMs is dropped, and its connection serves nothing more meanwhile (one reply in flight);
+// - a request must be complete within requestTimeoutMs of its first byte (an absolute deadline: drip-feeding
+//   does not extend it); an idle connection is closed after as long;
+// - at most maxPipelined requests wait per connection, at most maxConnections connections are served;
+// - a reserve fd turns EMFILE on accept into "accept and close the newcomer" instead of a busy loop.
+import { chownSync, closeSync, openSync, readFileSync, unlinkSync } from 'node:fs';
+import { native, PollEvent, type DuplexPoller, type PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
 import { RequestReader, encodeResponse, encodeError, type Request } from '../protocol/frames.js';
 import { errorChain } from '../errors.js';
@@ -16,13 +24,23 @@ type Pending = { req: Request } | { error: string };
 
 export interface Reply {
   payload: Buffer | null;
-  /** fds to pass with SCM_RIGHTS; the server does not close them (they stay with their owner) */
+  /**
+   * fds to pass with SCM_RIGHTS, owned by the reply: the server closes them once they are sent or the connection
+   * is gone (so a handler hands over dup's of fds it keeps, and a later release cannot close them mid-send)
+   */
   fds: number[];
 }
 
 export interface Handler {
   handle(req: Request, peer: PeerCred): Promise<Reply>;
 }
+
+export const SERVER_DEFAULTS = {
+  requestTimeoutMs: 10_000,
+  sendStallMs: 5_000,
+  maxConnections: 256,
+  maxPipelined: 16,
+} as const;
 
 export interface ServerOptions {
   socketPath: string;
@@ -32,25 +50,45 @@ export interface ServerOptions {
   allowedGids?: number[];
   /** gid given to the socket file (chown), so a configured group can connect */
   socketGid?: number;
-  /** a complete request must arrive within this long of the connection becoming idle (default 5000) */
-  frameTimeoutMs?: number;
-  /** how long a reply may wait for a full socket buffer (default 5000) */
-  sendTimeoutMs?: number;
+  /** a request must be complete this long after its first byte; an idle connection is closed after as long */
+  requestTimeoutMs?: number;
+  /** a connection whose pending reply makes no progress for this long is dropped */
+  sendStallMs?: number;
+  /** connections served at once; a newcomer beyond it gets an error reply and is closed */
+  maxConnections?: number;
+  /** requests read ahead on one connection while an earlier one runs; more is a protocol error */
+  maxPipelined?: number;
 }
 
+type Limits = Required<Pick<ServerOptions, keyof typeof SERVER_DEFAULTS>>;
+
 const READ_CHUNK = 64 * 1024;
+/** after an accept failure the reserve fd could not absorb, accepting pauses this long (no busy loop) */
+const ACCEPT_BACKOFF_MS = 100;
 
 export class FdServer {
   private listenFd = -1;
-  private poller: Poller | undefined;
+  private poller: DuplexPoller | undefined;
   private readonly conns = new Set<Connection>();
   private stopping = false;
+  private reserveFd = -1;
+  private readonly limits: Limits;
+  private backoff: NodeJS.Timeout | undefined;
+  private lastRefusalLog = 0;
 
-  constructor(private readonly opts: ServerOptions) {}
+  constructor(private readonly opts: ServerOptions) {
+    this.limits = {
+      requestTimeoutMs: opts.requestTimeoutMs ?? SERVER_DEFAULTS.requestTimeoutMs,
+      sendStallMs: opts.sendStallMs ?? SERVER_DEFAULTS.sendStallMs,
+      maxConnections: opts.maxConnections ?? SERVER_DEFAULTS.maxConnections,
+      maxPipelined: opts.maxPipelined ?? SERVER_DEFAULTS.maxPipelined,
+    };
+  }
 
-  /** Binds and listens; the socket accepts connections when this returns. */
+  /** Binds and listens (refusing a socket another server still listens on); accepts when this returns. */
   start(): void {
     const n = native();
+    this.reserveFd = openReserve();
     this.listenFd = n.listenUnix(this.opts.socketPath, 0o660, 128);
     // the addon chmod'ed the socket 0660 before listen; give it the configured group
     if (this.opts.socketGid !== undefined) chownSync(this.opts.socketPath, 0, this.opts.socketGid);
@@ -68,8 +106,7 @@ export class FdServer {
       try {
         fd = n.accept(this.listenFd);
       } catch (e) {
-        // EMFILE and friends: log and try again on the next readiness
-        this.opts.log.error({ err: e }, 'accept failed');
+        this.acceptFailed(e);
         return;
       }
       if (fd < 0) return;
@@ -77,16 +114,87 @@ export class FdServer {
         n.close(fd);
         continue;
       }
-      const conn = new Connection(fd, this.opts, (c) => this.conns.delete(c));
+      if (this.conns.size >= this.limits.maxConnections) {
+        this.refuseNewcomer(fd, `too many connections: ${this.conns.size} are being served (--max-connections ${this.limits.maxConnections}); try again`);
+        continue;
+      }
+      const conn = new Connection(fd, this.opts, this.limits, (c) => this.conns.delete(c));
       if (conn.open) this.conns.add(conn);
     }
   }
 
-  /** Stops listening, lets running requests finish and closes every connection. */
+  /**
+   * EMFILE/ENFILE: the pending connection stays in the backlog and the listening socket stays readable, so
+   * a plain retry spins. Give the reserve fd back, take the newcomer and close it (its client sees EOF), then
+   * take the reserve again. Whatever else fails pauses accepting briefly.
+   */
+  private acceptFailed(e: unknown): void {
+    const n = native();
+    const code = (e as { code?: string }).code;
+    if ((code === 'EMFILE' || code === 'ENFILE') && this.reserveFd >= 0) {
+      closeSync(this.reserveFd);
+      this.reserveFd = -1;
+      try {
+        const fd = n.accept(this.listenFd);
+        if (fd >= 0) n.close(fd);
+      } catch {
+        /* reported below */
+      }
+      try {
+        this.reserveFd = openReserve();
+      } catch {
+        /* retried after the pause */
+      }
+      this.logRefusal({ err: e }, 'out of file descriptors: a new connection was closed unserved');
+      if (this.reserveFd >= 0) return;
+    } else {
+      this.opts.log.error({ err: e }, 'accept failed');
+    }
+    this.pauseAccepting();
+  }
+
+  private pauseAccepting(): void {
+    if (this.backoff || this.stopping) return;
+    this.poller?.want(false, false);
+    this.backoff = setTimeout(() => {
+      this.backoff = undefined;
+      if (this.stopping) return;
+      if (this.reserveFd < 0) {
+        try {
+          this.reserveFd = openReserve();
+        } catch {
+          /* still out of fds: accept absorbs nothing, the next failure pauses again */
+        }
+      }
+      this.poller?.want(true, false);
+    }, ACCEPT_BACKOFF_MS);
+  }
+
+  private refuseNewcomer(fd: number, text: string): void {
+    const n = native();
+    try {
+      n.trySendMsg(fd, encodeError(text), []); // best effort, never waits
+    } catch {
+      /* gone already */
+    }
+    n.close(fd);
+    this.logRefusal({ connections: this.conns.size, max: this.limits.maxConnections }, 'connection limit reached: a new connection was refused');
+  }
+
+  /** At most one line a second for refusals, which come in floods. */
+  private logRefusal(fields: object, msg: string): void {
+    const now = Date.now();
+    if (now - this.lastRefusalLog < 1000) return;
+    this.lastRefusalLog = now;
+    this.opts.log.warn(fields, msg);
+  }
+
+  /** Stops listening, lets running requests finish (their replies are sent) and closes every connection. */
   async stop(): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
     this.poller?.stop();
+    if (this.backoff) clearTimeout(this.backoff);
     if (this.listenFd >= 0) {
       native().close(this.listenFd);
       this.listenFd = -1;
@@ -96,12 +204,18 @@ export class FdServer {
         /* already gone */
       }
     }
+    if (this.reserveFd >= 0) closeSync(this.reserveFd);
+    this.reserveFd = -1;
     await Promise.all([...this.conns].map((c) => c.finish()));
   }
 
   get connectionCount(): number {
     return this.conns.size;
   }
+}
+
+function openReserve(): number {
+  return openSync('/dev/null', 'r');
 }
 
 /** Supplementary groups of a process, from the "Groups:" line of /proc/<pid>/status (pure). */
@@ -122,14 +236,41 @@ function peerAllowed(peer: PeerCred, allowedGids: number[]): boolean {
   }
 }
 
+/** One sendmsg's worth of a reply: bytes, and the fds that go with the first of them (owned until sent). */
+interface OutChunk {
+  data: Buffer;
+  fds: number[];
+}
+
+function closeAll(fds: number[]): void {
+  for (const fd of fds) {
+    try {
+      native().close(fd);
+    } catch {
+      /* already closed */
+    }
+  }
+}
+
 class Connection {
   private readonly reader = new RequestReader();
-  private readonly poller: Poller;
+  private readonly poller: DuplexPoller;
   private peer: PeerCred = { pid: 0, uid: -1, gid: -1 };
   private queue: Pending[] = [];
   private busy: Promise<void> | undefined;
-  private timer: NodeJS.Timeout | undefined;
+  private readonly out: OutChunk[] = [];
+  /** closes the connection once the write queue is empty (after an error reply) */
+  private endAfterFlush = false;
+  /** a request's absolute deadline, from its first byte */
+  private frameTimer: NodeJS.Timeout | undefined;
+  /** nothing to do and nothing coming: the connection is closed when this fires */
+  private idleTimer: NodeJS.Timeout | undefined;
+  /** the pending reply made no progress for this long */
+  private stallTimer: NodeJS.Timeout | undefined;
   private closed = false;
+  private readonly closedP: Promise<void>;
+  private resolveClosed!: () => void;
+  /** no more reading: EOF, a protocol error, a stop */
   private eof = false;
   /** a peer without the right to be served: its bytes are dropped */
   private refused = false;
@@ -138,62 +279,97 @@ class Connection {
   constructor(
     private readonly fd: number,
     private readonly opts: ServerOptions,
+    private readonly limits: Limits,
     private readonly onClose: (c: Connection) => void,
   ) {
     const n = native();
     this.log = opts.log;
-    this.poller = n.pollReadable(fd, (err) => this.onReadable(err));
+    this.closedP = new Promise((r) => (this.resolveClosed = r));
+    this.poller = n.pollReadable(fd, (err, events) => this.onEvent(err, events));
     try {
       this.peer = n.peerCred(fd);
     } catch (e) {
-      this.reject(`cannot read peer credentials: ${errorChain(e)}`);
+      this.sendErrorAndEnd(`cannot read peer credentials: ${errorChain(e)}`);
       return;
     }
     this.log = opts.log.child({ peerPid: this.peer.pid, peerUid: this.peer.uid });
     if (!peerAllowed(this.peer, opts.allowedGids ?? [])) {
       this.log.warn('refused a peer that is neither uid 0 nor in the socket group');
-      // say why, then serve nothing: the peer's request is read and dropped until it hangs up or the frame
+      // say why, then serve nothing: the peer's request is read and dropped until it hangs up or the request
       // timeout ends it (closing at once would make its write fail with EPIPE before it reads the reason)
-      this.sendError(`permission denied: uid ${this.peer.uid} gid ${this.peer.gid} may not use this socket`);
       this.refused = true;
-      this.armTimer();
+      this.enqueueError(`permission denied: uid ${this.peer.uid} gid ${this.peer.gid} may not use this socket`);
+      this.flush();
+      this.armIdle();
       return;
     }
-    this.armTimer();
+    this.armIdle();
   }
 
-  private reject(text: string): void {
-    this.sendError(text);
-    this.close();
+  get open(): boolean {
+    return !this.closed;
   }
 
-  private armTimer(): void {
-    this.clearTimer();
-    const ms = this.opts.frameTimeoutMs ?? 5000;
-    this.timer = setTimeout(() => {
+  // ------------------------------------------------------------ timers
+
+  private armIdle(): void {
+    if (this.idleTimer || this.closed) return;
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = undefined;
+      this.close();
+    }, this.limits.requestTimeoutMs);
+    this.idleTimer.unref();
+  }
+
+  private clearIdle(): void {
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
+  }
+
+  /** Starts the deadline of the request whose first byte just arrived; a running deadline is never extended. */
+  private trackFrame(): void {
+    if (this.eof || !this.reader.midFrame()) {
+      if (this.frameTimer) clearTimeout(this.frameTimer);
+      this.frameTimer = undefined;
+      return;
+    }
+    if (this.frameTimer) return;
+    const ms = this.limits.requestTimeoutMs;
+    this.frameTimer = setTimeout(() => {
+      this.frameTimer = undefined;
       const got = this.reader.pending();
-      if (got > 0) {
-        this.log.warn({ bytes: got }, 'incomplete request timed out');
-        this.reject(`incomplete request: got ${got} bytes, no complete request within ${ms} ms`);
-      } else {
-        this.close();
-      }
+      this.log.warn({ bytes: got }, 'incomplete request timed out');
+      this.stopReading();
+      this.queue.push({ error: `incomplete request: got ${got} bytes, no complete request within ${ms} ms of its first byte` });
+      this.pump();
     }, ms);
-    this.timer.unref();
+    this.frameTimer.unref();
   }
 
-  private clearTimer(): void {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
+  private armStall(): void {
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = setTimeout(() => {
+      this.stallTimer = undefined;
+      this.log.warn({ pendingBytes: this.out.reduce((s, c) => s + c.data.length, 0), stallMs: this.limits.sendStallMs }, 'dropping a connection whose peer does not read its reply');
+      this.close();
+    }, this.limits.sendStallMs);
+    this.stallTimer.unref();
   }
 
-  private onReadable(err: Error | null): void {
+  // ------------------------------------------------------------ reading
+
+  private onEvent(err: Error | null, events: number): void {
     if (this.closed) return;
     if (err) {
       this.log.warn({ err }, 'connection error');
       this.close();
       return;
     }
+    if (events & PollEvent.Writable) this.flush();
+    if (!this.closed && !this.eof && events & (PollEvent.Readable | PollEvent.Disconnect)) this.readAll();
+  }
+
+  private readAll(): void {
     const n = native();
     for (;;) {
       let chunk: Buffer | null;
@@ -206,108 +382,173 @@ class Connection {
       }
       if (chunk === null) break;
       if (chunk.length === 0) {
-        this.eof = true;
-        this.poller.stop();
+        this.stopReading();
         break;
       }
-      if (this.refused) continue;
-      let reqs: Request[];
-      try {
-        reqs = this.reader.push(chunk);
-      } catch (e) {
-        this.log.warn({ err: e }, 'bad request');
-        // requests already queued still get their answers before the error and the close
-        this.queue.push({ error: errorChain(e) });
-        this.poller.stop();
-        this.eof = true;
-        break;
-      }
+      if (this.refused) continue; // its idle timer stands: dripping bytes does not keep it open
+      this.clearIdle();
+      const reqs = this.reader.push(chunk);
       this.queue.push(...reqs.map((req) => ({ req })));
+      const bad = this.reader.error;
+      if (bad) {
+        this.log.warn({ err: bad }, 'bad request');
+        // requests completed before the bad bytes still get their answers, then the error, then the close
+        this.queue.push({ error: errorChain(bad) });
+        this.stopReading();
+        break;
+      }
+      if (this.queue.length > this.limits.maxPipelined) {
+        this.log.warn({ queued: this.queue.length }, 'too many pipelined requests');
+        this.queue.splice(this.limits.maxPipelined);
+        this.queue.push({ error: `more than ${this.limits.maxPipelined} requests pipelined on one connection; wait for the replies` });
+        this.stopReading();
+        break;
+      }
     }
     if (this.refused) {
-      // nothing is served; the timer armed at refusal stands, a hang-up ends it sooner
-      if (this.eof) this.close();
+      // nothing is served; the idle timer armed at refusal stands, a hang-up ends it sooner
+      if (this.eof && this.out.length === 0) this.close();
       return;
     }
+    this.trackFrame();
     this.pump();
   }
 
+  private stopReading(): void {
+    this.eof = true;
+    if (this.frameTimer) clearTimeout(this.frameTimer);
+    this.frameTimer = undefined;
+    this.poller.want(false, this.out.length > 0);
+  }
+
+  // ------------------------------------------------------------ serving
+
   private pump(): void {
-    if (this.busy || this.closed) return;
+    if (this.busy || this.closed || this.out.length > 0) return;
     const next = this.queue.shift();
     if (!next) {
       if (this.eof) this.close();
-      else this.armTimer();
+      else if (!this.reader.midFrame()) this.armIdle();
       return;
     }
-    this.clearTimer();
-    this.busy = this.serve(next).finally(() => {
+    this.clearIdle();
+    if ('error' in next) {
+      this.queue = [];
+      this.sendErrorAndEnd(next.error);
+      return;
+    }
+    this.busy = this.serve(next.req).finally(() => {
       this.busy = undefined;
-      this.pump();
+      this.flush();
     });
   }
 
-  private async serve(next: Pending): Promise<void> {
-    if ('error' in next) {
-      this.sendError(next.error);
-      this.queue = [];
-      this.close();
-      return;
-    }
-    const { req } = next;
+  private async serve(req: Request): Promise<void> {
     let reply: Reply;
     try {
       reply = await this.opts.handler.handle(req, this.peer);
     } catch (e) {
-      this.sendError(errorChain(e));
+      this.enqueueError(errorChain(e));
       return;
     }
-    if (this.closed) return;
+    if (this.closed) {
+      closeAll(reply.fds);
+      return;
+    }
     try {
       const { header, data } = encodeResponse(req.command, req.key, reply.payload, reply.fds.length);
-      const n = native();
-      const t = this.opts.sendTimeoutMs ?? 5000;
-      n.sendMsg(this.fd, header, [], t);
-      // payload and fds in ONE sendmsg, after the header (the client reads the header with a plain read)
-      if (data.length > 0 || reply.fds.length > 0) n.sendMsg(this.fd, data, reply.fds, t);
+      // the header alone (the client reads it with a plain read), then payload and fds in ONE sendmsg
+      this.out.push({ data: header, fds: [] });
+      if (data.length > 0 || reply.fds.length > 0) this.out.push({ data, fds: reply.fds });
+      else closeAll(reply.fds);
     } catch (e) {
-      this.log.warn({ err: e }, 'sending the reply failed');
-      this.close();
+      closeAll(reply.fds);
+      this.enqueueError(errorChain(e));
     }
   }
 
-  private sendError(text: string): void {
+  // ------------------------------------------------------------ writing
+
+  private enqueueError(text: string): void {
     if (this.closed) return;
-    try {
-      native().sendMsg(this.fd, encodeError(text), [], this.opts.sendTimeoutMs ?? 5000);
-    } catch (e) {
-      this.log.debug({ err: e }, 'sending an error reply failed');
+    this.out.push({ data: encodeError(text), fds: [] });
+  }
+
+  private sendErrorAndEnd(text: string): void {
+    this.enqueueError(text);
+    this.endAfterFlush = true;
+    this.stopReading();
+    this.flush();
+  }
+
+  /** Writes what the socket takes now; the rest waits for writability. Then serves the next request. */
+  private flush(): void {
+    if (this.closed) return;
+    const n = native();
+    let progressed = false;
+    while (this.out.length > 0) {
+      const c = this.out[0]!;
+      let sent: number;
+      try {
+        sent = n.trySendMsg(this.fd, c.data, c.fds);
+      } catch (e) {
+        this.log.warn({ err: e }, 'sending the reply failed');
+        this.close();
+        return;
+      }
+      if (sent < 0) break;
+      progressed = true;
+      if (c.fds.length > 0) {
+        closeAll(c.fds); // the peer has its own copies now
+        c.fds = [];
+        if (c.data.length === 0) sent = 0; // the filler byte is not ours to count
+      }
+      c.data = c.data.subarray(sent);
+      if (c.data.length === 0) this.out.shift();
     }
+    if (this.out.length > 0) {
+      if (progressed || !this.stallTimer) this.armStall();
+      this.poller.want(!this.eof, true);
+      return;
+    }
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
+    this.poller.want(!this.eof, false);
+    if (this.endAfterFlush || (this.refused && this.eof)) {
+      this.close();
+      return;
+    }
+    if (!this.refused) this.pump();
   }
 
-  get open(): boolean {
-    return !this.closed;
-  }
-
-  /** Waits for the request in progress, then closes. */
+  /** Stop: reads nothing more, answers what is queued with an error, lets the running request finish and its reply go. */
   async finish(): Promise<void> {
-    this.eof = true;
-    this.poller.stop();
-    this.queue = [];
-    if (this.busy) await this.busy;
-    this.close();
+    if (this.closed) return;
+    this.stopReading();
+    const dropped = this.queue.filter((p) => 'req' in p).length;
+    this.queue = dropped > 0 ? [{ error: 'tapmanager is stopping: request not served' }] : [];
+    this.clearIdle();
+    if (!this.busy) this.flush();
+    if (!this.busy && this.out.length === 0 && this.queue.length === 0) this.close();
+    else this.pump();
+    await this.closedP;
   }
 
   private close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.clearTimer();
+    this.clearIdle();
+    for (const t of [this.frameTimer, this.stallTimer]) if (t) clearTimeout(t);
+    this.frameTimer = this.stallTimer = undefined;
     this.poller.stop();
+    for (const c of this.out.splice(0)) closeAll(c.fds);
     try {
       native().close(this.fd);
     } catch {
       /* already closed */
     }
     this.onClose(this);
+    this.resolveClosed();
   }
 }
+

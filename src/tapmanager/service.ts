@@ -1,6 +1,6 @@
 // What each command does: validate, serialise per key, call the pod network and DHCP, encode the reply.
 // Every request logs one line with key, op and durationMs.
-import type { PeerCred } from '../native.js';
+import { native, type PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
 import type { Handler, Reply, Request } from './server.js';
 import { Command, commandName } from '../protocol/commands.js';
@@ -86,7 +86,9 @@ export class TapmanagerService implements Handler {
         return this.queue.run(key, async () => {
           const st = await this.pods.ensureFds(key);
           if (!this.dhcp.running(key)) this.dhcp.start(st);
-          return { payload: encodeGetInfo(getInfos(st)), fds: st.fds };
+          // the reply owns copies: a release queued right behind this get may close st.fds while the reply waits
+          // for the peer to read
+          return { payload: encodeGetInfo(getInfos(st)), fds: dupAll(st.fds) };
         });
       }
       case Command.Recover: {
@@ -111,19 +113,35 @@ export class TapmanagerService implements Handler {
     }
   }
 
-  /** After a daemon restart: reattach pods left ready, start their DHCP servers. */
-  async restore(): Promise<{ restored: string[]; rolledBack: string[] }> {
-    const out = await this.pods.restore();
-    for (const key of out.restored) {
+  /**
+   * After a daemon restart: reattach pods left ready (and start their DHCP servers), undo pods left halfway.
+   * Every recorded key is queued at once, synchronously, so a request for a key still being restored waits in
+   * that key's queue while other keys are served; the work itself runs at most RESTORE_PARALLEL keys at a time.
+   * Call it before the server accepts; the returned promise settles when every key is done.
+   */
+  restore(): Promise<{ restored: string[]; rolledBack: string[]; kept: string[] }> {
+    const out = { restored: [] as string[], rolledBack: [] as string[], kept: [] as string[] };
+    const slots = new Slots(RESTORE_PARALLEL);
+    const one = async (key: string): Promise<void> => {
+      const r = await slots.run(() => this.pods.restoreKey(key));
+      if (r === 'none') return;
+      out[r].push(key);
+      if (r !== 'restored') return;
       const st = this.pods.state(key);
-      if (!st) continue;
+      if (!st) return;
       try {
         this.dhcp.start(st);
       } catch (e) {
         this.log.error({ key, err: e }, 'restarting DHCP for a restored pod failed');
       }
-    }
-    return out;
+    };
+    const all = this.pods.recordedKeys().map((key) =>
+      this.queue.run(key, () => one(key)).catch((e: unknown) => {
+        out.kept.push(key);
+        this.log.error({ key, op: 'restore', err: e }, 'restore failed: the record stays');
+      }),
+    );
+    return Promise.all(all).then(() => out);
   }
 
   /** SIGTERM: let running requests finish, stop DHCP, close our copies of the fds; pod networks stay. */
@@ -156,6 +174,41 @@ export class TapmanagerService implements Handler {
       dhcp: this.dhcp.running(s.key),
     };
   }
+}
+
+/** How many recorded pods a restart restores at once (each may spawn CNI DEL for a half-made pod). */
+const RESTORE_PARALLEL = 4;
+
+/** At most n functions running at once, the rest in arrival order. */
+class Slots {
+  private running = 0;
+  private readonly waiting: (() => void)[] = [];
+  constructor(private readonly n: number) {}
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.running >= this.n) await new Promise<void>((r) => this.waiting.push(r));
+    else this.running++;
+    try {
+      return await fn();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.running--;
+    }
+  }
+}
+
+/** dup's of fds (CLOEXEC), all or none. */
+function dupAll(fds: number[]): number[] {
+  const n = native();
+  const out: number[] = [];
+  try {
+    for (const fd of fds) out.push(n.dupCloexec(fd, 3));
+  } catch (e) {
+    for (const fd of out) n.close(fd);
+    throw e;
+  }
+  return out;
 }
 
 /** get's info array: one element per interface, fdIndex = its position in the fd list. */

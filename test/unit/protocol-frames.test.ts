@@ -2,7 +2,14 @@ import { describe, expect, it } from 'vitest';
 import { RequestReader, encodeError, encodeResponse, type Request } from '../../src/protocol/frames.js';
 import { encodeHeader, decodeHeader } from '../../src/protocol/header.js';
 import { Command, MAX_PAYLOAD } from '../../src/protocol/commands.js';
-import { errOf } from '../helpers/errors.js';
+
+/** The error a fresh reader records for these bytes. */
+function errorOfPush(bytes: Buffer): Error & { code?: string } {
+  const r = new RequestReader();
+  expect(r.push(bytes)).toEqual([]);
+  expect(r.error).not.toBeNull();
+  return r.error!;
+}
 
 function req(command: number, key: string, data: Buffer = Buffer.alloc(0), oobSize = 0): Buffer {
   return Buffer.concat([encodeHeader({ command, dataSize: data.length, oobSize, key }), data]);
@@ -86,28 +93,40 @@ describe('RequestReader', () => {
   it('rejects a bad magic on its first wrong byte, and stays failed', () => {
     const r = new RequestReader();
     expect(r.push(Buffer.from([0x42]))).toEqual([]);
-    const e = errOf(() => r.push(Buffer.from([0x41])));
-    expect(e.code).toBe('PROTOCOL');
-    expect(e.message).toMatch(/bad magic 0x4241/);
-    expect(() => r.push(req(Command.Get, 'k'))).toThrow(/bad magic/);
+    expect(r.error).toBeNull();
+    expect(r.push(Buffer.from([0x41]))).toEqual([]);
+    expect(r.error?.code).toBe('PROTOCOL');
+    expect(r.error?.message).toMatch(/bad magic 0x4241/);
+    expect(r.push(req(Command.Get, 'k'))).toEqual([]);
+    expect(r.error?.message).toMatch(/bad magic/);
   });
 
   it('rejects a bad magic in the second of two coalesced frames', () => {
     const bad = req(Command.Get, 'k');
     bad.writeUInt32BE(0xdeadbeef, 0);
     const r = new RequestReader();
-    expect(errOf(() => r.push(Buffer.concat([req(Command.Get, 'k'), bad]))).message).toMatch(/bad magic 0xde/);
+    // the valid request before the garbage is still returned: it gets its reply before the error
+    expect(r.push(Buffer.concat([req(Command.Get, 'k'), bad]))).toEqual([{ command: 2, key: 'k', data: Buffer.alloc(0) }]);
+    expect(r.error?.message).toMatch(/bad magic 0xde/);
+  });
+
+  it('allocates nothing for a claimed payload until its bytes arrive', () => {
+    const r = new RequestReader();
+    expect(r.push(encodeHeader({ command: Command.Add, dataSize: MAX_PAYLOAD, oobSize: 0, key: 'k' }))).toEqual([]);
+    expect(r.pending()).toBe(0);
+    r.push(Buffer.from('{"a":'));
+    expect(r.pending()).toBe(5);
   });
 
   it('rejects an oversized dataSize right after the header, before any payload', () => {
     const h = encodeHeader({ command: Command.Add, dataSize: MAX_PAYLOAD + 1, oobSize: 0, key: 'big' });
     const r = new RequestReader();
-    const e = errOf(() => r.push(h));
-    expect(e.code).toBe('PROTOCOL');
-    expect(e.message).toMatch(/1048577 bytes exceeds 1048576/);
+    expect(r.push(h)).toEqual([]);
+    expect(r.error?.code).toBe('PROTOCOL');
+    expect(r.error?.message).toMatch(/1048577 bytes exceeds 1048576/);
     // a drained command is limited too
     const g = encodeHeader({ command: Command.Get, dataSize: 0xffffffff, oobSize: 0, key: 'big' });
-    expect(errOf(() => new RequestReader().push(g)).message).toMatch(/4294967295/);
+    expect(errorOfPush(g).message).toMatch(/4294967295/);
     // exactly MAX_PAYLOAD is fine
     const ok = new RequestReader();
     expect(ok.push(encodeHeader({ command: Command.Add, dataSize: MAX_PAYLOAD, oobSize: 0, key: 'max' }))).toEqual([]);
@@ -116,7 +135,7 @@ describe('RequestReader', () => {
   });
 
   it('rejects oobSize in a request', () => {
-    const e = errOf(() => new RequestReader().push(req(Command.Get, 'k', Buffer.alloc(0), 24)));
+    const e = errorOfPush(req(Command.Get, 'k', Buffer.alloc(0), 24));
     expect(e.code).toBe('PROTOCOL');
     expect(e.message).toMatch(/get request for key "k": oobSize 24/);
   });
@@ -126,7 +145,8 @@ describe('RequestReader', () => {
       const r = new RequestReader();
       const h = req(c, 'k');
       expect(r.push(h.subarray(0, 76))).toEqual([]);
-      const e = errOf(() => r.push(h.subarray(76)));
+      expect(r.push(h.subarray(76))).toEqual([]);
+      const e = r.error!;
       expect(e.code).toBe('PROTOCOL');
       expect(e.message).toBe(`bad command 0x${c.toString(16).padStart(2, '0')} (key "k")`);
     }

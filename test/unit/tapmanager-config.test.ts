@@ -17,6 +17,9 @@ describe('tapmanager config', () => {
         cniTimeoutMs: 60000,
         enableSriov: false,
         sysfsRoot: '/sys',
+        requestTimeoutMs: 10000,
+        maxConnections: 256,
+        stopTimeoutMs: 80000,
         help: false,
       },
     });
@@ -29,7 +32,7 @@ describe('tapmanager config', () => {
   });
 
   it('reports every problem at once, quoting the values', () => {
-    const r = parseConfig(['--log-level', 'loud', '--cni-timeout', '-1', '--state-dir', 'rel', '--bogus', '--socket'], { VIRTLET_SRIOV_SUPPORT: 'maybe' });
+    const r = parseConfig(['--log-level', 'loud', '--cni-timeout', '-1', '--max-connections', '0', '--state-dir', 'rel', '--bogus', '--socket'], { VIRTLET_SRIOV_SUPPORT: 'maybe' });
     expect(r.ok).toBe(false);
     const errors = r.ok ? [] : r.errors;
     expect(errors).toEqual(
@@ -38,6 +41,7 @@ describe('tapmanager config', () => {
         '--socket needs a value',
         expect.stringContaining('--log-level "loud"'),
         expect.stringContaining('--cni-timeout "-1"'),
+        '--max-connections "0" is not a positive integer',
         expect.stringContaining('--state-dir "rel" must be an absolute path'),
         expect.stringContaining('VIRTLET_SRIOV_SUPPORT "maybe"'),
       ]),
