@@ -5,8 +5,8 @@
 // SCM_RIGHTS on the same socket, and mixing libuv's writes with ours is a race. One owner of the fd is simpler.
 //
 // Nothing here blocks and every connection ends (docs/operations.md, "Limits"):
-// - replies go through a per-connection write queue of non-blocking sendmsg calls; a peer that reads nothing
-//   for sendStallMs is dropped, and its connection serves nothing more meanwhile (one reply in flight);
+// - replies go through a per-connection write queue of non-blocking sendmsg calls; a peer whose queue stays
+//   blocked for sendStallMs is dropped; at most 2 * maxPipelined chunks wait, then nothing more is served;
 // - a request must be complete within requestTimeoutMs of its first byte (an absolute deadline: drip-feeding
 //   does not extend it); an idle connection is closed after as long;
 // - at most maxPipelined requests wait per connection, at most maxConnections connections are served;
@@ -265,7 +265,7 @@ class Connection {
   private frameTimer: NodeJS.Timeout | undefined;
   /** nothing to do and nothing coming: the connection is closed when this fires */
   private idleTimer: NodeJS.Timeout | undefined;
-  /** the pending reply made no progress for this long */
+  /** the write queue has been blocked (socket full) since this timer was armed */
   private stallTimer: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly closedP: Promise<void>;
@@ -424,11 +424,14 @@ class Connection {
   // ------------------------------------------------------------ serving
 
   private pump(): void {
-    if (this.busy || this.closed || this.out.length > 0) return;
+    if (this.busy || this.closed || this.endAfterFlush) return;
+    // replies waiting for a slow reader: serve on (a get's reply holds its own fds), up to a bound
+    if (this.out.length >= 2 * this.limits.maxPipelined) return;
     const next = this.queue.shift();
     if (!next) {
-      if (this.eof) this.close();
-      else if (!this.reader.midFrame()) this.armIdle();
+      if (this.eof) {
+        if (this.out.length === 0) this.close();
+      } else if (this.out.length === 0 && !this.reader.midFrame()) this.armIdle();
       return;
     }
     this.clearIdle();
@@ -485,7 +488,6 @@ class Connection {
   private flush(): void {
     if (this.closed) return;
     const n = native();
-    let progressed = false;
     while (this.out.length > 0) {
       const c = this.out[0]!;
       let sent: number;
@@ -497,7 +499,6 @@ class Connection {
         return;
       }
       if (sent < 0) break;
-      progressed = true;
       if (c.fds.length > 0) {
         closeAll(c.fds); // the peer has its own copies now
         c.fds = [];
@@ -507,16 +508,17 @@ class Connection {
       if (c.data.length === 0) this.out.shift();
     }
     if (this.out.length > 0) {
-      if (progressed || !this.stallTimer) this.armStall();
+      // an absolute bound: the queue must drain within sendStallMs of blocking, slow trickles included
+      if (!this.stallTimer) this.armStall();
       this.poller.want(!this.eof, true);
-      return;
-    }
-    if (this.stallTimer) clearTimeout(this.stallTimer);
-    this.stallTimer = undefined;
-    this.poller.want(!this.eof, false);
-    if (this.endAfterFlush || (this.refused && this.eof)) {
-      this.close();
-      return;
+    } else {
+      if (this.stallTimer) clearTimeout(this.stallTimer);
+      this.stallTimer = undefined;
+      this.poller.want(!this.eof, false);
+      if (this.endAfterFlush || (this.refused && this.eof)) {
+        this.close();
+        return;
+      }
     }
     if (!this.refused) this.pump();
   }
