@@ -89,7 +89,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       r(code);
     }),
   );
-  await waitFor(() => exited || connectable(socket), 15_000, `tapmanager to listen on ${socket}`).catch((e) => {
+  await waitFor(() => exited || connectable(socket), 60_000, `tapmanager to listen on ${socket}`).catch((e) => {
     throw new Error(`${(e as Error).message}\n${out}`);
   });
   if (exited) throw new Error(`tapmanager exited with ${exitCode}:\n${out}`);

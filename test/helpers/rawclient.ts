@@ -20,7 +20,7 @@ export function requestBytes(command: number, key: string, payload?: object | Bu
   return Buffer.concat([encodeHeader({ command, dataSize: data.length, oobSize: 0, key }), data]);
 }
 
-export function connect(socket: string, timeoutMs = 30_000): number {
+export function connect(socket: string, timeoutMs = 180_000): number {
   const n = native();
   const fd = n.connectUnix(socket);
   n.setTimeouts(fd, timeoutMs);

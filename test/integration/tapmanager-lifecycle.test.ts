@@ -1,6 +1,6 @@
 // The daemon's life as an operator sees it: SIGTERM while adds run, a second daemon on the same state dir or socket,
 // a restart whose restore is slow, and a soak of many pods from several clients at once.
-import { describe, it, expect, afterEach } from 'vitest';
+import { describe, it, expect, afterEach, vi } from 'vitest';
 import { spawn } from 'node:child_process';
 import { chmodSync, mkdirSync, readFileSync, writeFileSync, existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -45,7 +45,7 @@ async function netnsList(): Promise<string[]> {
 
 /** Sends a request on a new connection and returns the fd; the reply is read later with replyOf. */
 function send(socket: string, command: number, key: string, payload?: object): number {
-  const fd = connect(socket, 60_000);
+  const fd = connect(socket);
   native().writeAll(fd, requestBytes(command, key, payload));
   return fd;
 }
@@ -63,6 +63,9 @@ async function logLines(d: Daemon, until: (lines: Record<string, unknown>[]) => 
   for (let i = 0; i < 200 && !until(d.lines()); i++) await new Promise((r) => setTimeout(r, 25));
   return d.lines();
 }
+
+// the machine may be shared and slow: generous bounds, never timing assertions
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 120_000 });
 
 let net: CniTestNet | undefined;
 const daemons: Daemon[] = [];
@@ -207,7 +210,7 @@ function connectReply(fd: number): { command: number; text: string } {
 }
 
 describe('soak', () => {
-  it('500 add/get/release cycles from 8 clients at once leave fds, netns, links and IPAM files as they were', async () => {
+  it('500 (VMPOD_SOAK_CYCLES) add/get/release cycles from 8 clients at once leave fds, netns, links and IPAM files as they were', async () => {
     net = await makeCniConf();
     const d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--log-level', 'warn'] });
     daemons.push(d);
@@ -215,7 +218,8 @@ describe('soak', () => {
     const fdsBefore = d.fdCount();
     const nsBefore = (await netnsList()).filter((n) => n.startsWith(prefix));
     const clients = 8;
-    const total = 500;
+    // VMPOD_SOAK_CYCLES: fewer cycles on a crowded machine (the default is the issue's 500)
+    const total = Number(process.env.VMPOD_SOAK_CYCLES ?? 500);
     // each client is its own process running our synchronous client: the 8 really run in parallel
     const script = `
       import { FdClient } from ${JSON.stringify(join(REPO, 'dist/client/fdclient.js'))};
