@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
-import { native, type Native } from '../../src/native.js';
+import { native, PollEvent, type Native } from '../../src/native.js';
 
 const n: Native = native();
 const ADDON = path.resolve(import.meta.dirname, '../../build/Release/vmpod_native.node');
@@ -274,6 +274,47 @@ describe('unix sockets and fd passing', () => {
     const { server } = await pair();
     const big = Buffer.alloc(8 * 1024 * 1024);
     expect(errorOf(() => n.sendMsg(server, big, [], 100)).code).toBe('ETIMEDOUT');
+  });
+
+  it('listenUnix leaves a socket someone listens on alone: EADDRINUSE, and the first listener still accepts', async () => {
+    expect(errorOf(() => n.listenUnix(sockPath, 0o660, 1)).code).toBe('EADDRINUSE');
+    expect(fs.statSync(sockPath).isSocket()).toBe(true);
+    const { client } = await pair();
+    expect(client).toBeGreaterThan(2);
+  });
+
+  it('trySendMsg sends what fits without waiting, -1 when the socket is full; fds go with the first byte', async () => {
+    const { client, server } = await pair();
+    const f = track(n.dupCloexec(0, 3));
+    expect(n.trySendMsg(server, Buffer.alloc(0), [f])).toBe(1); // the filler byte carries the fd
+    const got = n.recvMsg(client, 1, 24);
+    expect(got.fds).toHaveLength(1);
+    n.close(got.fds[0]!);
+    let total = 0;
+    let last = 0;
+    while ((last = n.trySendMsg(server, Buffer.alloc(64 * 1024), [])) > 0) total += last;
+    expect(last).toBe(-1);
+    expect(total).toBeGreaterThan(0);
+  });
+
+  it('pollReadable().want adds writability: the callback gets the Writable bit', async () => {
+    const { server } = await pair();
+    const events = await new Promise<number>((resolve) => {
+      const p = n.pollReadable(server, (_err, ev) => {
+        p.stop();
+        resolve(ev);
+      });
+      p.want(false, true);
+    });
+    expect(events & PollEvent.Writable).toBe(PollEvent.Writable);
+  });
+
+  it('lockExclusive: a second lock on the same dir fails with EAGAIN until the first fd is closed', () => {
+    const a = n.lockExclusive(dir);
+    expect(isCloexec(a)).toBe(true);
+    expect(errorOf(() => n.lockExclusive(dir)).code).toBe('EAGAIN');
+    n.close(a);
+    n.close(n.lockExclusive(dir));
   });
 
   it('pollReadable: stop is idempotent and a stopped poller does not call back', async () => {
