@@ -90,6 +90,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     }),
   );
   await waitFor(() => exited || connectable(socket), 60_000, `tapmanager to listen on ${socket}`).catch((e) => {
+    proc.kill('SIGKILL'); // a daemon that never listened must not outlive the test
     throw new Error(`${(e as Error).message}\n${out}`);
   });
   if (exited) throw new Error(`tapmanager exited with ${exitCode}:\n${out}`);
