@@ -120,7 +120,7 @@ async function runToExit(args: string[]): Promise<{ code: number | null; stderr:
   let stderr = '';
   p.stderr!.on('data', (b) => (stderr += b));
   const t = setTimeout(() => p.kill('SIGKILL'), 20_000);
-  const code = await new Promise<number | null>((r) => p.on('exit', (c) => r(c)));
+  const code = await new Promise<number | null>((r) => p.on('close', (c) => r(c))); // close: stderr read to its end
   clearTimeout(t);
   return { code, stderr };
 }
