@@ -18,16 +18,19 @@ const RELEASE = 1;
 const GET = 2;
 
 /**
- * Chains a plugin after bridge that sleeps on ADD (addS seconds) and on DEL (delS) for containers whose id starts
- * with "slow", and does nothing otherwise.
+ * Chains a plugin after bridge that sleeps on ADD (addS seconds) for containers whose id starts with "slow", and
+ * with delGate, holds their DEL until that file exists (at most 60 s); it does nothing otherwise.
  */
-function chainSlowPlugin(net: CniTestNet, addS: number, delS: number): string[] {
+function chainSlowPlugin(net: CniTestNet, addS: number, delGate?: string): string[] {
   const bin = join(net.root, 'slowbin');
   mkdirSync(bin, { recursive: true });
   writeFileSync(
     join(bin, 'vmpod-test-slow'),
     '#!/bin/sh\nwhile IFS= read -r _l; do :; done\n' +
-      `case "$CNI_COMMAND:$CNI_CONTAINERID" in ADD:slow*) /bin/sleep ${addS} ;; DEL:slow*) /bin/sleep ${delS} ;; esac\n` +
+      `case "$CNI_COMMAND:$CNI_CONTAINERID" in ADD:slow*) /bin/sleep ${addS} ;; esac\n` +
+      (delGate
+        ? `case "$CNI_COMMAND:$CNI_CONTAINERID" in DEL:slow*) i=0; while [ ! -e ${delGate} ] && [ $i -lt 600 ]; do /bin/sleep 0.1; i=$((i+1)); done ;; esac\n`
+        : '') +
       'case "$CNI_COMMAND" in ADD) printf \'{"cniVersion":"1.0.0"}\' ;; esac\n',
   );
   chmodSync(join(bin, 'vmpod-test-slow'), 0o755);
@@ -83,7 +86,7 @@ afterEach(async () => {
 describe('SIGTERM', () => {
   it('while several adds run inside a slow plugin: each gets its reply, the daemon exits 0, a restart hands the pods back', async () => {
     net = await makeCniConf();
-    const binDirs = chainSlowPlugin(net, 1.5, 0);
+    const binDirs = chainSlowPlugin(net, 1.5);
     const d = await startDaemon({ confDir: net.confDir, binDirs, cacheDir: net.cacheDir });
     daemons.push(d);
     const slow = [0, 1, 2].map(() => `slow-${rand()}`);
@@ -159,13 +162,15 @@ describe('one daemon per state dir and socket', () => {
 describe('serving during restore', () => {
   it('listens at once; a request for the pod being restored waits for it, another pod is served meanwhile', async () => {
     net = await makeCniConf();
-    const binDirs = chainSlowPlugin(net, 1, 4);
+    const gate = join(net.root, 'release-the-del');
+    const binDirs = chainSlowPlugin(net, 1, gate);
     const d = await startDaemon({ confDir: net.confDir, binDirs, cacheDir: net.cacheDir });
     daemons.push(d);
     const slow = `slow-${rand()}`;
     const fast = `vmpt-${rand()}`;
     keys.push(slow, fast);
-    // kill -9 in the middle of the slow add: its record stays "adding", the restart must roll it back (CNI DEL: 4 s)
+    // kill -9 in the middle of the slow add: its record stays "adding", the restart must roll it back, and its CNI DEL
+    // is held until the gate file exists
     const addFd = send(d.socket, ADD, slow, desc(slow));
     await new Promise((r) => setTimeout(r, 500));
     d.proc.kill('SIGKILL');
@@ -179,6 +184,9 @@ describe('serving during restore', () => {
     const getSlow = send(d2.socket, GET, slow);
     const addFast = send(d2.socket, ADD, fast, desc(fast));
     expect(replyOf(addFast)).toBe(0x80);
+    // the slow pod's restore is still held in its CNI DEL: nothing for it has been answered
+    expect(d2.lines().some((l) => l.msg === 'restored pod networks from the state dir')).toBe(false);
+    writeFileSync(gate, '');
     // the get waited in the slow key's queue for the rollback, then found nothing
     const g = connectReply(getSlow);
     expect(g.command).toBe(0xff);
