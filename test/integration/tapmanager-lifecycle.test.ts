@@ -27,7 +27,7 @@ function chainSlowPlugin(net: CniTestNet, addS: number, delGate?: string): strin
   writeFileSync(
     join(bin, 'vmpod-test-slow'),
     '#!/bin/sh\nwhile IFS= read -r _l; do :; done\n' +
-      `case "$CNI_COMMAND:$CNI_CONTAINERID" in ADD:slow*) /bin/sleep ${addS} ;; esac\n` +
+      `case "$CNI_COMMAND:$CNI_CONTAINERID" in ADD:slow*) : > ${join(net.root, 'add-started')}; /bin/sleep ${addS} ;; esac\n` +
       (delGate
         ? `case "$CNI_COMMAND:$CNI_CONTAINERID" in DEL:slow*) i=0; while [ ! -e ${delGate} ] && [ $i -lt 600 ]; do /bin/sleep 0.1; i=$((i+1)); done ;; esac\n`
         : '') +
@@ -163,7 +163,7 @@ describe('serving during restore', () => {
   it('listens at once; a request for the pod being restored waits for it, another pod is served meanwhile', async () => {
     net = await makeCniConf();
     const gate = join(net.root, 'release-the-del');
-    const binDirs = chainSlowPlugin(net, 1, gate);
+    const binDirs = chainSlowPlugin(net, 5, gate);
     const d = await startDaemon({ confDir: net.confDir, binDirs, cacheDir: net.cacheDir });
     daemons.push(d);
     const slow = `slow-${rand()}`;
@@ -172,11 +172,12 @@ describe('serving during restore', () => {
     // kill -9 in the middle of the slow add: its record stays "adding", the restart must roll it back, and its CNI DEL
     // is held until the gate file exists
     const addFd = send(d.socket, ADD, slow, desc(slow));
-    await new Promise((r) => setTimeout(r, 500));
+    // kill only once the add is inside the plugin (its CNI step recorded), however slow the machine
+    for (let i = 0; i < 1200 && !existsSync(join(net.root, 'add-started')); i++) await new Promise((r) => setTimeout(r, 50));
     d.proc.kill('SIGKILL');
     await d.stop();
     native().close(addFd);
-    await new Promise((r) => setTimeout(r, 1500)); // the orphaned plugin finishes its sleep
+    await new Promise((r) => setTimeout(r, 5500)); // the orphaned plugin finishes its sleep
 
     const d2 = await startDaemon({ confDir: net.confDir, binDirs, reuse: d });
     daemons.push(d2);
