@@ -156,13 +156,13 @@ async function restartFigure(w, n) {
   const base = [];
   for (let r = 0; r < rounds; r++) {
     await w.stop();
-    const x = await run(w.client, ['restart', w.socket, ...w.ours, '--', ...w.daemonArgs(w.stateDir, w.socket)], { timeoutMs: 60_000 });
+    const x = await run(w.client, ['restart', w.socket, ...w.ours, '--', ...w.daemonArgs(w.stateDir, w.socket)], { timeoutMs: 120_000, env: { ...process.env, VMPOD_BENCH_LOG: join(w.dir, 'tapmanager.log') } });
     if (x.code !== 0) throw new Error(`restart: ${x.stderr}`);
     const j = JSON.parse(x.stdout);
     w.daemon = { pid: j.pid };
     ours.push(j.firstAnswerUs / 1000);
     all.push(j.allAnsweredUs / 1000);
-    const y = await run(w.client, ['restart', emptySock, '--', ...w.daemonArgs(emptyState, emptySock)], { timeoutMs: 60_000 });
+    const y = await run(w.client, ['restart', emptySock, '--', ...w.daemonArgs(emptyState, emptySock)], { timeoutMs: 120_000 });
     if (y.code !== 0) throw new Error(`restart empty: ${y.stderr}`);
     const e = JSON.parse(y.stdout);
     base.push(e.firstAnswerUs / 1000);

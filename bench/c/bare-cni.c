@@ -71,7 +71,7 @@ static int one(int add, const char *name, const char *conf_t, const char *result
 }
 
 int main(int argc, char **argv) {
-  if (argc < 10 || (strcmp(argv[1], "add") != 0 && strcmp(argv[1], "del") != 0)) {
+  if (argc < 9 || (strcmp(argv[1], "add") != 0 && strcmp(argv[1], "del") != 0)) {
     fprintf(stderr, "usage: bare-cni add|del CONF RESULT CNI_PATH PLUGIN IFNAME PAR NAME...\n");
     return 2;
   }

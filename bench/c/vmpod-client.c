@@ -13,6 +13,8 @@
 // Every received fd is checked (fstat) and closed. Exit 1 with the reason on stderr on any failure.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +35,11 @@ static double now_us(void) {
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+static pid_t daemon_pid = -1;
+
 static void die(const char *what) {
   fprintf(stderr, "vmpod-client: %s: %s\n", what, errno ? strerror(errno) : "protocol");
+  if (daemon_pid > 0) kill(daemon_pid, SIGTERM); // restart: never leave the daemon we started behind
   exit(1);
 }
 
@@ -145,7 +150,12 @@ static int restart(const char *sock, int nkeys, char **keys, char **argv) {
   double t0 = now_us();
   pid_t pid = fork();
   if (pid < 0) die("fork");
+  if (pid > 0) daemon_pid = pid;
   if (pid == 0) {
+    // the daemon must not hold our stdout (the caller reads it to its end): its output goes to VMPOD_BENCH_LOG
+    const char *log = getenv("VMPOD_BENCH_LOG");
+    int out = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
     execv(argv[0], argv);
     _exit(127);
   }

@@ -188,7 +188,9 @@ export async function podWorld(cleanup) {
     await world.release([...ours], 8);
   });
   cleanup.push('delete the baseline pods', async () => {
-    if (bare.size > 0) await world.bareDel([...bare], 8);
+    const added = [...bare].filter((n) => existsSync(join(dir, 'bare', `${n}.result.json`)));
+    for (const n of bare) if (!added.includes(n) && existsSync(`/var/run/netns/${n}`)) await run('ip', ['netns', 'del', n]);
+    if (added.length > 0) await world.bareDel(added, 8);
   });
   return world;
 }
