@@ -7,7 +7,8 @@ import { mkdtempSync, writeFileSync, readFileSync, readdirSync, rmSync, existsSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { repo, importDist } from './dist.mjs';
+import { connect } from 'node:net';
+import { repo } from './dist.mjs';
 import { helper } from './cc.mjs';
 import { mustRun, run } from './cleanup.mjs';
 
@@ -92,17 +93,11 @@ export async function podWorld(cleanup) {
       const [cmd, ...args] = daemonArgs(stateDir, socket);
       const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', log] });
       closeSync(log);
-      const { native } = await importDist('native.js');
-      const end = Date.now() + 20_000;
-      for (;;) {
+      const end = Date.now() + 60_000;
+      while (!(await connects(socket))) {
         if (child.exitCode !== null) throw new Error(`tapmanager exited ${child.exitCode}: ${tailLog()}`);
-        try {
-          native().close(native().connectUnix(socket));
-          break;
-        } catch {
-          if (Date.now() > end) throw new Error('tapmanager did not listen within 20 s');
-          await sleep(10);
-        }
+        if (Date.now() > end) throw new Error('tapmanager did not listen within 60 s');
+        await sleep(10);
       }
       world.daemon = { pid: child.pid, child };
       return world.daemon;
@@ -201,4 +196,16 @@ function isZombie(pid) {
   } catch {
     return true;
   }
+}
+
+/** does the Unix socket take a connection? */
+function connects(path) {
+  return new Promise((resolve) => {
+    const c = connect(path);
+    c.once('connect', () => {
+      c.destroy();
+      resolve(true);
+    });
+    c.once('error', () => resolve(false));
+  });
 }
