@@ -12,7 +12,7 @@
 // Prints one JSON line per figure ({"figure": ...}, see lib/figure.mjs). Reported, never asserted.
 import { parseArgs } from 'node:util';
 import { spawn } from 'node:child_process';
-import { readFileSync, existsSync, mkdirSync } from 'node:fs';
+import { readFileSync, readdirSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Cleanup, run } from './lib/cleanup.mjs';
 import { podWorld, procMem, procCpuS } from './lib/pods.mjs';
@@ -56,8 +56,41 @@ async function addRelease(w, label, n) {
     ours.release.push(...(await w.release([k])).opsMs);
     bare.release.push(...(await w.bareDel([b])).opsMs);
   }
-  figure(`add${label}`, 'ms', ours.add, bare.add, { goal: 1.3, what: 'add over the socket (C client)', baselineWhat: 'ip netns add + bridge ADD, exec\'d by a C program' });
+  const syscalls = o.strace && label === '' ? await straceAdds(w) : undefined;
+  figure(`add${label}`, 'ms', ours.add, bare.add, { ...(syscalls ? { extra: { syscallsPerAdd: syscalls } } : {}), goal: 1.3, what: 'add over the socket (C client)', baselineWhat: 'ip netns add + bridge ADD, exec\'d by a C program' });
   figure(`release${label}`, 'ms', ours.release, bare.release, { goal: 1.1, what: 'release over the socket', baselineWhat: 'bridge DEL + ip netns del, exec\'d by a C program' });
+}
+
+/** what one add costs tapmanager in syscalls (all its threads, children not followed) and which programs it execs */
+async function straceAdds(w, n = 3) {
+  const out = join(w.dir, 'strace-add.txt');
+  const outf = join(w.dir, 'strace-add-exec.txt');
+  // every thread of the daemon (libuv's pool does the async fs work), its children not followed
+  const tids = readdirSync(`/proc/${w.daemon.pid}/task`).flatMap((t) => ['-p', t]);
+  const st = spawn('strace', ['-c', '-o', out, ...tids], { stdio: 'ignore' });
+  const sf = spawn('strace', ['-f', '-e', 'trace=execve', '-e', 'signal=none', '-qq', '-o', outf, '-p', String(w.daemon.pid)], { stdio: 'ignore' });
+  await sleep(1000);
+  const ks = w.keys(n, 's');
+  await w.add(ks);
+  st.kill('SIGINT');
+  sf.kill('SIGINT');
+  await Promise.all([st, sf].map((c) => new Promise((res) => c.once('exit', res))));
+  await w.release(ks);
+  const rows = readFileSync(out, 'utf8').split('\n').filter((l) => /^\s*\d/.test(l)).map((l) => l.trim().split(/\s+/));
+  const per = {};
+  for (const r of rows) {
+    const name = r[r.length - 1];
+    const calls = Number(r[3]);
+    if (name !== 'total' && Number.isFinite(calls)) per[name] = Math.round((calls / n) * 10) / 10;
+  }
+  const execs = readFileSync(outf, 'utf8').split('\n').filter((l) => l.includes('execve(') && !l.includes('ENOENT'));
+  const programs = {};
+  for (const l of execs) {
+    const m = /execve\("([^"]+)"/.exec(l);
+    if (m) programs[m[1]] = (programs[m[1]] ?? 0) + 1 / n;
+  }
+  const top = Object.entries(per).sort((a, b) => b[1] - a[1]).slice(0, 12);
+  return { daemonCallsPerAdd: Math.round(Object.values(per).reduce((a, b) => a + b, 0)), fsyncPerAdd: (per.fsync ?? 0) + (per.fdatasync ?? 0), top: Object.fromEntries(top), execsPerAdd: Object.fromEntries(Object.entries(programs).map(([k, v]) => [k, Math.round(v * 10) / 10])) };
 }
 
 async function burst(w) {
