@@ -9,7 +9,7 @@
 // A DISCOVER goes every 2 ms until one is answered: "ready -> first OFFER" counts a server that is not listening
 // yet; "DISCOVER -> OFFER" is the exchange that was answered. Runs alternate between the sides.
 import { parseArgs } from 'node:util';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Cleanup, mustRun, run } from './lib/cleanup.mjs';
@@ -72,12 +72,20 @@ async function main() {
     const addJson = join(w.dir, 'dhcp-add.json');
     writeFileSync(addJson, JSON.stringify({ podNetworkDesc: { podId: key, podNs: 'bench', podName: 'bench-vm', DNS: null } }));
     w.ours.add(key);
-    const r = await run(probe, ['vmpod', w.socket, key, addJson], { timeoutMs: 30_000 });
+    const r = await run(probe, ['vmpod', w.socket, key, addJson], { timeoutMs: 180_000 });
     if (r.code !== 0) throw new Error(`dhcp-first vmpod: ${r.stderr}`);
     const a = JSON.parse(r.stdout);
     await w.release([key]);
-    const b = await run(probe, ['dnsmasq', pod.nsPath, 'tap0', pod.mac, '--', ...pod.argv], { timeoutMs: 30_000 });
-    if (b.code !== 0) throw new Error(`dhcp-first dnsmasq: ${b.stderr}`);
+    const b = await run(probe, ['dnsmasq', pod.nsPath, 'tap0', pod.mac, '--', ...pod.argv], { timeoutMs: 180_000 });
+    if (b.code !== 0) {
+      let log = '';
+      try {
+        log = readFileSync(join(w.dir, 'dnsmasq.log'), 'utf8').slice(-1500);
+      } catch {
+        // no log: dnsmasq did not start
+      }
+      throw new Error(`dhcp-first dnsmasq: ${b.stderr} dnsmasq.log: ${log}`);
+    }
     const d = JSON.parse(b.stdout);
     for (const [side, x] of [[ours, a], [base, d]]) {
       side.ready.push(x.readyToOfferUs / 1000);

@@ -7,7 +7,7 @@
 //       opens TAP in the netns NSPATH (a hand-made pod); ready = the fork that execs dnsmasq there
 // Then a DISCOVER (busybox udhcpc's shape) every 2 ms until an OFFER for one of them arrives. Prints one JSON line:
 // readyToOfferUs, discoverToOfferUs (of the DISCOVER answered), attempts, and for vmpod addUs. dnsmasq is
-// stopped (SIGTERM) before exit. Exit 1 with the reason on stderr on failure or after 5 s without an OFFER.
+// stopped (SIGTERM) before exit. Exit 1 with the reason on stderr on failure or after 60 s without an OFFER.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -147,9 +147,16 @@ int main(int argc, char **argv) {
     request(argv[2], 0, argv[3], json, jl, NULL);
     ready = now_us();
     add_us = ready - t;
-    const char *m = strstr((char *)buf, "\"mac\":\"");
+    // the VM's MAC: the CNI result's interface inside the pod (the one with "sandbox"), as tapmanager serves it
+    const char *sb = strstr((char *)buf, "\"sandbox\"");
+    const char *m = NULL;
+    for (const char *q = sb; q && q > (char *)buf; q--)
+      if (strncmp(q, "\"mac\":\"", 7) == 0) {
+        m = q;
+        break;
+      }
     errno = 0;
-    if (!m || parse_mac(m + 7, mac) < 0) die("no \"mac\" in the add reply");
+    if (!m || parse_mac(m + 7, mac) < 0) die("no \"mac\" of the sandbox interface in the add reply");
     request(argv[2], 2, argv[3], NULL, 0, &tap);
     if (tap < 0) die("get gave no fd");
     struct ifreq ifr;
@@ -182,12 +189,12 @@ int main(int argc, char **argv) {
   fcntl(tap, F_SETFL, fl | O_NONBLOCK);
   unsigned char frame[700], in[4096];
   uint32_t xid0 = (uint32_t)getpid() << 8;
-  double sent[4096];
+  static double sent[32768];
   int attempts = 0;
   for (;;) {
-    if (now_us() - ready > 5e6) {
+    if (now_us() - ready > 60e6) {
       errno = 0;
-      die("no OFFER within 5 s");
+      die("no OFFER within 60 s");
     }
     memset(frame, 0, vnet);
     int n = discover(frame + vnet, mac, xid0 + attempts);
@@ -215,7 +222,7 @@ int main(int argc, char **argv) {
         return 0;
       }
     }
-    if (attempts >= 4096) {
+    if (attempts >= 32768) {
       errno = 0;
       die("too many attempts");
     }
