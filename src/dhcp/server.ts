@@ -53,7 +53,6 @@ import {
   getOption,
   HTYPE_ETHERNET,
   macToBytes,
-  ipToBytes,
   MessageType,
   messageType,
   messageTypeName,
@@ -62,6 +61,7 @@ import {
   Opt,
   optionIp,
 } from './packet.js';
+import { ipToBytes } from '../net/ip.js';
 
 export const DHCP_SERVER_PORT = 67;
 export const DHCP_CLIENT_PORT = 68;
