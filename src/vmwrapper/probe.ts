@@ -14,6 +14,8 @@ export interface ExecPlan {
   argv: string[];
   env: string[];
   keepFds: number[];
+  /** written by applyPlan (run.ts), only once the whole plan is built and valid */
+  cpuset?: { file: string; list: string };
   /** for the log line */
   summary: Record<string, unknown>;
 }

@@ -7,11 +7,9 @@ import { InterfaceType } from '../protocol/payloads.js';
 import { buildQemuArgv, type TapNet, type VfioDev } from '../qemu/index.js';
 import { Sysfs, sysfsRoot, collectPluginDevices } from '../devices/index.js';
 import { DEFAULTS, envArray, inheritedFds, isProbe, probePlan, type Env, type ExecPlan } from './probe.js';
+import { planCpuset, writeCpuset } from './cpuset.js';
 
 export { DEFAULTS, isProbe, probePlan, type Env, type ExecPlan };
-import { applyCpuset } from './cpuset.js';
-
-
 
 /**
  * Builds the exec plan. `args` are libvirt's arguments (argv without node and script).
@@ -46,12 +44,13 @@ export function planExec(args: string[], env: Env): ExecPlan {
   const seen = new Set(vfio.map((d) => d.address));
   for (const d of fromPlugins) if (!seen.has(d.address)) vfio.push(d);
 
-  let cpuset: string | undefined;
-  if (env.VIRTLET_CPUSETS) cpuset = applyCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot });
+  const cpuset = env.VIRTLET_CPUSETS ? planCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot }) : undefined;
 
+  // the argv is built (and validated) before anything on the host changes: a failing plan changes nothing
   const argv = [emulator, ...buildQemuArgv(args, taps, vfio)];
   return {
     path: emulator,
+    ...(cpuset ? { cpuset } : {}),
     argv,
     env: envArray(env),
     keepFds: [...keep].sort((a, b) => a - b),
@@ -61,7 +60,12 @@ export function planExec(args: string[], env: Env): ExecPlan {
       key,
       taps: taps.map((t) => ({ fd: t.fds[0], mac: t.mac })),
       vfio: vfio.map((d) => `${d.address} (${d.source})`),
-      ...(cpuset ? { cpusetFile: cpuset } : {}),
+      ...(cpuset ? { cpusetFile: cpuset.file } : {}),
     },
   };
+}
+
+/** Applies a valid plan's host changes (today: the cpuset), right before the exec. */
+export function applyPlan(plan: ExecPlan): void {
+  if (plan.cpuset) writeCpuset(plan.cpuset);
 }
