@@ -30,6 +30,9 @@ import { parseArgs } from 'node:util';
 import { Cleanup, mustRun, run, stopChild } from './lib/cleanup.mjs';
 import { importDist, repo } from './lib/dist.mjs';
 import { ratio, summarize } from './lib/stats.mjs';
+import { figure } from './lib/figure.mjs';
+
+const samplesOf = {};
 
 const BENCH = 'dhcp-answer';
 const BOUND_MS = 55_000;
@@ -219,6 +222,7 @@ async function measure(set, probe, pkt, lease, count, warmup) {
 }
 
 function report(set, what, m, extra = {}) {
+  samplesOf[set] = m.samplesUs;
   const line = { bench: BENCH, set, what, unit: 'us', ...summarize(m.samplesUs), firstUs: Number(m.firstUs.toFixed(1)), lost: m.lost, badOffers: m.bad, offerBytes: m.offerBytes, offerOptions: m.options, ...extra };
   console.log(JSON.stringify(line));
   return line;
@@ -457,6 +461,7 @@ async function main() {
     wallMs: Math.round(performance.now() - t0),
   };
   console.log(JSON.stringify(summary));
+  figure('dhcp-exchange', 'us', samplesOf.vmpod, samplesOf.dnsmasq, { what: 'DISCOVER -> OFFER, warm, our server in a child process', baselineWhat: 'dnsmasq on the same bridge' });
   const us = (l) => `median ${l.median} us, p99 ${l.p99} (min ${l.min}, max ${l.max}, mean ${l.mean}; first, cold: ${l.firstUs})`;
   console.log(
     [

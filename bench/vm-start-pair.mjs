@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadTs } from './lib/ts.mjs';
 import { median } from './lib/stats.mjs';
+import { figure } from './lib/figure.mjs';
 
 const MTU = 1400;
 
@@ -149,6 +150,7 @@ async function main() {
     ratioTotal: r2(p.medianTotalMs / b.medianTotalMs),
   };
   console.log(JSON.stringify(summary));
+  figure('vm-start-to-lease', 'ms', pair.map((r) => r.startToLeaseMs), baseline.map((r) => r.startToLeaseMs), { what: 'tapmanager add + vmwrapper + qemu: start -> guest lease', baselineWhat: 'netns, bridge, tap by hand, dnsmasq, qemu started directly' });
   console.log(
     `vm-start-pair: ${runs} interleaved runs each (${accel}). Start to DHCP lease, median: pair (vmwrapper -> qemu) ` +
       `${p.medianStartToLeaseMs} ms, baseline (qemu) ${b.medianStartToLeaseMs} ms, ratio ${summary.ratioStartToLease} ` +

@@ -1,2 +1,3 @@
 #!/usr/bin/env node
-import "../dist/bundle/tapmanager.js";
+// CommonJS (bin/package.json): the ESM bundle is imported
+import("../dist/bundle/tapmanager.js");

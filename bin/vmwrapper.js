@@ -1,2 +1,3 @@
 #!/usr/bin/env node
-import "../dist/bundle/vmwrapper.js";
+// CommonJS (bin/package.json), so no ESM loader starts: vmwrapper runs on every VM start and libvirt probe
+require("../dist/bundle/vmwrapper.cjs");

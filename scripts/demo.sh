@@ -98,7 +98,7 @@ if [ -e /dev/kvm ] && [ ! -e /sys/module/kvm_pvm ] && [ -z "${VMPOD_DEMO_TCG:-}"
 say "booting the guest through vmwrapper (${ACCEL[*]})"
 SERIAL="$WORK/serial.log"
 VIRTLET_EMULATOR=/usr/bin/qemu-system-x86_64 VIRTLET_NET_KEY="$KEY" VIRTLET_FD_SERVER_SOCKET_PATH="$SOCKET" VMPOD_LOG_LEVEL=silent \
-  setsid node dist/bundle/vmwrapper.js "${ACCEL[@]}" -m 256 -nodefaults -display none -serial "file:$SERIAL" \
+  setsid node dist/bundle/vmwrapper.cjs "${ACCEL[@]}" -m 256 -nodefaults -display none -serial "file:$SERIAL" \
   -kernel "$KERNEL" -initrd "$INITRD" -append 'console=ttyS0 quiet' &
 QEMU_PID=$!   # setsid and vmwrapper both exec: this is qemu's PID
 LEASE=""

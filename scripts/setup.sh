@@ -16,6 +16,8 @@ PACKAGES=(
   cpio gzip kmod xz-utils zstd  # building the guest's initramfs
   iputils-ping curl             # the demo and the e2e tests reach the guest
   python3                       # the stub emulator of the vmwrapper tests
+  gcc libc6-dev make g++        # node-gyp builds the addon; the benchmarks compile their C baselines (bench/c) with cc
+  strace                        # bench/pods.mjs --strace: syscalls per get
   ca-certificates
 )
 

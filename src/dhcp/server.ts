@@ -52,6 +52,7 @@ import {
   encodePacket,
   getOption,
   HTYPE_ETHERNET,
+  macToBytes,
   MessageType,
   messageType,
   messageTypeName,
@@ -231,6 +232,7 @@ export class DhcpServer {
    */
   static start(opts: DhcpServerOptions): DhcpServer {
     const built = buildOptions(opts.lease, opts.serverIp);
+    warmUp({ lease: opts.lease, built });
     return new DhcpServer(opts, built);
   }
 
@@ -342,5 +344,44 @@ export class DhcpServer {
         throw new Error(`unhandled decision ${JSON.stringify(never)}`);
       }
     }
+  }
+}
+
+let warmed = false;
+
+/**
+ * Once per process, at the first server's start (so before tapmanager answers that pod's add): answer() on a
+ * DISCOVER and a REQUEST made for the lease, results thrown away. V8 compiles a function on its first call; without
+ * this the first guest's first DISCOVER would wait for the decoder, the option builder and the encoder to compile
+ * (1-5 ms on a loaded 2-core machine, against ~20 us warm). Every later pod shares the compiled code.
+ */
+export function warmUp(ctx: AnswerContext): void {
+  if (warmed) return;
+  warmed = true;
+  try {
+    const hw = macToBytes(ctx.lease.mac);
+    const chaddr = Buffer.alloc(16);
+    hw.copy(chaddr);
+    const asked = Buffer.from(Array.from({ length: 254 }, (_, i) => i + 1));
+    const base = { op: Op.Request, htype: HTYPE_ETHERNET, hlen: 6, hops: 0, xid: 0x5741524d, secs: 0, flags: 0, ciaddr: '0.0.0.0', yiaddr: '0.0.0.0', siaddr: '0.0.0.0', giaddr: '0.0.0.0', chaddr };
+    const client = [
+      { code: Opt.ClientId, data: Buffer.concat([Buffer.from([HTYPE_ETHERNET]), hw]) },
+      { code: Opt.ParameterList, data: asked },
+    ];
+    answer(encodePacket({ ...base, options: [{ code: Opt.MessageType, data: Buffer.from([MessageType.Discover]) }, ...client] }), ctx);
+    answer(
+      encodePacket({
+        ...base,
+        options: [
+          { code: Opt.MessageType, data: Buffer.from([MessageType.Request]) },
+          { code: Opt.RequestedIp, data: ipToBytes(ctx.lease.ip) },
+          { code: Opt.ServerId, data: ipToBytes(ctx.built.serverId) },
+          ...client,
+        ],
+      }),
+      ctx,
+    );
+  } catch {
+    // a warm-up only: the real first packet will compile what this did not
   }
 }

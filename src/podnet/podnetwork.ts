@@ -21,7 +21,7 @@ import { completeResult } from './result.js';
 import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, randomLaaMac } from './plan.js';
 import type { PodInterface } from '../state/types.js';
 import { DEFAULT_IFNAME, type Observed } from './types.js';
-import { applySteps, recordSteps, stepError, undoRecord, type StepDeps } from './steps.js';
+import { applySteps, recordSteps, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
 import { findVfs, ipVfLink, planVfs } from './vf.js';
 import { closeFds, isBusy, openFds } from './fds.js';
 import { checkRecoverCsn, conventionRecord, recoverRecord } from './recover.js';
@@ -123,10 +123,13 @@ export class PodNetwork {
     const rec = newRecord({ key, desc, nsPath, phase: Phase.Adding, steps: [], cniIfNames: [this.ifName] });
     let fds: number[] = [];
     try {
-      await applySteps(this.deps, rec, podNetnsSteps(key), signal);
-
+      // one durable write covers the netns and the CNI ADD (its DEL must follow even a failed ADD): the record
+      // is on disk before either runs; the container side is recorded once more before it is applied, and the
+      // ready record once at the end (three writes per add, each one fsync of the file and one of the dir)
+      const nsSteps = podNetnsSteps(key);
       const cniStep = cniAddStep(this.ifName);
-      recordSteps(this.store, rec, [cniStep]);
+      recordSteps(this.store, rec, [...nsSteps, cniStep]);
+      await runSteps(this.deps, rec, nsSteps, signal);
       let result: CniResult;
       let list: NetworkConfigList | undefined;
       try {

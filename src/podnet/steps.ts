@@ -12,7 +12,7 @@ import type { Sysfs } from '../devices/sysfs.js';
 import { bindToVfio } from '../devices/bind.js';
 import { vfLinkArgv } from '../devices/vf.js';
 import type { StateStore } from '../state/store.js';
-import type { Op, PodRecord, Step } from '../state/record.js';
+import { StepName, type Op, type PodRecord, type Step } from '../state/record.js';
 import { isAlreadyUndone, type NetExec, type RunOpts } from './exec.js';
 import { restoreVfDriver, restoreVfLink, returnVfNetdev, type VfLink } from './vf.js';
 
@@ -81,6 +81,14 @@ export function recordSteps(store: StateStore, rec: PodRecord, steps: Step[]): v
  */
 export async function applySteps(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void> {
   recordSteps(deps.store, rec, steps);
+  await runSteps(deps, rec, steps, signal);
+}
+
+/**
+ * Runs the do-ops of steps that are in the record already (recordSteps wrote them, possibly together with
+ * later steps, so that one durable write covers them all).
+ */
+export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void> {
   const sig = signal ? { signal } : {};
   for (const run of runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))))) {
     if (run.kind === 'ip') {
@@ -105,8 +113,9 @@ export async function applySteps(deps: StepDeps, rec: PodRecord, steps: Step[], 
     } catch (e) {
       if (run.kind === 'one' && run.op.op === 'netns-add') {
         // `ip netns add` cleans up after itself when it fails: nothing of ours to undo, and the netns (if it
-        // exists now) is someone else's: drop the step so rollback does not delete it
-        rec.steps = rec.steps.filter((s) => s !== step);
+        // exists now) is someone else's: drop the step so rollback does not delete it, and the CNI ADD recorded
+        // with it (it never ran: no DEL to make)
+        rec.steps = rec.steps.filter((s) => s !== step && s.name !== StepName.CniAdd);
         deps.store.write(rec);
       }
       throw stepError(step.name, step.target, e);

@@ -1,51 +1,25 @@
 // vmwrapper: what libvirt runs as the domain's <emulator>. Decides what to exec; the bin file only execs it.
-// Kept free of execa and pino (it runs on every VM start: node-runtime-facts.md, start-up cost).
+// Kept free of execa and pino (it runs on every VM start: node-runtime-facts.md, start-up cost). The probe path
+// (probe.ts) does not load this module at all.
 import { FdClient } from '../client/fdclient.js';
 import { base64ToMac } from '../protocol/mac.js';
 import { InterfaceType } from '../protocol/payloads.js';
 import { buildQemuArgv, type TapNet, type VfioDev } from '../qemu/index.js';
 import { Sysfs, sysfsRoot, collectPluginDevices } from '../devices/index.js';
-import { inheritableFds, fdsNamedInArgv, isOpenFd } from './fds.js';
+import { DEFAULTS, envArray, inheritedFds, isProbe, probePlan, type Env, type ExecPlan } from './probe.js';
 import { planCpuset, writeCpuset } from './cpuset.js';
 
-export const DEFAULTS = {
-  emulator: '/usr/bin/qemu-system-x86_64',
-  socket: '/var/lib/virtlet/tapfdserver.sock',
-  cgroupRoot: '/sys/fs/cgroup',
-} as const;
-
-export interface ExecPlan {
-  path: string;
-  argv: string[];
-  env: string[];
-  keepFds: number[];
-  /** written by applyPlan, only once the whole plan is built and valid */
-  cpuset?: { file: string; list: string };
-  /** for the log line */
-  summary: Record<string, unknown>;
-}
-
-export type Env = Record<string, string | undefined>;
-
-function envArray(env: Env): string[] {
-  return Object.entries(env)
-    .filter((e): e is [string, string] => e[1] !== undefined)
-    .map(([k, v]) => `${k}=${v}`);
-}
+export { DEFAULTS, isProbe, probePlan, type Env, type ExecPlan };
 
 /**
  * Builds the exec plan. `args` are libvirt's arguments (argv without node and script).
- * Probe (VIRTLET_EMULATOR empty): the default emulator with args untouched and what libvirt gave us.
- * Start: the fds of VIRTLET_NET_KEY from tapmanager, device-plugin VFIO devices, VIRTLET_CPUSETS applied.
+ * Probe (VIRTLET_EMULATOR empty): probePlan. Start: the fds of VIRTLET_NET_KEY from tapmanager, device-plugin
+ * VFIO devices, VIRTLET_CPUSETS applied.
  */
 export function planExec(args: string[], env: Env): ExecPlan {
-  const inherited = new Set(inheritableFds());
-  for (const fd of fdsNamedInArgv(args)) if (isOpenFd(fd)) inherited.add(fd);
+  if (isProbe(env)) return probePlan(args, env);
+  const inherited = inheritedFds(args);
   const emulator = env.VIRTLET_EMULATOR ?? '';
-  if (emulator === '') {
-    const path = env.VMWRAPPER_DEFAULT_EMULATOR || DEFAULTS.emulator;
-    return { path, argv: [path, ...args], env: envArray(env), keepFds: [...inherited], summary: { mode: 'probe', emulator: path } };
-  }
 
   const taps: TapNet[] = [];
   const vfio: VfioDev[] = [];

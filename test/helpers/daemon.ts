@@ -11,7 +11,7 @@ import { native } from '../../src/native.js';
 export const REPO = resolve(import.meta.dirname, '../..');
 export const BIN = {
   tapmanager: join(REPO, 'dist/bundle/tapmanager.js'),
-  vmwrapper: join(REPO, 'dist/bundle/vmwrapper.js'),
+  vmwrapper: join(REPO, 'dist/bundle/vmwrapper.cjs'),
   tapctl: join(REPO, 'dist/bundle/tapctl.js'),
 };
 

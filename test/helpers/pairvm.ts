@@ -1,4 +1,4 @@
-// The pair end to end: a pod network from tapmanager, then qemu started THROUGH vmwrapper (node dist/bundle/vmwrapper.js
+// The pair end to end: a pod network from tapmanager, then qemu started THROUGH vmwrapper (node dist/bundle/vmwrapper.cjs
 // with qemu's argv minus the network; vmwrapper fetches the tap fd, appends -netdev/-device and execve's qemu in place).
 // Shared by test/e2e/vm-pair.test.ts, test/e2e/libvirt-vmwrapper.test.ts and bench/vm-start-pair.mjs (which bundles
 // this file with esbuild, so it imports no vitest).
@@ -99,7 +99,7 @@ export interface BootPairOptions {
 }
 
 /**
- * Spawns `node dist/bundle/vmwrapper.js <qemu args>` as libvirt would run its <emulator>, with VIRTLET_EMULATOR,
+ * Spawns `node dist/bundle/vmwrapper.cjs <qemu args>` as libvirt would run its <emulator>, with VIRTLET_EMULATOR,
  * VIRTLET_NET_KEY and VIRTLET_FD_SERVER_SOCKET_PATH, and waits for the guest's lease line. On a failure the process
  * is stopped before the error (with its output and the serial tail) is thrown.
  */

@@ -114,9 +114,15 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const ctx = await setup({ mtu: 1400 });
     // what the netns looks like when CNI DEL runs: the container side must be undone by then
     let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
+    // what the record on disk says when CNI ADD runs: the netns and the ADD (with its DEL), in one write
+    let atAdd: { phase: string; steps: string[] } | undefined;
     const pn = ctx.make((real) => {
       const spy = {
-        add: real.add.bind(real),
+        add: async (...a: Parameters<CniClient['add']>) => {
+          const r = new StateStore(ctx.stateDir).read(ctx.key)!;
+          atAdd = { phase: r.phase, steps: r.steps.map((s) => s.name) };
+          return real.add(...a);
+        },
         del: async (...a: Parameters<CniClient['del']>) => {
           atDel = await netnsState(ctx.key);
           return real.del(...a);
@@ -171,6 +177,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     // the record: ready, 0600, every step there
     const store = new StateStore(ctx.stateDir);
     const rec = store.read(ctx.key)!;
+    expect(atAdd).toEqual({ phase: 'adding', steps: ['netns', 'rp-filter', 'cni-add'] });
     expect(rec.kind).toBe(RECORD_KIND);
     expect(rec.phase).toBe('ready');
     expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'cni-add', 'lo-up', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up', 'dhcp-filter']);

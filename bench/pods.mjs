@@ -1,0 +1,234 @@
+#!/usr/bin/env node
+// Pod network figures against their bare baselines, interleaved in one run (root; after `npm run build`):
+//   node bench/pods.mjs [--runs 20] [--counts 10,100,250,500] [--burst 250] [--gets 200] [--rounds 3]
+//                       [--figures add,burst,scale] [--strace]
+// add       one add / one release through tapmanager (the C client, bench/c/vmpod-client.c) vs bare-cni
+//           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`)
+// burst     --burst adds by 16 clients at once vs the same bare adds 16 at once; tapmanager's RSS and fds at 0 and
+//           after them; then their releases (16 at once) vs the bare DELs
+// scale     for each count of pods present: add and release (as `add`), get by 8 client processes at once vs a
+//           minimal C server answering the same bytes and fd (bench/c/fd-echo-server.c), and restart: spawn ->
+//           first answer and -> every pod answered get, vs an empty tapmanager's spawn -> first answer
+// Prints one JSON line per figure ({"figure": ...}, see lib/figure.mjs). Reported, never asserted.
+import { parseArgs } from 'node:util';
+import { spawn } from 'node:child_process';
+import { readFileSync, readdirSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { Cleanup, run } from './lib/cleanup.mjs';
+import { podWorld, procMem, procCpuS } from './lib/pods.mjs';
+import { figure, measure } from './lib/figure.mjs';
+import { helper } from './lib/cc.mjs';
+
+const { values: o } = parseArgs({
+  options: {
+    runs: { type: 'string', default: '20' },
+    counts: { type: 'string', default: '10,100,250,500' },
+    burst: { type: 'string', default: '250' },
+    gets: { type: 'string', default: '200' },
+    rounds: { type: 'string', default: '3' },
+    figures: { type: 'string', default: 'add,burst,scale' },
+    strace: { type: 'boolean', default: false },
+  },
+});
+const runs = Number(o.runs);
+const counts = o.counts.split(',').map(Number);
+const burstN = Number(o.burst);
+const gets = Number(o.gets);
+const rounds = Number(o.rounds);
+const want = new Set(o.figures.split(','));
+const CLIENTS = 8;
+const PAR = 16;
+
+if (process.getuid?.() !== 0) throw new Error('needs root (netns, bridge, tap)');
+const cleanup = new Cleanup();
+cleanup.installGuards('pods', 1_800_000);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function addRelease(w, label, n) {
+  const ours = { add: [], release: [] };
+  const bare = { add: [], release: [] };
+  for (let i = 0; i < n; i++) {
+    // interleaved, so both sides see the same machine
+    const [k] = w.keys(1, 'a');
+    const [b] = w.keys(1, 'x');
+    ours.add.push(...(await w.add([k])).opsMs);
+    bare.add.push(...(await w.bareAdd([b])).opsMs);
+    ours.release.push(...(await w.release([k])).opsMs);
+    bare.release.push(...(await w.bareDel([b])).opsMs);
+  }
+  const syscalls = o.strace && label === '' ? await straceAdds(w) : undefined;
+  figure(`add${label}`, 'ms', ours.add, bare.add, { ...(syscalls ? { extra: { syscallsPerAdd: syscalls } } : {}), goal: 1.3, what: 'add over the socket (C client)', baselineWhat: 'ip netns add + bridge ADD, exec\'d by a C program' });
+  figure(`release${label}`, 'ms', ours.release, bare.release, { goal: 1.1, what: 'release over the socket', baselineWhat: 'bridge DEL + ip netns del, exec\'d by a C program' });
+}
+
+/** what one add costs tapmanager in syscalls (all its threads, children not followed) and which programs it execs */
+async function straceAdds(w, n = 3) {
+  const out = join(w.dir, 'strace-add.txt');
+  const outf = join(w.dir, 'strace-add-exec.txt');
+  // every thread of the daemon (libuv's pool does the async fs work), its children not followed
+  const tids = readdirSync(`/proc/${w.daemon.pid}/task`).flatMap((t) => ['-p', t]);
+  const st = spawn('strace', ['-c', '-o', out, ...tids], { stdio: 'ignore' });
+  const sf = spawn('strace', ['-f', '-e', 'trace=execve', '-e', 'signal=none', '-qq', '-o', outf, '-p', String(w.daemon.pid)], { stdio: 'ignore' });
+  await sleep(1000);
+  const ks = w.keys(n, 's');
+  await w.add(ks);
+  st.kill('SIGINT');
+  sf.kill('SIGINT');
+  await Promise.all([st, sf].map((c) => new Promise((res) => c.once('exit', res))));
+  await w.release(ks);
+  const rows = readFileSync(out, 'utf8').split('\n').filter((l) => /^\s*\d/.test(l)).map((l) => l.trim().split(/\s+/));
+  const per = {};
+  for (const r of rows) {
+    const name = r[r.length - 1];
+    const calls = Number(r[3]);
+    if (name !== 'total' && Number.isFinite(calls)) per[name] = Math.round((calls / n) * 10) / 10;
+  }
+  const execs = readFileSync(outf, 'utf8').split('\n').filter((l) => l.includes('execve(') && !l.includes('ENOENT'));
+  const programs = {};
+  for (const l of execs) {
+    const m = /execve\("([^"]+)"/.exec(l);
+    if (m) programs[m[1]] = (programs[m[1]] ?? 0) + 1 / n;
+  }
+  const top = Object.entries(per).sort((a, b) => b[1] - a[1]).slice(0, 12);
+  return { daemonCallsPerAdd: Math.round(Object.values(per).reduce((a, b) => a + b, 0)), fsyncPerAdd: (per.fsync ?? 0) + (per.fdatasync ?? 0), top: Object.fromEntries(top), execsPerAdd: Object.fromEntries(Object.entries(programs).map(([k, v]) => [k, Math.round(v * 10) / 10])) };
+}
+
+async function burst(w) {
+  const d = w.daemon;
+  const mem0 = procMem(d.pid);
+  const ks = w.keys(burstN, 'b');
+  const bs = w.keys(burstN, 'y');
+  const b = await w.bareAdd(bs, PAR);
+  const r = await w.add(ks, PAR);
+  const mem1 = procMem(d.pid);
+  measure('memory@0', 'MB/fds', mem0);
+  measure(`memory@${burstN}`, 'MB/fds', mem1, { goalRssMb: 100 });
+  figure(`add-burst-${burstN}x${PAR}`, 'ms', [r.totalMs], [b.totalMs], { goal: 1.5, what: `${burstN} adds, ${PAR} clients at once: wall time`, baselineWhat: `the same ${burstN} bare adds, ${PAR} at once`, extra: { oursPerAdd: r.opsMs.length, oursAddP50: pick(r.opsMs, 50), bareAddP50: pick(b.opsMs, 50) } });
+  const bd = await w.bareDel(bs, PAR);
+  const rd = await w.release(ks, PAR);
+  figure(`release-burst-${burstN}x${PAR}`, 'ms', [rd.totalMs], [bd.totalMs], { what: `${burstN} releases, ${PAR} at once: wall time`, baselineWhat: `the same ${burstN} bare DELs, ${PAR} at once` });
+}
+
+function pick(xs, p) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)];
+}
+
+/** CLIENTS processes of `vmpod-client loop` at once against socket; latencies (us) */
+async function getRound(w, socket, key, tag) {
+  const outs = Array.from({ length: CLIENTS }, (_, i) => join(w.dir, `get-${tag}-${i}`));
+  const rs = await Promise.all(outs.map((out) => run(w.client, ['loop', socket, key, String(gets), out], { timeoutMs: 300_000 })));
+  const bad = rs.find((r) => r.code !== 0);
+  if (bad) throw new Error(`get client: ${bad.stderr}`);
+  return outs.flatMap((f) => readFileSync(f, 'utf8').trim().split('\n').map(Number));
+}
+
+async function startEcho(w, key) {
+  const reply = join(w.dir, 'get-reply.bin');
+  const c = await run(w.client, ['capture', w.socket, key, reply]);
+  if (c.code !== 0) throw new Error(`capture: ${c.stderr}`);
+  const sock = join(w.dir, 'echo.sock');
+  const child = spawn(helper('fd-echo-server'), [sock, reply, '1'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise((res, rej) => {
+    child.stdout.once('data', res);
+    child.once('exit', (code) => rej(new Error(`fd-echo-server exited ${code}`)));
+  });
+  return { sock, pid: child.pid, stop: () => child.kill('SIGTERM') };
+}
+
+async function getFigure(w, n) {
+  const key = [...w.ours][0];
+  const echo = await startEcho(w, key);
+  cleanup.push('stop fd-echo-server', echo.stop);
+  const ours = [];
+  const base = [];
+  let cpuOurs = 0;
+  let cpuBase = 0;
+  for (let r = 0; r < rounds; r++) {
+    let c = procCpuS(w.daemon.pid);
+    ours.push(...(await getRound(w, w.socket, key, 'o')));
+    cpuOurs += procCpuS(w.daemon.pid) - c;
+    c = procCpuS(echo.pid);
+    base.push(...(await getRound(w, echo.sock, key, 'e')));
+    cpuBase += procCpuS(echo.pid) - c;
+  }
+  let syscalls;
+  if (o.strace) syscalls = { ours: await straceGets(w, w.daemon.pid, w.socket, key), baseline: await straceGets(w, echo.pid, echo.sock, key) };
+  echo.stop();
+  const total = rounds * CLIENTS * gets;
+  figure(`get@${n}`, 'us', ours, base, {
+    goal: 1.5,
+    goalP99: 2,
+    what: `get, ${CLIENTS} client processes at once, ${n} pods present`,
+    baselineWhat: 'a C server answering the same bytes and fd',
+    extra: { cpuUsPerGet: { ours: Math.round((cpuOurs / total) * 1e6), baseline: Math.round((cpuBase / total) * 1e6) }, ...(syscalls ? { syscallsPerGet: syscalls } : {}) },
+  });
+}
+
+/** syscalls per get of the server: strace -c -f on it during one client's 200 gets */
+async function straceGets(w, pid, socket, key) {
+  const out = join(w.dir, `strace-${pid}.txt`);
+  const st = spawn('strace', ['-c', '-f', '-o', out, '-p', String(pid)], { stdio: 'ignore' });
+  await sleep(500);
+  const r = await run(w.client, ['loop', socket, key, '200', join(w.dir, 'strace-lat')]);
+  if (r.code !== 0) throw new Error(r.stderr);
+  st.kill('SIGINT');
+  await new Promise((res) => st.once('exit', res));
+  const text = readFileSync(out, 'utf8');
+  const total = /\s(\d+)\s+(\d+)?\s*total/.exec(text);
+  const calls = Number(text.trim().split('\n').pop().trim().split(/\s+/)[3]);
+  return { perGet: Math.round((calls / 200) * 10) / 10, table: text.split('\n').slice(2, 14).map((l) => l.trim()).filter((l) => !l.startsWith('--')), total: total?.[0] };
+}
+
+async function restartFigure(w, n) {
+  const emptyState = join(w.dir, 'state-empty');
+  mkdirSync(emptyState, { recursive: true });
+  const emptySock = join(w.dir, 'empty.sock');
+  const ours = [];
+  const all = [];
+  const base = [];
+  for (let r = 0; r < rounds; r++) {
+    await w.stop();
+    const x = await run(w.client, ['restart', w.socket, ...w.ours, '--', ...w.daemonArgs(w.stateDir, w.socket)], { timeoutMs: 120_000, env: { ...process.env, VMPOD_BENCH_LOG: join(w.dir, 'tapmanager.log') } });
+    if (x.code !== 0) throw new Error(`restart: ${x.stderr}`);
+    const j = JSON.parse(x.stdout);
+    w.daemon = { pid: j.pid };
+    ours.push(j.firstAnswerUs / 1000);
+    all.push(j.allAnsweredUs / 1000);
+    const y = await run(w.client, ['restart', emptySock, '--', ...w.daemonArgs(emptyState, emptySock)], { timeoutMs: 120_000 });
+    if (y.code !== 0) throw new Error(`restart empty: ${y.stderr}`);
+    const e = JSON.parse(y.stdout);
+    base.push(e.firstAnswerUs / 1000);
+    await w.stop({ pid: e.pid });
+  }
+  figure(`restart@${n}`, 'ms', ours, base, { goal: 1.2, what: `spawn -> first answer, ${n} pods recorded`, baselineWhat: 'an empty tapmanager: spawn -> first answer' });
+  figure(`restart-all@${n}`, 'ms', all, base, { goal: 2, what: `spawn -> every one of ${n} pods answered get`, baselineWhat: 'an empty tapmanager: spawn -> first answer' });
+}
+
+async function main() {
+  const w = await podWorld(cleanup);
+  await w.start();
+  const t0 = performance.now();
+  if (want.has('add')) await addRelease(w, '', runs);
+  if (want.has('burst')) await burst(w);
+  if (want.has('scale')) {
+    for (const n of counts) {
+      const have = w.ours.size;
+      if (have < n) await w.add(w.keys(n - have, 'p'), PAR);
+      if (have > n) await w.release([...w.ours].slice(0, have - n), PAR);
+      await addRelease(w, `@${n}`, Math.max(5, Math.round(runs / 2)));
+      await getFigure(w, n);
+      await restartFigure(w, n);
+      measure(`memory@${n}`, 'MB/fds', procMem(w.daemon.pid));
+    }
+  }
+  console.error(`pods: ${Math.round(performance.now() - t0)} ms; cleaning up`);
+  const failures = await cleanup.run();
+  if (failures.length) process.exitCode = 1;
+}
+
+main().catch(async (e) => {
+  console.error(e);
+  await cleanup.run();
+  process.exit(1);
+});
