@@ -22,6 +22,9 @@ export interface PodInterface {
   bridgeName: string;
   /** the bridge's link-local address, where the DHCP server answers from ('' for a VF) */
   bridgeIp: string;
+  /** IPv6: the bridge's MAC and link-local address, the router and DHCPv6 server the guest sees (absent: no IPv6) */
+  bridgeMac?: string;
+  bridgeIp6?: string;
   /** a VF's full PCI address (0000:bb:dd.f), as Virtlet's csn PCIAddress */
   pciAddress?: string;
   /** 802.1Q VLAN the PF tags the VF's traffic with (0 = none); always 0 for a tap */
@@ -60,6 +63,8 @@ export interface ObservedLink {
   parentBus?: string;
   parentDev?: string;
   addrs4: ObservedAddr[];
+  /** its global IPv6 addresses (link-local ones are the link's own and stay) */
+  addrs6?: ObservedAddr[];
 }
 
 /** An IPv4 route of the main table, as `ip -j route show` shows it. */
@@ -74,6 +79,8 @@ export interface ObservedRoute {
   prefsrc?: string;
   metric?: number;
   type?: string;
+  /** absent for the main table */
+  table?: string;
   flags: string[];
 }
 
@@ -81,4 +88,6 @@ export interface ObservedRoute {
 export interface Observed {
   links: ObservedLink[];
   routes4: ObservedRoute[];
+  /** IPv6 routes of the main table */
+  routes6?: ObservedRoute[];
 }
