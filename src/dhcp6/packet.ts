@@ -1,7 +1,7 @@
 // DHCPv6 messages (RFC 8415 section 8 and 21): msg-type, transaction-id, options; IA_NA and IA Address with their
 // own options; Status Code; DUIDs. Pure. Every length is checked against what is left of its enclosing buffer (the
 // parser dnsmasq 2.90 crashes in runs past the end of a RELEASE's IA_NA): anything malformed throws RangeError.
-import { formatIpv6, parseIpv6 } from '../net/ipv6.js';
+import { formatIpv6, macBytes, parseIpv6 } from '../net/ipv6.js';
 
 export const DHCP6_SERVER_PORT = 547;
 export const DHCP6_CLIENT_PORT = 546;
@@ -189,9 +189,7 @@ export function decodeStatus(data: Buffer): { code: number; message: string } {
 
 /** DUID-LL (RFC 8415 11.4): type 3, hardware type 1 (Ethernet), the MAC. */
 export function duidLl(mac: string): Buffer {
-  const parts = mac.split(':').map((p) => parseInt(p, 16));
-  if (parts.length !== 6 || parts.some((p) => !(p >= 0 && p <= 255))) throw new RangeError(`not a MAC address: ${mac}`);
-  return Buffer.from([0, 3, 0, 1, ...parts]);
+  return Buffer.concat([Buffer.from([0, 3, 0, 1]), macBytes(mac)]);
 }
 
 /** The domain search list in DNS wire format, uncompressed (RFC 8415 21.8 -> RFC 1035 3.1); also RA DNSSL's body. */

@@ -1,7 +1,7 @@
 // Ethernet frames carrying IPv6 with UDP or ICMPv6 (RFC 8200, RFC 768, RFC 4443), as the RA and DHCPv6 servers
 // read and write them on the tap's packet socket; checksums over the IPv6 pseudo-header (RFC 8200 8.1); and the
 // classic BPF programs that keep every other frame out of those sockets. Pure.
-import { formatIpv6, isMulticast6, multicastMac, parseIpv6 } from './ipv6.js';
+import { formatIpv6, isMulticast6, macBytes, multicastMac, parseIpv6 } from './ipv6.js';
 
 export const ETH_HLEN = 14;
 export const ETHERTYPE_IPV6 = 0x86dd;
@@ -30,12 +30,6 @@ export interface Udp6 {
 }
 
 const macText = (b: Uint8Array): string => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
-
-export function macFromText(mac: string): Buffer {
-  const parts = mac.split(':');
-  if (parts.length !== 6 || parts.some((p) => !/^[0-9A-Fa-f]{2}$/.test(p))) throw new RangeError(`not a MAC address: ${mac}`);
-  return Buffer.from(parts.map((p) => parseInt(p, 16)));
-}
 
 /** The one's-complement sum of the pseudo-header and the upper-layer message (RFC 8200 8.1), as stored. */
 export function checksum6(src: Uint8Array, dst: Uint8Array, proto: number, msg: Uint8Array): number {
@@ -118,11 +112,11 @@ function ipv6Bytes(text: string): Buffer {
 function frame(h: EncodeFrame6, proto: number, msg: Buffer): Buffer {
   const src = ipv6Bytes(h.src);
   const dst = ipv6Bytes(h.dst);
-  const dstMac = h.dstMac !== undefined ? macFromText(h.dstMac) : isMulticast6(dst) ? multicastMac(dst) : undefined;
+  const dstMac = h.dstMac !== undefined ? macBytes(h.dstMac) : isMulticast6(dst) ? multicastMac(dst) : undefined;
   if (!dstMac) throw new RangeError(`no destination MAC for unicast ${h.dst}`);
   const out = Buffer.alloc(ETH_HLEN + IP6_HLEN + msg.length);
   dstMac.copy(out, 0);
-  macFromText(h.srcMac).copy(out, 6);
+  macBytes(h.srcMac).copy(out, 6);
   out.writeUInt16BE(ETHERTYPE_IPV6, 12);
   out.writeUInt32BE(0x60000000, 14);
   out.writeUInt16BE(msg.length, 18);

@@ -115,8 +115,8 @@ export function isUnspecified6(b: Uint8Array): boolean {
   return b.every((x) => x === 0);
 }
 
-/** "aa:bb:cc:dd:ee:ff" -> 6 bytes (no validation beyond the shape). */
-function macBytes(mac: string): Buffer {
+/** "aa:bb:cc:dd:ee:ff" -> 6 bytes; RangeError for anything else. */
+export function macBytes(mac: string): Buffer {
   const parts = mac.split(/[:-]/);
   if (parts.length !== 6 || parts.some((p) => !/^[0-9A-Fa-f]{2}$/.test(p))) throw new RangeError(`not a MAC address: ${mac}`);
   return Buffer.from(parts.map((p) => parseInt(p, 16)));
@@ -153,4 +153,3 @@ export function multicastMac(addr: Uint8Array): Buffer {
   return Buffer.from([0x33, 0x33, addr[12]!, addr[13]!, addr[14]!, addr[15]!]);
 }
 
-export { macBytes };

@@ -1,6 +1,6 @@
 // Router Solicitation and Router Advertisement messages (RFC 4861 4.1, 4.2, 4.6; RFC 8106 5.1, 5.2), the ICMPv6
 // body only (frame6.ts adds the headers and checksum). Pure. Option lengths are checked against the message.
-import { formatIpv6, parseIpv6 } from '../net/ipv6.js';
+import { formatIpv6, macBytes, parseIpv6 } from '../net/ipv6.js';
 import { encodeDomainList } from '../dhcp6/packet.js';
 
 export const ICMP6_RS = 133;
@@ -92,7 +92,7 @@ export function encodeRa(ra: RouterAdvertisement): Buffer {
   h.writeUInt32BE(ra.reachableTime >>> 0, 8);
   h.writeUInt32BE(ra.retransTimer >>> 0, 12);
   const opts: Buffer[] = [];
-  if (ra.sourceMac) opts.push(encodeNdOption(NdOpt.SourceLinkAddr, Buffer.from(ra.sourceMac.split(':').map((x) => parseInt(x, 16)))));
+  if (ra.sourceMac) opts.push(encodeNdOption(NdOpt.SourceLinkAddr, macBytes(ra.sourceMac)));
   if (ra.mtu !== undefined) {
     const b = Buffer.alloc(6);
     b.writeUInt32BE(ra.mtu >>> 0, 2);

@@ -4,7 +4,7 @@ import { DhcpServer, guestFromCni } from '../dhcp/index.js';
 import { Dhcp6Server } from '../dhcp6/server.js';
 import { RaServer } from '../ra/server.js';
 import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
-import { fromV031 } from '../cni/result.js';
+import { fromV031 } from '../protocol/result.js';
 import type { PodNetworkState } from '../podnet/index.js';
 import type { Logger } from '../log.js';
 import { VmpodError, ErrorCode } from '../errors.js';
