@@ -105,7 +105,7 @@ export function guestFromCni(opts: GuestFromCniOptions): GuestNic {
   const v6 = v6Lease(opts, owner, dnsSrc, { mac, mtu, search, leaseSeconds }, ifName);
   if (!v4 && !v6) {
     const have = result.ips.map((ip) => `${ip.address}@${ip.interface ?? '-'}`).join(', ') || 'none';
-    throw configError(`CNI result has no IPv4 or IPv6 address for interface ${ifName} (ips: ${have})`);
+    throw configError(`CNI result has no IPv4 address for interface ${ifName} and no IPv6 one (ips: ${have})`);
   }
   return { ...(v4 ? { v4 } : {}), ...(v6 ? { v6 } : {}) };
 }

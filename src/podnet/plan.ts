@@ -166,6 +166,8 @@ export function dhcp6FilterRules(veth: string, tap: string): string[][] {
 
 /** The IPv6 lease a tap interface serves, undefined when the result gives it no IPv6 (validated: throws Config). */
 export function lease6Of(result: CniResult, index: number, mac: string): Lease6 | undefined {
+  const one = result.interfaces.length <= 1;
+  if (!result.ips.some((e) => e.address.includes(':') && (e.interface ?? (one ? index : 0)) === index)) return undefined;
   return guestFromCni({ result, ifIndex: index, mac }).v6;
 }
 

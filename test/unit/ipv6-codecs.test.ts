@@ -41,6 +41,9 @@ function solicit(extra: { code: number; data: Buffer }[] = []): Buffer {
   });
 }
 
+const rs = (srcMac: string, hopLimit = 255, src = 'fe80::5054:ff:fe12:3456', body = Buffer.from('8500000000000000', 'hex')) =>
+  encodeIcmp6Frame({ srcMac, dstMac: '33:33:00:00:00:02', src, dst: 'ff02::2', hopLimit }, body);
+
 describe('IPv6 text and bytes', () => {
   it('parses and prints RFC 5952 text', () => {
     expect(formatIpv6(parseIpv6('2001:DB8:0:0:1:0:0:1')!)).toBe('2001:db8::1:0:0:1');
@@ -166,17 +169,14 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
     expect(opts).toContain('0304' + '40' + '80' + '00278d00' + '00093a80' + '00000000' + 'fd000010000000000000000000000000');
     // RDNSS: len 3, reserved, lifetime 1200, address
     expect(opts).toContain('1903' + '0000' + '000004b0' + 'fd000010000000000000000000000053');
-    // DNSSL: len 3 (2 + 4 + 19 bytes, padded to 24), lifetime 1200, svc.cluster.local
-    expect(opts).toContain('1f03' + '0000' + '000004b0' + '03737663' + '07636c7573746572' + '056c6f63616c' + '00' + '0000000000');
+    // DNSSL: len 4 (2 + 4 + 19 bytes, padded to 32), lifetime 1200, svc.cluster.local
+    expect(opts).toContain('1f04' + '0000' + '000004b0' + '03737663' + '07636c7573746572' + '056c6f63616c' + '00' + '0000000000');
     expect(decodeRa(ra)).toMatchObject({ managed: true, other: true, routerLifetime: 1800, mtu: 1450, prefixes: [{ prefix: 'fd00:10::', length: 64, onLink: true, autonomous: false }] });
   });
 
   it('router lifetime 0 without an IPv6 default route', () => {
     expect(decodeRa(encodeRa(raFromLease({ ...lease, defaultRoute: false }, BR_MAC))).routerLifetime).toBe(0);
   });
-
-  const rs = (srcMac: string, hopLimit = 255, src = 'fe80::5054:ff:fe12:3456', body = Buffer.from('8500000000000000', 'hex')) =>
-    encodeIcmp6Frame({ srcMac, dstMac: '33:33:00:00:00:02', src, dst: 'ff02::2', hopLimit }, body);
 
   it('answers an RS from the VM at once, unicast; not another MAC, not hop limit < 255', () => {
     const router = formatIpv6(linkLocalFromMac(BR_MAC));
