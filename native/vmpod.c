@@ -16,6 +16,11 @@
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <linux/filter.h>
+// if_nametoindex (net/if.h clashes with linux/if.h)
+extern unsigned int if_nametoindex(const char *ifname);
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1472,6 +1477,81 @@ out:
   return ret;
 }
 
+// An AF_PACKET socket for IPv6 frames (ETH_P_IPV6) bound to one link inside the netns at nsPath: the RA and
+// DHCPv6 servers read the frames the VM sends into its tap and write theirs straight back into the tap, so a
+// reply can reach no other MAC and needs no route or neighbour entry in the pod netns. PACKET_IGNORE_OUTGOING:
+// only frames received on the link (from the VM), not the bridge's own transmissions towards it.
+// filter: a classic BPF program (struct sock_filter[], 8 bytes each) attached before the socket is bound, so no
+// frame the program refuses is ever queued (the socket is made with protocol 0 and receives nothing until bind).
+static napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  const uint8_t *prog = NULL;
+  size_t prog_len = 0;
+  if (!get_args(env, info, 3, argv, "packetSocketInNetns") ||
+      !get_bytes(env, argv[2], "packetSocketInNetns", "filter", &prog, &prog_len))
+    return NULL;
+  if (prog_len == 0 || prog_len % sizeof(struct sock_filter) != 0 || prog_len / sizeof(struct sock_filter) > BPF_MAXINSNS)
+    return throw_type(env, "packetSocketInNetns: filter must be 1 to %d BPF instructions of %zu bytes, got %zu bytes",
+                      BPF_MAXINSNS, sizeof(struct sock_filter), prog_len);
+  char *ns_path = NULL, *ifname = NULL;
+  napi_value ret = NULL;
+  int fd = -1;
+  ns_path = get_string(env, argv[0], "packetSocketInNetns", "nsPath");
+  if (!ns_path) return NULL;
+  ifname = get_string(env, argv[1], "packetSocketInNetns", "ifname");
+  if (!ifname) goto out;
+  size_t nlen = strlen(ifname);
+  if (nlen == 0 || nlen >= IFNAMSIZ) {
+    throw_type(env, "packetSocketInNetns: ifname must be 1 to %d bytes, got %zu", IFNAMSIZ - 1, nlen);
+    goto out;
+  }
+  netns_guard_t g;
+  if (!netns_enter(env, "packetSocketInNetns", ns_path, &g)) goto out;
+  // the ifindex is the netns's: look it up inside, with the socket
+  unsigned int ifindex = if_nametoindex(ifname);
+  int err = ifindex == 0 ? errno : 0;
+  if (ifindex != 0) {
+    fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    err = fd < 0 ? errno : 0;
+  }
+  netns_leave(&g, ns_path);
+  if (ifindex == 0) {
+    throw_errno(env, err, "if_nametoindex %s in %s", ifname, ns_path);
+    goto out;
+  }
+  if (fd < 0) {
+    throw_errno(env, err, "socket(AF_PACKET, SOCK_RAW, ETH_P_IPV6) in %s", ns_path);
+    goto out;
+  }
+  int one = 1;
+  struct sock_fprog fprog = {.len = (unsigned short)(prog_len / sizeof(struct sock_filter)), .filter = (struct sock_filter *)prog};
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof(fprog)) < 0) {
+    throw_errno(env, errno, "setsockopt SO_ATTACH_FILTER (%u instructions) on %s in %s", fprog.len, ifname, ns_path);
+    goto fail;
+  }
+  if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) {
+    throw_errno(env, errno, "setsockopt PACKET_IGNORE_OUTGOING %s in %s", ifname, ns_path);
+    goto fail;
+  }
+  struct sockaddr_ll sll;
+  memset(&sll, 0, sizeof(sll));
+  sll.sll_family = AF_PACKET;
+  sll.sll_protocol = htons(ETH_P_IPV6);
+  sll.sll_ifindex = (int)ifindex;
+  if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
+    throw_errno(env, errno, "bind AF_PACKET to %s in %s", ifname, ns_path);
+    goto fail;
+  }
+  ret = make_int(env, fd);
+  if (ret) goto out;
+fail:
+  close(fd);
+out:
+  free(ns_path);
+  free(ifname);
+  return ret;
+}
+
 static napi_value js_recvFrom(napi_env env, napi_callback_info info) {
   napi_value argv[2];
   int fd;
@@ -1593,6 +1673,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"execve", js_execve},
       {"openTap", js_openTap},
       {"udpSocketInNetns", js_udpSocketInNetns},
+      {"packetSocketInNetns", js_packetSocketInNetns},
       {"sysctlInNetns", js_sysctlInNetns},
       {"recvFrom", js_recvFrom},
       {"sendTo", js_sendTo},

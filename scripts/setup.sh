@@ -10,7 +10,10 @@ PACKAGES=(
   ebtables util-linux           # DHCP kept off the CNI link (ebtables inside the pod netns, entered with nsenter)
   procps                        # sysctl: the tests read sysctls inside pod netns
   qemu-system-x86               # the emulator (TCG where KVM is unusable)
-  busybox-static                # the tiny guest's userland, and udhcpc for DHCP tests
+  busybox-static                # the tiny guest's userland, and udhcpc / udhcpc6 for DHCP and DHCPv6 tests
+  isc-dhcp-client               # dhclient -6: a real DHCPv6 client in the IPv6 tests
+  dhcpcd-base                   # dhcpcd: a real DHCPv6/RA client (IPv6 tests)
+  systemd                       # systemd-networkd: a real RA + DHCPv6 client (IPv6 tests)
   dnsmasq-base                  # the off-the-shelf DHCP server of the baseline benchmark
   libvirt-daemon libvirt-clients libvirt-daemon-driver-qemu   # libvirt as the real client (e2e)
   cpio gzip kmod xz-utils zstd  # building the guest's initramfs

@@ -123,6 +123,12 @@ export interface Native {
    * at nsPath: /proc/sys/net shows the netns of the thread that opens it.
    */
   sysctlInNetns(nsPath: string, settings: string[]): void;
+  /**
+   * an AF_PACKET socket (SOCK_RAW, ETH_P_IPV6) made inside the netns at nsPath and bound to ifname there,
+   * NONBLOCK|CLOEXEC, PACKET_IGNORE_OUTGOING: read() gives the whole Ethernet frames the link receives,
+   * writeAll() transmits one frame on it (on a tap: to the VM).
+   */
+  packetSocketInNetns(nsPath: string, ifname: string): number;
   /** recvfrom on a nonblocking UDP socket; null on EAGAIN. */
   recvFrom(fd: number, max: number): RecvFromResult | null;
   /** sendto(address:port) on a UDP socket. */

@@ -51,6 +51,11 @@ function parseLink(j: Json): ObservedLink {
       ...(str(a.scope) ? { scope: str(a.scope) } : {}),
     });
   }
+  const addrs6: ObservedAddr[] = [];
+  for (const a of Array.isArray(j.addr_info) ? (j.addr_info as Json[]) : []) {
+    if (a.family !== 'inet6' || a.scope !== 'global' || typeof a.local !== 'string' || typeof a.prefixlen !== 'number') continue;
+    addrs6.push({ local: a.local, prefixlen: a.prefixlen, scope: 'global' });
+  }
   const link: ObservedLink = {
     name: String(j.ifname),
     index: num(j.ifindex) ?? 0,
@@ -58,6 +63,7 @@ function parseLink(j: Json): ObservedLink {
     mtu: num(j.mtu) ?? 0,
     up: flags.includes('UP'),
     addrs4,
+    ...(addrs6.length > 0 ? { addrs6 } : {}),
   };
   const kind = str(linkinfo.info_kind);
   if (kind) link.kind = kind;
@@ -70,7 +76,7 @@ function parseLink(j: Json): ObservedLink {
 
 function parseRoute(j: Json): ObservedRoute {
   const r: ObservedRoute = { dst: String(j.dst), flags: Array.isArray(j.flags) ? (j.flags as unknown[]).map(String) : [] };
-  for (const k of ['gateway', 'dev', 'protocol', 'scope', 'prefsrc', 'type'] as const) {
+  for (const k of ['gateway', 'dev', 'protocol', 'scope', 'prefsrc', 'type', 'table'] as const) {
     const v = str(j[k]);
     if (v !== undefined) r[k] = v;
   }
@@ -79,11 +85,16 @@ function parseRoute(j: Json): ObservedRoute {
   return r;
 }
 
-/** Parses the output of `ip -j -d -batch` with "addr show" then "route show". */
+/** The batch lines parseObserved reads: links, IPv4 routes, IPv6 routes (`root ::/0` of table all: iproute2 lists
+ * nothing for `root ::/0` of the main table alone; the other tables' entries are dropped by parseObserved). */
+export const OBSERVE_BATCH: string[][] = [['addr', 'show'], ['route', 'show'], ['route', 'show', 'table', 'all', 'root', '::/0']];
+
+/** Parses the output of `ip -j -d -batch` with OBSERVE_BATCH (the IPv6 routes optional). */
 export function parseObserved(text: string): Observed {
   const vals = splitJsonValues(text);
-  if (vals.length !== 2 || !Array.isArray(vals[0]) || !Array.isArray(vals[1])) {
-    throw new VmpodError(ErrorCode.Netlink, `expected two JSON arrays (addr show, route show) from ip, got ${vals.length} values`);
+  if (vals.length < 2 || vals.length > 3 || !vals.every((v) => Array.isArray(v))) {
+    throw new VmpodError(ErrorCode.Netlink, `expected two or three JSON arrays (addr show, route show, IPv6 routes) from ip, got ${vals.length} values`);
   }
-  return { links: (vals[0] as Json[]).map(parseLink), routes4: (vals[1] as Json[]).map(parseRoute) };
+  const routes6 = vals[2] === undefined ? undefined : (vals[2] as Json[]).map(parseRoute).filter((r) => r.table === undefined);
+  return { links: (vals[0] as Json[]).map(parseLink), routes4: (vals[1] as Json[]).map(parseRoute), ...(routes6 ? { routes6 } : {}) };
 }

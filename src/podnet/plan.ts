@@ -13,6 +13,12 @@
 //   enslave       veth and tap into br<i>             undo: veth nomaster
 //   links-up      veth, tap, bridge up
 //   dhcp-filter   ebtables in the pod netns: no DHCP across the veth      undo: delete the rules
+// and when the CNI result gives the interface an IPv6 address (guestFromCni validates it first):
+//   strip-routes/strip-addrs also take its global IPv6 addresses and non-kernel IPv6 routes
+//   bridge        also: MAC = the veth's new MAC, no automatic link-local, fe80::<EUI-64 of that MAC>/64 nodad
+//   dhcp-filter   also: no DHCPv6 or RA/RS across the veth, the kernel's copy of DHCPv6 to us dropped
+//   ipv6-forwarding  net.ipv6.conf.all.forwarding=1: the bridge answers NS as a router (R=1) and forwards
+//   ipv6-routes   <prefix> dev br<i>, each IPv6 route of the result via its gateway dev br<i>   undo: with the netns
 //
 // A CNI interface that is an SR-IOV VF (SR-IOV enabled) gets one step instead, host side, nothing moved:
 //   vf-setup      bind the VF to vfio-pci; `ip link set <pf> vf <n> mac <mac> vlan <v>`
@@ -29,6 +35,8 @@ import type { VfSetupRecord } from '../devices/vf.js';
 import { BRIDGE_IP, BRIDGE_PREFIX, bridgeName, tapName, type Observed, type ObservedAddr, type ObservedLink, type ObservedRoute } from './types.js';
 import type { PodInterface } from '../state/types.js';
 import { hasSandbox, nonKernelRoutes } from './result.js';
+import { guestFromCni, type Lease6 } from '../dhcp/lease.js';
+import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
 
 /** Linux IFNAMSIZ is 16 including the NUL. */
 export const MAX_IFNAME = 15;
@@ -55,8 +63,20 @@ export function netnsStep(name: string): Step {
  */
 export const RP_FILTER_OFF = ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0'] as const;
 
+/**
+ * IPv6 in the pod netns, set with rp_filter: no router advertisement (a rogue one from the VM) configures anything
+ * there (accept_ra 0), and no address waits a second in DAD (accept_dad 0: the bridge's link-local is usable when add
+ * replies, and the CNI plugin's addresses are not tentative).
+ */
+export const IPV6_POD_SYSCTLS = [
+  'net.ipv6.conf.all.accept_ra=0',
+  'net.ipv6.conf.default.accept_ra=0',
+  'net.ipv6.conf.all.accept_dad=0',
+  'net.ipv6.conf.default.accept_dad=0',
+] as const;
+
 export function rpFilterStep(netns: string): Step {
-  return { name: StepName.RpFilter, target: netns, do: [{ op: 'sysctl', settings: [...RP_FILTER_OFF] }], undo: [] };
+  return { name: StepName.RpFilter, target: netns, do: [{ op: 'sysctl', settings: [...RP_FILTER_OFF, ...IPV6_POD_SYSCTLS] }], undo: [] };
 }
 
 /** The pod netns, in apply order: made, then its sysctls set, before CNI ADD puts anything in it. */
@@ -73,15 +93,20 @@ export function loUpStep(): Step {
   return { name: StepName.LoUp, target: 'lo', do: [ip('link', 'set', 'dev', 'lo', 'up')], undo: [] };
 }
 
-function routeDel(r: ObservedRoute, dev: string): string[] {
-  return ['route', 'del', r.dst, ...(r.gateway ? ['via', r.gateway] : []), 'dev', dev, ...(r.metric !== undefined ? ['metric', String(r.metric)] : [])];
+/** iproute2 shows an IPv6 default route as "default", which `ip route del/replace` would read as IPv4. */
+function dstArg(r: ObservedRoute, v6: boolean): string {
+  return v6 && r.dst === 'default' ? '::/0' : r.dst;
 }
 
-function routeRestore(r: ObservedRoute, dev: string): string[] {
+function routeDel(r: ObservedRoute, dev: string, v6 = false): string[] {
+  return ['route', 'del', dstArg(r, v6), ...(r.gateway ? ['via', r.gateway] : []), 'dev', dev, ...(r.metric !== undefined ? ['metric', String(r.metric)] : [])];
+}
+
+function routeRestore(r: ObservedRoute, dev: string, v6 = false): string[] {
   return [
     'route',
     'replace',
-    r.dst,
+    dstArg(r, v6),
     ...(r.gateway ? ['via', r.gateway] : []),
     'dev',
     dev,
@@ -93,8 +118,8 @@ function routeRestore(r: ObservedRoute, dev: string): string[] {
   ];
 }
 
-function addrRestore(a: ObservedAddr, dev: string): string[] {
-  return ['addr', 'replace', `${a.local}/${a.prefixlen}`, ...(a.broadcast ? ['broadcast', a.broadcast] : []), ...(a.scope && a.scope !== 'global' ? ['scope', a.scope] : []), 'dev', dev];
+function addrRestore(a: ObservedAddr, dev: string, v6 = false): string[] {
+  return ['addr', 'replace', `${a.local}/${a.prefixlen}`, ...(a.broadcast ? ['broadcast', a.broadcast] : []), ...(a.scope && a.scope !== 'global' ? ['scope', a.scope] : []), 'dev', dev, ...(v6 ? ['nodad'] : [])];
 }
 
 /**
@@ -115,6 +140,35 @@ export function dhcpFilterRules(veth: string): string[][] {
     ['INPUT', '-i', veth, ...udp(67)],
     ['FORWARD', '-i', veth, ...udp(67)],
   ];
+}
+
+/**
+ * The IPv6 rules beside dhcpFilterRules, for an interface that serves IPv6: no DHCPv6 (udp 546/547) and no router
+ * solicitation or advertisement crosses the veth either way (the guest sees exactly our RA and DHCPv6, the CNI
+ * network never sees the guest's), and the kernel's copy of a DHCPv6 message from the tap to the bridge is dropped
+ * (our server reads the tap's packet socket; the pod netns, which has no DHCPv6 socket, would answer a unicast
+ * one with "port unreachable").
+ */
+export function dhcp6FilterRules(veth: string, tap: string): string[][] {
+  const udp = (port: number) => ['-p', 'IPv6', '--ip6-proto', 'udp', '--ip6-dport', String(port), '-j', 'DROP'];
+  const icmp = (type: string) => ['-p', 'IPv6', '--ip6-proto', 'ipv6-icmp', '--ip6-icmp-type', type, '-j', 'DROP'];
+  return [
+    ['FORWARD', '-o', veth, ...udp(547)],
+    ['FORWARD', '-o', veth, ...udp(546)],
+    ['FORWARD', '-i', veth, ...udp(546)],
+    ['FORWARD', '-i', veth, ...udp(547)],
+    ['FORWARD', '-o', veth, ...icmp('router-advertisement')],
+    ['FORWARD', '-o', veth, ...icmp('router-solicitation')],
+    ['FORWARD', '-i', veth, ...icmp('router-advertisement')],
+    ['INPUT', '-i', tap, ...udp(547)],
+  ];
+}
+
+/** The IPv6 lease a tap interface serves, undefined when the result gives it no IPv6 (validated: throws Config). */
+export function lease6Of(result: CniResult, index: number, mac: string): Lease6 | undefined {
+  const one = result.interfaces.length <= 1;
+  if (!result.ips.some((e) => e.address.includes(':') && (e.interface ?? (one ? index : 0)) === index)) return undefined;
+  return guestFromCni({ result, ifIndex: index, mac }).v6;
 }
 
 export interface ContainerSidePlanInput {
@@ -210,25 +264,43 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     const v = link.name;
     const mtu = String(link.mtu);
     const mac = input.newMac(i, link);
+    const v6 = lease6Of(result, index, link.mac);
     const routes = nonKernelRoutes(observed.routes4, v);
-    if (routes.length > 0) {
-      steps.push({ name: StepName.StripRoutes, target: v, do: routes.map((r) => ip(...routeDel(r, v))), undo: routes.map((r) => ip(...routeRestore(r, v))) });
+    const routes6 = v6 ? nonKernelRoutes(observed.routes6 ?? [], v) : [];
+    if (routes.length + routes6.length > 0) {
+      steps.push({
+        name: StepName.StripRoutes,
+        target: v,
+        do: [...routes.map((r) => ip(...routeDel(r, v))), ...routes6.map((r) => ip(...routeDel(r, v, true)))],
+        undo: [...routes.map((r) => ip(...routeRestore(r, v))), ...routes6.map((r) => ip(...routeRestore(r, v, true)))],
+      });
     }
-    if (link.addrs4.length > 0) {
+    const addrs6 = v6 ? (link.addrs6 ?? []) : [];
+    if (link.addrs4.length + addrs6.length > 0) {
       steps.push({
         name: StepName.StripAddrs,
         target: v,
-        do: link.addrs4.map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
-        undo: link.addrs4.map((a) => ip(...addrRestore(a, v))),
+        do: [...link.addrs4, ...addrs6].map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
+        undo: [...link.addrs4.map((a) => ip(...addrRestore(a, v))), ...addrs6.map((a) => ip(...addrRestore(a, v, true)))],
       });
     }
     if (mac.toLowerCase() !== link.mac.toLowerCase()) {
       steps.push({ name: StepName.VethMac, target: v, do: [ip('link', 'set', 'dev', v, 'address', mac)], undo: [ip('link', 'set', 'dev', v, 'address', link.mac)] });
     }
+    const bridgeMac = mac.toLowerCase();
+    const bridgeIp6 = v6 ? formatIpv6(linkLocalFromMac(bridgeMac)) : undefined;
     steps.push({
       name: StepName.Bridge,
       target: br,
-      do: [ip('link', 'add', 'name', br, 'mtu', mtu, 'type', 'bridge', 'ageing_time', '0'), ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br)],
+      do: v6
+        ? [
+            // a fixed MAC (a bridge's own follows its ports) and a link-local made from it, usable at once (nodad)
+            ip('link', 'add', 'name', br, 'address', bridgeMac, 'mtu', mtu, 'type', 'bridge', 'ageing_time', '0'),
+            ip('link', 'set', 'dev', br, 'addrgenmode', 'none'),
+            ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br),
+            ip('addr', 'add', `${bridgeIp6}/64`, 'dev', br, 'nodad'),
+          ]
+        : [ip('link', 'add', 'name', br, 'mtu', mtu, 'type', 'bridge', 'ageing_time', '0'), ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br)],
       undo: [{ ...ip('link', 'del', 'dev', br), withNetns: true }],
     });
     steps.push({
@@ -246,13 +318,26 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
       undo: [ip('link', 'set', 'dev', v, 'nomaster')],
     });
     steps.push({ name: StepName.LinksUp, target: br, do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
-    const rules = dhcpFilterRules(v);
+    const rules = [...dhcpFilterRules(v), ...(v6 ? dhcp6FilterRules(v, tap) : [])];
     steps.push({
       name: StepName.DhcpFilter,
       target: v,
       do: rules.map((r) => ({ op: 'ebtables', args: ['-A', ...r] })),
       undo: rules.map((r) => ({ op: 'ebtables', args: ['-D', ...r], withNetns: true })),
     });
+    if (v6) {
+      steps.push({ name: StepName.Ipv6Forwarding, target: br, do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=1'] }], undo: [] });
+      const routeOps = [
+        ip('route', 'replace', `${v6.prefix}/${v6.prefixLength}`, 'dev', br),
+        ...v6.routes.filter((r) => r.dst !== `${v6.prefix}/${v6.prefixLength}`).map((r) => ip('route', 'replace', r.dst, ...(r.gw ? ['via', r.gw] : []), 'dev', br)),
+      ];
+      steps.push({
+        name: StepName.Ipv6Routes,
+        target: br,
+        do: routeOps,
+        undo: routeOps.map((o) => ({ ...ip('route', 'del', ...o.args.slice(2)), withNetns: true as const })),
+      });
+    }
     interfaces.push({
       index,
       cniName: v,
@@ -263,6 +348,7 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
       tapName: tap,
       bridgeName: br,
       bridgeIp: BRIDGE_IP,
+      ...(bridgeIp6 ? { bridgeMac, bridgeIp6 } : {}),
       vlanId: 0,
     });
   });
@@ -297,25 +383,32 @@ export function buildCsn(result: CniResultV031, nsPath: string, interfaces: PodI
 export function observedBeforeFromCsn(live: Observed, result: CniResult, csn: ContainerSideNetwork): Observed {
   const links = live.links.map((l) => ({ ...l, addrs4: [...l.addrs4] }));
   const routes4: ObservedRoute[] = [];
+  const routes6: ObservedRoute[] = [];
   csn.Interfaces.forEach((ni, ord) => {
     const link = links.find((l) => l.name === ni.Name);
     if (!link) return;
     link.mac = parseMac(ni.mac ?? ni.HardwareAddr);
     const idx = result.interfaces.findIndex((ci) => ci.name === ni.Name && hasSandbox(ci));
     link.addrs4 = [];
+    link.addrs6 = [];
     for (const a of result.ips) {
       if ((a.interface ?? -1) !== idx) continue;
       const [local, p] = a.address.split('/');
       if (local && p && !local.includes(':')) link.addrs4.push({ local, prefixlen: Number(p) });
+      else if (local && p) (link.addrs6 ??= []).push({ local, prefixlen: Number(p), scope: 'global' });
     }
     // CNI routes carry no interface: they belong to the first interface (as Virtlet assumed)
     if (ord === 0) {
       for (const r of result.routes) {
-        if (r.dst.includes(':')) continue;
+        if (r.dst.includes(':')) {
+          const dst = r.dst === '::/0' ? 'default' : r.dst;
+          routes6.push({ dst, dev: link.name, ...(r.gw ? { gateway: r.gw } : { scope: 'link' }), flags: [] });
+          continue;
+        }
         const dst = r.dst === '0.0.0.0/0' ? 'default' : r.dst.endsWith('/32') ? r.dst.slice(0, -3) : r.dst;
         routes4.push({ dst, dev: link.name, ...(r.gw ? { gateway: r.gw } : { scope: 'link' }), flags: [] });
       }
     }
   });
-  return { links, routes4 };
+  return { links, routes4, routes6 };
 }

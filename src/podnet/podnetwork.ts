@@ -16,7 +16,7 @@ import type { CniResult } from '../cni/types.js';
 import { StateStore } from '../state/store.js';
 import { Phase, newRecord, type PodRecord } from '../state/record.js';
 import { NetExec } from './exec.js';
-import { parseObserved } from './observe.js';
+import { OBSERVE_BATCH, parseObserved } from './observe.js';
 import { completeResult } from './result.js';
 import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, randomLaaMac } from './plan.js';
 import type { PodInterface } from '../state/types.js';
@@ -363,7 +363,7 @@ export class PodNetwork {
 
   /** The netns's links and IPv4 routes in one spawn. */
   private async observe(key: string, signal?: AbortSignal): Promise<Observed> {
-    const { stdout, failures } = await this.exec.ipBatch(key, [['addr', 'show'], ['route', 'show']], { flags: ['-d', '-j'], ...(signal ? { signal } : {}) });
+    const { stdout, failures } = await this.exec.ipBatch(key, OBSERVE_BATCH, { flags: ['-d', '-j'], ...(signal ? { signal } : {}) });
     if (failures.length > 0) throw new VmpodError(ErrorCode.Netlink, `read links and routes of netns ${key}: ${failures.map((f) => f.message).join('; ')}`);
     return parseObserved(stdout);
   }

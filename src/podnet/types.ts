@@ -31,6 +31,8 @@ export interface ObservedLink {
   parentBus?: string;
   parentDev?: string;
   addrs4: ObservedAddr[];
+  /** its global IPv6 addresses (link-local ones are the link's own and stay) */
+  addrs6?: ObservedAddr[];
 }
 
 /** An IPv4 route of the main table, as `ip -j route show` shows it. */
@@ -45,6 +47,8 @@ export interface ObservedRoute {
   prefsrc?: string;
   metric?: number;
   type?: string;
+  /** absent for the main table */
+  table?: string;
   flags: string[];
 }
 
@@ -52,4 +56,6 @@ export interface ObservedRoute {
 export interface Observed {
   links: ObservedLink[];
   routes4: ObservedRoute[];
+  /** IPv6 routes of the main table */
+  routes6?: ObservedRoute[];
 }

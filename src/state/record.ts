@@ -23,6 +23,10 @@ export const StepName = {
   Enslave: 'enslave',
   LinksUp: 'links-up',
   DhcpFilter: 'dhcp-filter',
+  /** IPv6 forwarding on in the pod netns: the bridge's link-local answers the guest's NS as a router */
+  Ipv6Forwarding: 'ipv6-forwarding',
+  /** the pod prefix on-link and the CNI result's IPv6 routes via br<i>: where the guest's IPv6 goes */
+  Ipv6Routes: 'ipv6-routes',
   /** an SR-IOV VF handed to the VM: vfio-pci binding and the VF's MAC/VLAN on its PF (host side) */
   VfSetup: 'vf-setup',
 } as const;

@@ -21,6 +21,9 @@ export interface PodInterface {
   bridgeName: string;
   /** the bridge's link-local address, where the DHCP server answers from ('' for a VF) */
   bridgeIp: string;
+  /** IPv6: the bridge's MAC and link-local address, the router and DHCPv6 server the guest sees (absent: no IPv6) */
+  bridgeMac?: string;
+  bridgeIp6?: string;
   /** a VF's full PCI address (0000:bb:dd.f), as Virtlet's csn PCIAddress */
   pciAddress?: string;
   /** 802.1Q VLAN the PF tags the VF's traffic with (0 = none); always 0 for a tap */

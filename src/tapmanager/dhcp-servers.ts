@@ -1,12 +1,16 @@
-// One DHCP server per tap interface of each pod, started before add replies and stopped on release.
-import { DhcpServer, leaseFromCni } from '../dhcp/index.js';
+// The address servers of each pod, per tap interface: DHCPv4 when the guest NIC has IPv4, RA and DHCPv6 when it has
+// IPv6, all rendering one GuestNic (guestFromCni), started before add replies and stopped on release.
+import { DhcpServer, guestFromCni } from '../dhcp/index.js';
+import { Dhcp6Server } from '../dhcp6/server.js';
+import { RaServer } from '../ra/server.js';
+import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
 import { fromV031 } from '../protocol/result.js';
 import type { PodNetworkState } from '../podnet/index.js';
 import type { Logger } from '../log.js';
 import { VmpodError, ErrorCode } from '../errors.js';
 
 export class DhcpServers {
-  private readonly byKey = new Map<string, DhcpServer[]>();
+  private readonly byKey = new Map<string, (DhcpServer | Dhcp6Server | RaServer)[]>();
 
   constructor(private readonly log: Logger) {}
 
@@ -15,11 +19,11 @@ export class DhcpServers {
     this.stop(st.key);
     const result = st.csn.Result ? fromV031(st.csn.Result) : undefined;
     if (!result) throw new VmpodError(ErrorCode.State, `pod ${st.key} has no CNI result to serve over DHCP`, { key: st.key, op: 'dhcp' });
-    const servers: DhcpServer[] = [];
+    const servers: (DhcpServer | Dhcp6Server | RaServer)[] = [];
     try {
       for (const iface of st.interfaces) {
         if (iface.type !== 'tap') continue;
-        const lease = leaseFromCni({
+        const guest = guestFromCni({
           result,
           ifIndex: iface.index,
           podDns: st.desc.DNS ?? null,
@@ -27,19 +31,20 @@ export class DhcpServers {
           mtu: iface.mtu,
           mac: iface.vmMac,
         });
-        servers.push(
-          DhcpServer.start({
-            nsPath: st.nsPath,
-            bridge: iface.bridgeName,
-            serverIp: iface.bridgeIp,
-            lease,
-            log: this.log.child({ key: st.key, bridge: iface.bridgeName }),
-          }),
-        );
+        const log = this.log.child({ key: st.key, bridge: iface.bridgeName });
+        if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log }));
+        if (guest.v6) {
+          // records written before IPv6 support carry no bridgeMac: the planner's rule (the veth's new MAC) applies
+          const mac = iface.bridgeMac ?? iface.vethMacNew;
+          if (!mac) throw new VmpodError(ErrorCode.State, `pod ${st.key} interface ${iface.cniName} has no bridge MAC to serve IPv6 from`, { key: st.key, op: 'dhcp6' });
+          const ip6 = iface.bridgeIp6 ?? formatIpv6(linkLocalFromMac(mac));
+          servers.push(RaServer.start({ nsPath: st.nsPath, tap: iface.tapName, routerMac: mac, routerIp: ip6, lease: guest.v6, log }));
+          servers.push(Dhcp6Server.start({ nsPath: st.nsPath, tap: iface.tapName, serverMac: mac, serverIp: ip6, lease: guest.v6, log }));
+        }
       }
     } catch (e) {
       for (const s of servers) s.stop();
-      throw new VmpodError(ErrorCode.Internal, `start DHCP for pod ${st.key}`, { cause: e, key: st.key, op: 'dhcp' });
+      throw new VmpodError(e instanceof VmpodError && e.code === ErrorCode.Config ? ErrorCode.Config : ErrorCode.Internal, `start DHCP/RA for pod ${st.key}`, { cause: e, key: st.key, op: 'dhcp' });
     }
     this.byKey.set(st.key, servers);
   }

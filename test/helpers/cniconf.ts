@@ -14,6 +14,9 @@ export interface CniTestNet {
   bridge: string;
   subnet: string;
   gateway: string;
+  /** with opts.ipv6: the IPv6 /64 and the gateway in it (on the host bridge) */
+  subnet6?: string;
+  gateway6?: string;
   root: string;
   confDir: string;
   binDirs: string[];
@@ -38,6 +41,8 @@ export interface CniConfOptions {
   /** chain a fake plugin after bridge whose ADD exits 1 with a CNI error JSON (its DEL succeeds) */
   failingPlugin?: boolean;
   mtu?: number;
+  /** 'dual': a second host-local range with a unique fdXX:..::/64 and an IPv6 default route; 'only': that range alone */
+  ipv6?: 'dual' | 'only';
 }
 
 const FAKE_PLUGIN = 'vmpod-test-fail';
@@ -90,6 +95,20 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
   const cacheDir = join(root, 'cache');
   const dataDir = join(root, 'ipam');
   for (const d of [confDir, binDir, cacheDir, dataDir]) mkdirSync(d, { recursive: true });
+  // a unique ULA /64 per network (fd + 40 random bits, RFC 4193)
+  const p6 = randomBytes(5).toString('hex');
+  const subnet6 = opts.ipv6 ? `fd${p6.slice(0, 2)}:${p6.slice(2, 6)}:${p6.slice(6, 10)}::/64` : undefined;
+  const gateway6 = subnet6 ? subnet6.replace('::/64', '::1') : undefined;
+  const ranges: Record<string, string>[][] = [];
+  const routes: { dst: string }[] = [];
+  if (opts.ipv6 !== 'only') {
+    ranges.push([{ subnet, gateway }]);
+    routes.push({ dst: '0.0.0.0/0' });
+  }
+  if (subnet6 && gateway6) {
+    ranges.push([{ subnet: subnet6, gateway: gateway6 }]);
+    routes.push({ dst: '::/0' });
+  }
   const plugins: Record<string, unknown>[] = [
     {
       type: 'bridge',
@@ -97,7 +116,7 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
       isGateway: true,
       ipMasq: false,
       ...(opts.mtu ? { mtu: opts.mtu } : {}),
-      ipam: { type: 'host-local', dataDir, ranges: [[{ subnet, gateway }]], routes: [{ dst: '0.0.0.0/0' }] },
+      ipam: { type: 'host-local', dataDir, ranges, routes },
     },
   ];
   if (opts.failingPlugin) {
@@ -120,6 +139,7 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
     bridge,
     subnet,
     gateway,
+    ...(subnet6 && gateway6 ? { subnet6, gateway6 } : {}),
     root,
     confDir,
     binDirs: [binDir, SYSTEM_CNI_BIN],

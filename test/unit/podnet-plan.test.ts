@@ -202,7 +202,7 @@ describe('the pod netns steps', () => {
   it('rp-filter comes right after the netns is made, before CNI ADD and any bridge, and has no undo', () => {
     expect(podNetnsSteps('pod1')).toEqual([
       { name: 'netns', target: 'pod1', do: [{ op: 'netns-add', name: 'pod1' }], undo: [{ op: 'netns-del', name: 'pod1' }] },
-      { name: 'rp-filter', target: 'pod1', do: [{ op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0'] }], undo: [] },
+      { name: 'rp-filter', target: 'pod1', do: [{ op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0', 'net.ipv6.conf.all.accept_ra=0', 'net.ipv6.conf.default.accept_ra=0', 'net.ipv6.conf.all.accept_dad=0', 'net.ipv6.conf.default.accept_dad=0'] }], undo: [] },
     ]);
     expect(rpFilterStep('pod1')).toEqual(podNetnsSteps('pod1')[1]);
     // the records release and recover rebuild start the same way

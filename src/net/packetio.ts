@@ -1,0 +1,34 @@
+// What the RA and DHCPv6 servers need of a packet socket, and their flood guard.
+import type { Poller } from '../native.js';
+
+/** The socket calls the servers make; native() by default, a recording fake in unit tests. */
+export interface PacketIo {
+  packetSocketInNetns(nsPath: string, ifname: string, filter: Buffer): number;
+  pollReadable(fd: number, cb: (err: Error | null) => void): Poller;
+  read(fd: number, max: number): Buffer | null;
+  writeAll(fd: number, data: Buffer): void;
+  close(fd: number): void;
+}
+
+/** A token bucket: `burst` at once, then `perSecond`. */
+export class RateLimit {
+  private tokens: number;
+  private last: number;
+  constructor(
+    private readonly burst: number,
+    private readonly perSecond: number,
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.tokens = burst;
+    this.last = now();
+  }
+  take(): boolean {
+    const t = this.now();
+    this.tokens = Math.min(this.burst, this.tokens + ((t - this.last) / 1000) * this.perSecond);
+    this.last = t;
+    if (this.tokens < 1) return false;
+    this.tokens -= 1;
+    return true;
+  }
+}
+
