@@ -38,6 +38,11 @@ export interface CniConfOptions {
   /** chain a fake plugin after bridge whose ADD exits 1 with a CNI error JSON (its DEL succeeds) */
   failingPlugin?: boolean;
   mtu?: number;
+  /**
+   * host-local's dataDir when the plugins run in a container: `conf` is the path written into the conflist (as the
+   * container sees it), `host` the same directory on the host (what leftovers() scans). Default: a private dir.
+   */
+  ipamDataDir?: { conf: string; host: string };
 }
 
 const FAKE_PLUGIN = 'vmpod-test-fail';
@@ -88,7 +93,7 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
   const confDir = join(root, 'net.d');
   const binDir = join(root, 'bin');
   const cacheDir = join(root, 'cache');
-  const dataDir = join(root, 'ipam');
+  const dataDir = opts.ipamDataDir?.host ?? join(root, 'ipam');
   for (const d of [confDir, binDir, cacheDir, dataDir]) mkdirSync(d, { recursive: true });
   const plugins: Record<string, unknown>[] = [
     {
@@ -97,7 +102,7 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
       isGateway: true,
       ipMasq: false,
       ...(opts.mtu ? { mtu: opts.mtu } : {}),
-      ipam: { type: 'host-local', dataDir, ranges: [[{ subnet, gateway }]], routes: [{ dst: '0.0.0.0/0' }] },
+      ipam: { type: 'host-local', dataDir: opts.ipamDataDir?.conf ?? dataDir, ranges: [[{ subnet, gateway }]], routes: [{ dst: '0.0.0.0/0' }] },
     },
   ];
   if (opts.failingPlugin) {
