@@ -1,34 +1,80 @@
-# vmpod-node: tapmanager, vmwrapper and tapctl in one image for the VM runtime's DaemonSet.
-# tapmanager runs privileged with the host's network and PID namespaces and these host paths mounted:
-# /var/run/netns (Bidirectional), /var/lib/virtlet, /var/lib/cni, /var/lib/vmpod-node, /etc/cni/net.d, /opt/cni/bin, /sys, /dev.
-# The libvirt container of the same pod uses /usr/local/lib/vmpod-node/bin/vmwrapper.js as the domains' <emulator>.
+# syntax=docker/dockerfile:1
+# vmpod-node's two images, from one multi-stage build (docs/deploy.md):
+#   podman build --target tapmanager -t localhost/vmpod-node/tapmanager:0.1.0 .
+#   podman build --target libvirt    -t localhost/vmpod-node/libvirt:0.1.0 .
+# (docker build the same way; scripts/images.sh builds both, and makes the base images locally where no registry
+# answers). They run side by side in one privileged pod: deploy/daemonset.yaml.
+#
+# NPM behind a TLS-intercepting proxy: pass its CA as a build secret, e.g.
+#   --secret id=npmca,src=/etc/ssl/certs/ca-certificates.crt
+# It is used for `npm ci` only and is not kept in any layer.
 
-FROM node:20-bookworm-slim AS build
+ARG NODE_IMAGE=node:20-bookworm-slim
+ARG DEBIAN_IMAGE=debian:bookworm-slim
+
+# ---- build: the addon (node-gyp), tsc, the bundles --------------------------------------------------------------
+FROM ${NODE_IMAGE} AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# the node image keeps Node's headers under /usr/local/include/node: node-gyp builds offline
+ENV npm_config_nodedir=/usr/local
 COPY package.json package-lock.json binding.gyp tsconfig.json ./
 COPY native native
-# the node image keeps Node's headers under /usr/local/include/node: no download
-ENV npm_config_nodedir=/usr/local
-RUN npm ci --no-audit --no-fund
+RUN --mount=type=secret,id=npmca \
+    if [ -s /run/secrets/npmca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npmca; fi; \
+    npm ci --no-audit --no-fund
+COPY scripts/bundle.mjs scripts/bundle.mjs
 COPY src src
-COPY scripts scripts
 COPY bin bin
-RUN npm run build && npm prune --omit=dev
+# What the runtime stages take: the bundles need no node_modules (esbuild inlines execa, pino and our code), the
+# addon, the bin/ launchers, package.json; and node without its symbols (99 -> 86 MB, it runs the same).
+RUN npm run build \
+ && mkdir -p /out/app/build/Release /out/app/dist /out/bin \
+ && cp package.json /out/app/ \
+ && cp -r bin /out/app/bin \
+ && cp -r dist/bundle /out/app/dist/bundle \
+ && cp build/Release/vmpod_native.node /out/app/build/Release/ \
+ && strip -o /out/bin/node /usr/local/bin/node
 
-FROM node:20-bookworm-slim
+# ---- tapmanager: the daemon and tapctl; no qemu, no compiler ----------------------------------------------------
+FROM ${DEBIAN_IMAGE} AS tapmanager
+# iproute2: ip (CNI plugins and tapmanager's own steps). iptables: Debian's package switches `ebtables` to
+# ebtables-nft (tapmanager's DHCP filter in the pod netns; the legacy ebtables of the `ebtables` package fails on
+# kernels without the legacy tables) and gives the CNI plugins iptables (bridge ipMasq, portmap, firewall).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends iproute2 ebtables util-linux qemu-system-x86 \
+ && apt-get install -y --no-install-recommends iproute2 iptables \
  && rm -rf /var/lib/apt/lists/*
-WORKDIR /usr/local/lib/vmpod-node
-COPY --from=build /src/package.json ./
-COPY --from=build /src/node_modules node_modules
-COPY --from=build /src/build/Release/vmpod_native.node build/Release/
-COPY --from=build /src/dist dist
-COPY --from=build /src/bin bin
-RUN ln -s /usr/local/lib/vmpod-node/bin/tapmanager.js /usr/local/bin/tapmanager \
- && ln -s /usr/local/lib/vmpod-node/bin/vmwrapper.js /usr/local/bin/vmwrapper \
- && ln -s /usr/local/lib/vmpod-node/bin/tapctl.js /usr/local/bin/tapctl
+COPY --from=build /out/bin/node /usr/local/bin/node
+COPY --from=build /out/app /usr/local/lib/vmpod-node
+RUN ln -s ../lib/vmpod-node/bin/tapmanager.js /usr/local/bin/tapmanager \
+ && ln -s ../lib/vmpod-node/bin/tapctl.js /usr/local/bin/tapctl \
+ && tapmanager --help >/dev/null && ebtables --version | grep -q nf_tables
 ENTRYPOINT ["tapmanager"]
+
+# ---- libvirt: libvirtd + qemu, with vmwrapper as the domains' emulator -----------------------------------------
+FROM ${DEBIAN_IMAGE} AS libvirt
+# libvirt-daemon + the qemu driver without libvirt-daemon-system (which pulls systemd); qemu-utils (qemu-img) and
+# ovmf (UEFI firmware) as users of VMs expect; tini as PID 1 (below).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils ovmf tini \
+ && rm -rf /var/lib/apt/lists/*
+# What libvirt-daemon-system's postinst would make: libvirtd looks up the qemu driver's default user and group
+# (libvirt-qemu, kvm) before it reads qemu.conf, and writes each domain's log under /var/log/libvirt/qemu.
+RUN (getent group kvm >/dev/null || groupadd -r kvm) \
+ && (getent group libvirt-qemu >/dev/null || groupadd -r libvirt-qemu) \
+ && (id -u libvirt-qemu >/dev/null 2>&1 || useradd -r -g libvirt-qemu -G kvm -M -d /var/lib/libvirt -s /usr/sbin/nologin libvirt-qemu) \
+ && mkdir -p /var/log/libvirt/qemu /var/lib/libvirt/qemu
+COPY deploy/libvirt/qemu.conf /etc/libvirt/qemu.conf
+COPY --from=build /out/bin/node /usr/local/bin/node
+COPY --from=build /out/app /usr/local/lib/vmpod-node
+# <emulator>/vmwrapper</emulator> is the path Virtlet's domain XML uses; /usr/local/bin/vmwrapper for everyone else.
+RUN ln -s /usr/local/lib/vmpod-node/bin/vmwrapper.js /vmwrapper \
+ && ln -s ../lib/vmpod-node/bin/vmwrapper.js /usr/local/bin/vmwrapper \
+ && ln -s ../lib/vmpod-node/bin/tapctl.js /usr/local/bin/tapctl
+# libvirtd in the foreground, under tini: as PID 1 itself it would never reap the qemu capability probes, which
+# daemonize (libvirt then waits 40 s per zombie). tini forwards SIGTERM to libvirtd, which exits 0.
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["libvirtd"]

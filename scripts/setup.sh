@@ -22,6 +22,10 @@ PACKAGES=(
   gcc libc6-dev make g++        # node-gyp builds the addon; the benchmarks compile their C baselines (bench/c) with cc
   strace                        # bench/pods.mjs --strace: syscalls per get
   ca-certificates
+  # the images and the podman kube play test of deploy/ (test/deploy/): podman with runc in ONE install (alone, podman
+  # pulls crun, which fails on this kernel's cgroup v1/v2 hybrid), debootstrap for the Debian base image where no
+  # container registry answers
+  podman runc debootstrap
 )
 
 missing=()
@@ -33,6 +37,23 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# podman: runc, and limits under the machine's hard limits (podman's default nofile 1048576 is above them, and then
+# every container fails "error setting rlimit type 7"). `podman kube play` has no --ulimit flag, so it goes here.
+PODMAN_CONF=/etc/containers/containers.conf.d/50-vmpod-node.conf
+limit() { local hard; hard="$(ulimit -H "$1")"; if [ "$hard" = unlimited ] || [ "$hard" -gt "$2" ]; then echo "$2"; else echo "$hard"; fi; }
+nofile="$(limit -n 1048576)"
+nproc="$(limit -u 32768)"
+PODMAN_CONF_TEXT="# written by vmpod-node scripts/setup.sh (docs/deploy.md)
+[containers]
+default_ulimits = [\"nofile=$nofile:$nofile\", \"nproc=$nproc:$nproc\"]
+[engine]
+runtime = \"runc\""
+if [ "$(cat "$PODMAN_CONF" 2>/dev/null)" != "$PODMAN_CONF_TEXT" ]; then
+  mkdir -p "$(dirname "$PODMAN_CONF")"
+  printf '%s\n' "$PODMAN_CONF_TEXT" > "$PODMAN_CONF.tmp"
+  mv "$PODMAN_CONF.tmp" "$PODMAN_CONF"
 fi
 
 # node_modules and the addon (npm ci runs node-gyp with --nodedir=/usr: no header download)

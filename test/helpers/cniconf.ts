@@ -43,6 +43,11 @@ export interface CniConfOptions {
   mtu?: number;
   /** 'dual': a second host-local range with a unique fdXX:..::/64 and an IPv6 default route; 'only': that range alone */
   ipv6?: 'dual' | 'only';
+  /**
+   * host-local's dataDir when the plugins run in a container: `conf` is the path written into the conflist (as the
+   * container sees it), `host` the same directory on the host (what leftovers() scans). Default: a private dir.
+   */
+  ipamDataDir?: { conf: string; host: string };
 }
 
 const FAKE_PLUGIN = 'vmpod-test-fail';
@@ -93,7 +98,7 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
   const confDir = join(root, 'net.d');
   const binDir = join(root, 'bin');
   const cacheDir = join(root, 'cache');
-  const dataDir = join(root, 'ipam');
+  const dataDir = opts.ipamDataDir?.host ?? join(root, 'ipam');
   for (const d of [confDir, binDir, cacheDir, dataDir]) mkdirSync(d, { recursive: true });
   // a unique ULA /64 per network (fd + 40 random bits, RFC 4193)
   const p6 = randomBytes(5).toString('hex');
@@ -116,7 +121,7 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
       isGateway: true,
       ipMasq: false,
       ...(opts.mtu ? { mtu: opts.mtu } : {}),
-      ipam: { type: 'host-local', dataDir, ranges, routes },
+      ipam: { type: 'host-local', dataDir: opts.ipamDataDir?.conf ?? dataDir, ranges, routes },
     },
   ];
   if (opts.failingPlugin) {
