@@ -21,7 +21,7 @@ export {
   type PluginConf,
   type RuntimeConf,
 } from './config.js';
-export { execaPluginExec, findInPath, type ExecaPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
+export { execaPluginExec, findInPath, killOrphanPlugins, DEFAULT_PLUGIN_OUTPUT_BYTES, type PgidRecord, type ExecaPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
 export { CniClient, parsePluginResult, type CniClientOptions } from './client.js';
 export {
   CNI_VERSIONS,
@@ -34,5 +34,5 @@ export {
   toV031,
   type CniVersion,
 } from './result.js';
-export { buildCacheRecord, CACHE_KIND, cacheFilePath, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';
+export { buildCacheRecord, CACHE_KIND, cacheFilePath, cachedRecordsOf, sweepCacheTemps, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';
 export { CniError, CniPluginError, escapeOutput, formatCniError, parseCniErrorJson, pluginFailure, MAX_ERROR_OUTPUT, type PluginFailure } from './errors.js';

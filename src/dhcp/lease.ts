@@ -22,8 +22,6 @@ export interface DhcpLease {
 }
 
 export const DEFAULT_LEASE_SECONDS = 86400;
-/** Virtlet's fallback when neither the CNI result nor the pod names a DNS server (pkg/dhcp). */
-export const DEFAULT_DNS: readonly string[] = ['8.8.8.8'];
 
 function isCidr4(s: string): boolean {
   try {
@@ -42,7 +40,8 @@ function isCidr4(s: string): boolean {
  *   a default gateway is assumed"), else on-link. With several interfaces a route belongs to the interface whose
  *   subnet holds its gateway; routes whose gateway is in no leased subnet go to the first interface with IPv4;
  * - DNS: the pod's DNS config when it names nameservers or search domains, else the CNI result's; IPv6
- *   nameservers dropped; Virtlet's 8.8.8.8 when none is left (DEFAULT_DNS, overridable);
+ *   nameservers dropped; `defaultDns` (the operator's --default-dns) when none is left, else no DNS option at all
+ *   (Virtlet served a public resolver, 8.8.8.8: wrong in an air-gapped cluster);
  * - hostname = the pod name; mtu = opts.mtu, else the CNI interface's.
  * Throws VmpodError(Config) when the interface has no IPv4 address.
  */
@@ -94,7 +93,7 @@ export function leaseFromCni(opts: {
     prefixLength,
     ...(gateway !== undefined ? { gateway } : {}),
     routes,
-    dns: ns.length > 0 ? ns : [...(opts.defaultDns ?? DEFAULT_DNS)],
+    dns: ns.length > 0 ? ns : [...(opts.defaultDns ?? [])],
     search: [...(dnsSrc.search ?? [])],
     ...(dnsSrc.domain ? { domain: dnsSrc.domain } : {}),
     ...(opts.podName ? { hostname: opts.podName } : {}),

@@ -11,7 +11,7 @@
 // we add the host route `{dst: "<gw>/32"}` without a gateway (on-link: DHCP option 121 with router 0.0.0.0,
 // RFC 3442), before the routes that use it.
 import { ErrorCode, VmpodError } from '../errors.js';
-import type { CniIpConfig, CniResult, CniRoute } from '../cni/types.js';
+import type { CniDns, CniIpConfig, CniResult, CniRoute } from '../cni/types.js';
 import type { Observed, ObservedLink, ObservedRoute } from './types.js';
 
 export function ipv4ToInt(ip: string): number | undefined {
@@ -138,4 +138,23 @@ export function fixOffSubnetGateways(r: CniResult): CniResult {
     if (!reachable && !named) extra.push({ dst: `${gw}/32` });
   }
   return extra.length === 0 ? r : { ...r, routes: [...extra, ...r.routes] };
+}
+
+/** Does this DNS config name anything (a nameserver, a search domain, a domain or an option)? */
+export function namesDns(d: CniDns | null | undefined): d is CniDns {
+  return d != null && ((d.nameservers?.length ?? 0) > 0 || (d.search?.length ?? 0) > 0 || (d.options?.length ?? 0) > 0 || (d.domain ?? '') !== '');
+}
+
+/**
+ * The result the runtime gets back: Virtlet copies the add request's DNS into it (so that a recover with only
+ * the csn still knows the pod's DNS); when the request names none, the plugin's DNS stays.
+ */
+export function withPodDns(r: CniResult, podDns: CniDns | null | undefined): CniResult {
+  if (!namesDns(podDns)) return r;
+  const dns: CniDns = {};
+  if (podDns.nameservers?.length) dns.nameservers = [...podDns.nameservers];
+  if (podDns.domain) dns.domain = podDns.domain;
+  if (podDns.search?.length) dns.search = [...podDns.search];
+  if (podDns.options?.length) dns.options = [...podDns.options];
+  return { ...r, dns };
 }
