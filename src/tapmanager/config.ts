@@ -14,6 +14,8 @@ export interface TapmanagerConfig {
   socketGroup?: string;
   /** per-plugin CNI timeout */
   cniTimeoutMs: number;
+  /** IPv4 DNS servers DHCP serves when neither the pod nor its CNI result names one; empty: no DNS option */
+  defaultDns: string[];
   enableSriov: boolean;
   sysfsRoot: string;
   help: boolean;
@@ -92,6 +94,13 @@ export const FLAGS = {
     kind: 'bool',
     help: 'bind SR-IOV VFs found in the pod netns to vfio-pci (otherwise a VF is an error)',
   },
+  defaultDns: {
+    flag: '--default-dns',
+    env: 'VMPOD_DEFAULT_DNS',
+    def: '',
+    kind: 'string',
+    help: 'comma-separated IPv4 DNS servers DHCP serves when neither the pod nor its CNI result names one (default: none, no DNS option)',
+  },
   sysfsRoot: {
     flag: '--sysfs-root',
     env: 'VMPOD_SYSFS_ROOT',
@@ -162,6 +171,10 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   if (binDirs.length === 0 || binDirs.some((d) => !d.startsWith('/'))) {
     errors.push(`--cni-bin-dir ${JSON.stringify(get('cniBinDirs'))} must be absolute paths separated by ':'`);
   }
+  const defaultDns = get('defaultDns').split(',').map((d) => d.trim()).filter((d) => d !== '');
+  for (const d of defaultDns) {
+    if (!/^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/.test(d)) errors.push(`--default-dns ${JSON.stringify(d)} is not an IPv4 address`);
+  }
   if (errors.length > 0) return { ok: false, errors };
   const group = get('socketGroup');
   return {
@@ -176,6 +189,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       ...(group ? { socketGroup: group } : {}),
       cniTimeoutMs: timeout,
       enableSriov: sriov!,
+      defaultDns,
       sysfsRoot: get('sysfsRoot'),
       help,
     },

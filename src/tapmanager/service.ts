@@ -31,8 +31,9 @@ export class TapmanagerService implements Handler {
   constructor(
     private readonly pods: PodNetwork,
     private readonly log: Logger,
+    opts: { defaultDns?: readonly string[] } = {},
   ) {
-    this.dhcp = new DhcpServers(log);
+    this.dhcp = new DhcpServers(log, opts.defaultDns);
   }
 
   async handle(req: Request, peer: PeerCred): Promise<Reply> {
@@ -81,6 +82,15 @@ export class TapmanagerService implements Handler {
           return { payload: null, fds: [] };
         });
       }
+      case Command.ReleaseForce: {
+        // tapctl release --force: an operator finishing a quarantined key by hand
+        const key = validateKey(req.key);
+        return this.queue.run(key, async () => {
+          this.dhcp.stop(key);
+          const { leftovers } = await this.pods.release(key, { force: true });
+          return { payload: Buffer.from(JSON.stringify({ key, leftovers })), fds: [] };
+        });
+      }
       case Command.Get: {
         const key = validateKey(req.key);
         return this.queue.run(key, async () => {
@@ -112,7 +122,7 @@ export class TapmanagerService implements Handler {
   }
 
   /** After a daemon restart: reattach pods left ready, start their DHCP servers. */
-  async restore(): Promise<{ restored: string[]; rolledBack: string[] }> {
+  async restore(): Promise<Awaited<ReturnType<PodNetwork['restore']>>> {
     const out = await this.pods.restore();
     for (const key of out.restored) {
       const st = this.pods.state(key);
