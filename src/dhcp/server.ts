@@ -308,7 +308,7 @@ export class DhcpServer {
     const backoffMs = this.backoffMs;
     const warn = (conflictingMac: string | undefined): void =>
       this.log.warn(
-        { from, address, vmMac: this.lease.mac, conflictingMac: conflictingMac ?? '(no answer to ARP)', backoffMs },
+        { from, address, vmMac: normaliseMac(this.lease.mac), conflictingMac: conflictingMac ?? '(no answer to ARP)', backoffMs },
         'dhcp: DECLINE: the guest found its address in use on the wire; its DISCOVERs are not answered during the back-off',
       );
     this.findConflict(address).then(warn, () => warn(undefined));
