@@ -3,6 +3,7 @@
 // the address once, from the bridge: a temporary on-link /32 route on the bridge, one ping, the neighbour entry
 // read, the route (and the entry) removed. Runs only on a DECLINE, which the server then backs off from.
 import { execa } from 'execa';
+import { isIpv4 } from '../net/ip.js';
 
 const TIMEOUT_MS = 5_000;
 
@@ -13,7 +14,7 @@ async function inNetns(nsPath: string, argv: string[]): Promise<{ ok: boolean; s
 
 /** The MAC that answers ARP for `ip` on `bridge` inside the netns, undefined when nobody does. */
 export async function conflictingMac(nsPath: string, bridge: string, ip: string): Promise<string | undefined> {
-  if (!/^\d{1,3}(\.\d{1,3}){3}$/.test(ip) || !/^[\w.-]{1,15}$/.test(bridge)) return undefined;
+  if (!isIpv4(ip) || !/^[\w.-]{1,15}$/.test(bridge)) return undefined;
   const route = ['ip', 'route', 'add', `${ip}/32`, 'dev', bridge, 'scope', 'link'];
   const added = (await inNetns(nsPath, route)).ok;
   try {

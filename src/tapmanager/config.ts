@@ -1,6 +1,7 @@
 // tapmanager's configuration: flags over env over defaults, all in one table (pino's defaultOptions habit).
 // Pure: parseConfig(argv, env) returns a config or a list of every problem found.
 import { isLogLevel } from '../log.js';
+import { isIpv4 } from '../net/ip.js';
 import type { LevelWithSilent } from 'pino';
 
 export interface TapmanagerConfig {
@@ -173,7 +174,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   }
   const defaultDns = get('defaultDns').split(',').map((d) => d.trim()).filter((d) => d !== '');
   for (const d of defaultDns) {
-    if (!/^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/.test(d)) errors.push(`--default-dns ${JSON.stringify(d)} is not an IPv4 address`);
+    if (!isIpv4(d)) errors.push(`--default-dns ${JSON.stringify(d)} is not an IPv4 address`);
   }
   if (errors.length > 0) return { ok: false, errors };
   const group = get('socketGroup');
