@@ -68,10 +68,12 @@ export interface PgidRecord {
   containerId: string;
   /** /proc/<pid>/stat starttime (clock ticks since boot) of the group leader */
   startTicks: number;
+  /** the daemon that ran it: a plugin whose parent is still this live daemon is not an orphan */
+  daemonPid?: number;
 }
 
 /** Fields of /proc/<pid>/stat we use; undefined when the process is gone. */
-function procStat(pid: number): { pgrp: number; session: number; startTicks: number } | undefined {
+function procStat(pid: number): { ppid: number; pgrp: number; session: number; startTicks: number } | undefined {
   let text: string;
   try {
     text = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -81,7 +83,7 @@ function procStat(pid: number): { pgrp: number; session: number; startTicks: num
   // "pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime
   // cstime priority nice num_threads itrealvalue starttime ...": comm may hold spaces and parens
   const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return { pgrp: Number(f[2]), session: Number(f[3]), startTicks: Number(f[19]) };
+  return { ppid: Number(f[1]), pgrp: Number(f[2]), session: Number(f[3]), startTicks: Number(f[19]) };
 }
 
 /** Pids of the processes in process group `pgid` started no earlier than `sinceTicks`. */
@@ -118,6 +120,9 @@ export function killOrphanPlugins(pgidDir: string): (PgidRecord & { pids: number
     } catch {
       // a torn or foreign file: nothing to kill by it
     }
+    const leader = rec ? procStat(rec.pgid) : undefined;
+    // a plugin of a daemon that is still alive (another tapmanager on this state dir) is not ours to kill
+    if (rec && leader && rec.daemonPid !== undefined && leader.ppid === rec.daemonPid && rec.daemonPid !== process.pid) continue;
     if (rec && rec.pgid !== process.pid) {
       const pids = groupMembers(rec.pgid, rec.startTicks);
       if (pids.length > 0) {
@@ -167,7 +172,7 @@ export function execaPluginExec(opts: ExecaPluginExecOptions = {}): PluginExec {
   function recordGroup(pid: number | undefined, o: PluginRunOptions): string | undefined {
     if (pgidDir === undefined || pid === undefined) return undefined;
     const path = join(pgidDir, String(pid));
-    const rec: PgidRecord = { pgid: pid, plugin: basename(o.pluginPath), verb: o.env.CNI_COMMAND ?? '?', containerId: o.env.CNI_CONTAINERID ?? '', startTicks: procStat(pid)?.startTicks ?? 0 };
+    const rec: PgidRecord = { pgid: pid, plugin: basename(o.pluginPath), verb: o.env.CNI_COMMAND ?? '?', containerId: o.env.CNI_CONTAINERID ?? '', startTicks: procStat(pid)?.startTicks ?? 0, daemonPid: process.pid };
     try {
       writeFileSync(path, JSON.stringify(rec), { mode: 0o600 });
     } catch {
