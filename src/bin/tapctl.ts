@@ -17,6 +17,8 @@ Commands:
   get KEY --exec -- CMD [ARG...]
                           runs CMD with the tap fds inherited; {fd0}, {fd1}... in ARGs become their numbers
   release KEY             tears the pod network down
+  release --force KEY     the same, and forgets the pod even when undo steps fail (a quarantined key);
+                          prints what could not be undone
   recover KEY --csn FILE [--pod-name NAME] [--pod-namespace NS] [--pod-id ID] [--running]
                           re-attaches to an existing pod network (FILE: ContainerSideNetwork JSON, - for stdin)
   list                    prints every pod network tapmanager holds
@@ -36,7 +38,7 @@ interface Parsed {
 }
 
 const VALUE_OPTS = new Set(['--socket', '--timeout', '--pod-name', '--pod-namespace', '--pod-id', '--dns', '--csn']);
-const BOOL_OPTS = new Set(['--exec', '--running', '--help']);
+const BOOL_OPTS = new Set(['--exec', '--running', '--help', '--force']);
 
 export function parseArgs(argv: string[]): Parsed {
   const positional: string[] = [];
@@ -156,6 +158,11 @@ function main(argv: string[]): number {
         return 0;
       }
       case 'release':
+        if (p.opts.has('--force')) {
+          const { leftovers } = client.releaseForce(oneKey(p));
+          out({ released: true, leftovers });
+          return 0;
+        }
         client.release(oneKey(p));
         return 0;
       case 'recover': {

@@ -1,15 +1,18 @@
 // tapmanager: the daemon. Only this file chooses exit codes.
 import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { parseConfig, usage, type TapmanagerConfig } from '../tapmanager/config.js';
 import { FdServer } from '../tapmanager/server.js';
 import { TapmanagerService } from '../tapmanager/service.js';
 import { PodNetwork } from '../podnet/index.js';
-import { CniClient, execaPluginExec, loadConfList } from '../cni/index.js';
+import { CniClient, execaPluginExec, killOrphanPlugins, loadConfList, sweepCacheTemps } from '../cni/index.js';
 import { createLogger, type Logger } from '../log.js';
 import { errorChain } from '../errors.js';
 import { native } from '../native.js';
+
+/** Under the state dir: one file per running CNI plugin's process group (execaPluginExec pgidDir). */
+export const PLUGIN_PGID_DIR = 'plugins';
 
 /** A group name or number to a gid (getent: no libc binding in Node). */
 function resolveGid(group: string): number {
@@ -49,7 +52,14 @@ export function runTapmanager(config: TapmanagerConfig, log: Logger): Running {
   mkdirSync(dirname(config.socket), { recursive: true, mode: 0o755 });
   mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
   lockStateDir(config.stateDir); // the fd stays open (CLOEXEC) until the process ends
-  const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: execaPluginExec(), timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
+  // kill -9 leftovers, before anything runs a plugin or reads a record: plugin process groups the dead daemon
+  // left running (they would go on changing pod networks), and temporary files of the CNI cache
+  const pgidDir = join(config.stateDir, PLUGIN_PGID_DIR);
+  const orphans = killOrphanPlugins(pgidDir);
+  if (orphans.length > 0) log.warn({ plugins: orphans }, 'killed CNI plugins a previous daemon left running');
+  const temps = sweepCacheTemps(config.cniCacheDir);
+  if (temps.length > 0) log.info({ files: temps }, 'removed temporary CNI cache files a killed daemon left');
+  const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: execaPluginExec({ pgidDir }), timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
   const pods = new PodNetwork({
     stateDir: config.stateDir,
     cni,
@@ -58,7 +68,7 @@ export function runTapmanager(config: TapmanagerConfig, log: Logger): Running {
     enableSriov: config.enableSriov,
     sysfsRoot: config.sysfsRoot,
   });
-  const service = new TapmanagerService(pods, log);
+  const service = new TapmanagerService(pods, log, { defaultDns: config.defaultDns });
   const gid = config.socketGroup ? resolveGid(config.socketGroup) : undefined;
   const server = new FdServer({
     socketPath: config.socket,
@@ -81,7 +91,7 @@ export function runTapmanager(config: TapmanagerConfig, log: Logger): Running {
   }
   const restored = service.restore().then(
     (r) => {
-      if (r.restored.length + r.rolledBack.length + r.kept.length > 0) log.info(r, 'restored pod networks from the state dir');
+      if (Object.values(r).some((keys) => keys.length > 0)) log.info(r, 'restored pod networks from the state dir');
       return r;
     },
     (e: unknown) => log.error({ err: e }, 'restore failed'),

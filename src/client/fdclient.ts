@@ -70,6 +70,20 @@ export class FdClient {
   }
 
   /**
+   * release-force (5, ours): release, and forget the pod even when undo steps fail (a quarantined key); returns
+   * what could not be undone (empty when everything was).
+   */
+  releaseForce(key: string): { leftovers: string[] } {
+    validateKey(key);
+    const r = this.request(Command.ReleaseForce, key, null);
+    return this.decode(Command.ReleaseForce, key, () => {
+      const v = JSON.parse(r.data.toString('utf8')) as { leftovers?: unknown };
+      if (!Array.isArray(v.leftovers) || !v.leftovers.every((x) => typeof x === 'string')) throw new Error('no "leftovers" array of strings');
+      return { leftovers: v.leftovers as string[] };
+    });
+  }
+
+  /**
    * get (2): the interface descriptions and their fds (close-on-exec, in SCM_RIGHTS order = fdIndex).
    * The caller owns the fds.
    */

@@ -2,7 +2,8 @@
 // <cacheDir>/results/<network>-<containerId>-<ifName>, mode 0600, a JSON record of kind "cniCacheV1".
 // Being libcni's own format, cnitool and other libcni users can read our records and we theirs.
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import { readdirSync, rmSync } from 'node:fs';
+import { mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { NetworkConfigList, RuntimeConf } from './config.js';
 
@@ -20,6 +21,52 @@ export interface CacheRecord {
   cniArgs?: [string, string][];
   capabilityArgs?: Record<string, unknown>;
   result: unknown;
+}
+
+/** A temporary file of writeCacheRecord: `<record path>.tmp-<pid>-<8 hex>`. */
+const TMP_INFIX = '.tmp-';
+const TMP_NAME = /\.tmp-\d+-[0-9a-f]{8}$/;
+
+/**
+ * Daemon start: removes the temporary files a killed writer left in `<cacheDir>/results` (a record is renamed
+ * into place whole, so a temporary file is never a record). Returns the names removed.
+ */
+export function sweepCacheTemps(cacheDir: string): string[] {
+  const dir = join(cacheDir, 'results');
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw e;
+  }
+  const gone = names.filter((n) => TMP_NAME.test(n));
+  for (const n of gone) rmSync(join(dir, n), { force: true });
+  return gone;
+}
+
+/**
+ * The records of every network this attachment (container id + ifName) has a cached ADD for, whatever the
+ * config dir holds now: what a DEL needs when nothing else remembers the network (libcni keeps `config` in the
+ * record for this). Unreadable files are skipped.
+ */
+export async function cachedRecordsOf(cacheDir: string, containerId: string, ifName: string): Promise<CacheRecord[]> {
+  const dir = join(cacheDir, 'results');
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw e;
+  }
+  const out: CacheRecord[] = [];
+  for (const n of names) {
+    if (!n.endsWith(`-${containerId}-${ifName}`) || TMP_NAME.test(n)) continue;
+    const networkName = n.slice(0, -`-${containerId}-${ifName}`.length);
+    const read = await readCacheRecord(join(dir, n), { networkName, containerId, ifName });
+    if (read.state === 'ok' && read.record.config !== '') out.push(read.record);
+  }
+  return out;
 }
 
 /** The file name has no separator in it: network name, container id and ifName are validated first. */
@@ -92,7 +139,7 @@ export async function readCacheRecord(path: string, expect: { networkName: strin
 export async function writeCacheRecord(path: string, rec: CacheRecord): Promise<void> {
   const dir = join(path, '..');
   await mkdir(dir, { recursive: true, mode: 0o700 });
-  const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  const tmp = `${path}${TMP_INFIX}${process.pid}-${randomBytes(4).toString('hex')}`;
   const fh = await open(tmp, 'wx', 0o600);
   try {
     await fh.writeFile(JSON.stringify(rec));

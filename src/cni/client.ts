@@ -5,9 +5,9 @@ import { isAbsolute } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
-import { buildCacheRecord, cacheFilePath, readCacheRecord, removeCacheRecord, writeCacheRecord } from './cache.js';
-import { buildEnv, buildOneConfig, CniVerb, validateRuntime, type NetworkConfigList, type PluginConf, type RuntimeConf } from './config.js';
-import { CniError } from './errors.js';
+import { buildCacheRecord, cachedRecordsOf, cacheFilePath, readCacheRecord, removeCacheRecord, writeCacheRecord } from './cache.js';
+import { buildEnv, buildOneConfig, CniVerb, parseConfList, validateRuntime, type NetworkConfigList, type PluginConf, type RuntimeConf } from './config.js';
+import { CniError, formatCniError, parseCniErrorJson } from './errors.js';
 import { escapeOutput } from '../escape.js';
 import { execaPluginExec, findInPath, type PluginExec } from './exec.js';
 import { compareVersions, convertResult, CURRENT_CNI_VERSION, normalizeResult } from './result.js';
@@ -137,6 +137,27 @@ export class CniClient {
     await removeCacheRecord(cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName));
   }
 
+  /** Every plugin of the list located (libcni FindInPath), or an error naming the first missing one. Runs nothing. */
+  async locate(list: NetworkConfigList): Promise<string[]> {
+    return this.#findAll(list.plugins);
+  }
+
+  /**
+   * The networks this attachment has a cached ADD result for, as the config the ADD ran with (libcni keeps it in
+   * the cache record): a DEL that nothing else can tell the network to. Unparsable configs are skipped (logged).
+   */
+  async cachedNetworks(containerId: string, ifName: string): Promise<NetworkConfigList[]> {
+    const out: NetworkConfigList[] = [];
+    for (const rec of await cachedRecordsOf(this.#cacheDir, containerId, ifName)) {
+      try {
+        out.push(parseConfList(Buffer.from(rec.config, 'base64'), `CNI cache record of ${rec.networkName}`));
+      } catch (e) {
+        this.#log.warn({ err: e, network: rec.networkName, containerId }, 'the config in a CNI cache record does not parse');
+      }
+    }
+    return out;
+  }
+
   /** VERSION (libcni GetVersionInfo): what the plugin speaks. */
   async version(pluginType: string): Promise<{ cniVersion: string; supportedVersions: string[] }> {
     const path = await this.#find(pluginType);
@@ -250,6 +271,12 @@ function parseJson(plugin: string, verb: string, stdout: Buffer): unknown {
 /** A successful plugin's stdout as a normalised result (read as `confVersion` when it names no version). */
 export function parsePluginResult(plugin: string, verb: string, stdout: Buffer, confVersion: string): CniResult {
   const json = parseJson(plugin, verb, stdout);
+  // an error object on exit 0 (a plugin bug): the spec's error shape, not a result; say so rather than "unusable"
+  const o = json as Record<string, unknown> | null;
+  if (typeof o === 'object' && o !== null && !Array.isArray(o) && o.interfaces === undefined && o.ips === undefined && o.ip4 === undefined) {
+    const err = parseCniErrorJson(stdout);
+    if (err !== undefined) throw new VmpodError(ErrorCode.Cni, `plugin ${plugin} ${verb} exited 0 but printed a CNI error: ${formatCniError(err)}`);
+  }
   try {
     return normalizeResult(json, confVersion);
   } catch (e) {

@@ -1,6 +1,6 @@
 // Running one plugin (libcni pkg/invoke: RawExec, FindInPath). The client gets a PluginExec; tests pass a
 // recording fake, production passes execaPluginExec().
-import { constants } from 'node:fs';
+import { constants, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -48,8 +48,91 @@ export async function findInPath(plugin: string, dirs: readonly string[]): Promi
 export interface ExecaPluginExecOptions {
   /** after SIGTERM, how long the plugin's process group gets before SIGKILL (default 2000 ms) */
   killGraceMs?: number;
-  /** stdout/stderr limit per stream (default 16 MiB; a CNI result is a few KiB) */
+  /** stdout/stderr limit per stream (default 1 MiB; a CNI result is a few KiB): a plugin printing more is killed */
   maxBufferBytes?: number;
+  /**
+   * Where each running plugin's process group is recorded (one file per pgid, removed when the run ends), so that
+   * a daemon started after a kill -9 finds the plugins its predecessor left running (killOrphanPlugins).
+   */
+  pgidDir?: string;
+}
+
+/** Default bound on a plugin's captured stdout and stderr (each). */
+export const DEFAULT_PLUGIN_OUTPUT_BYTES = 1024 * 1024;
+
+/** What a pgid file holds: enough to tell the plugin's group from a later one that reuses the number. */
+export interface PgidRecord {
+  pgid: number;
+  plugin: string;
+  verb: string;
+  containerId: string;
+  /** /proc/<pid>/stat starttime (clock ticks since boot) of the group leader */
+  startTicks: number;
+  /** the daemon that ran it: a plugin whose parent is still this live daemon is not an orphan */
+  daemonPid?: number;
+}
+
+/** Fields of /proc/<pid>/stat we use; undefined when the process is gone. */
+function procStat(pid: number): { ppid: number; pgrp: number; session: number; startTicks: number } | undefined {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined;
+  }
+  // "pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime
+  // cstime priority nice num_threads itrealvalue starttime ...": comm may hold spaces and parens
+  const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  return { ppid: Number(f[1]), pgrp: Number(f[2]), session: Number(f[3]), startTicks: Number(f[19]) };
+}
+
+/** Pids of the processes in process group `pgid` started no earlier than `sinceTicks`. */
+function groupMembers(pgid: number, sinceTicks: number): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const st = procStat(Number(name));
+    if (st && st.pgrp === pgid && st.startTicks >= sinceTicks) out.push(Number(name));
+  }
+  return out;
+}
+
+/**
+ * Daemon start: SIGKILL every plugin process group recorded in `pgidDir` that still has members (plugins a
+ * killed daemon left running: they would otherwise go on changing a pod network nobody tracks), and remove the
+ * records. A pgid reused by an unrelated later process is told apart by its start time. Returns what was killed.
+ */
+export function killOrphanPlugins(pgidDir: string): (PgidRecord & { pids: number[] })[] {
+  let names: string[];
+  try {
+    names = readdirSync(pgidDir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw e;
+  }
+  const killed: (PgidRecord & { pids: number[] })[] = [];
+  for (const name of names) {
+    const path = join(pgidDir, name);
+    let rec: PgidRecord | undefined;
+    try {
+      const v = JSON.parse(readFileSync(path, 'utf8')) as PgidRecord;
+      if (Number.isSafeInteger(v.pgid) && v.pgid > 1 && Number.isSafeInteger(v.startTicks)) rec = v;
+    } catch {
+      // a torn or foreign file: nothing to kill by it
+    }
+    const leader = rec ? procStat(rec.pgid) : undefined;
+    // a plugin of a daemon that is still alive (another tapmanager on this state dir) is not ours to kill
+    if (rec && leader && rec.daemonPid !== undefined && leader.ppid === rec.daemonPid && rec.daemonPid !== process.pid) continue;
+    if (rec && rec.pgid !== process.pid) {
+      const pids = groupMembers(rec.pgid, rec.startTicks);
+      if (pids.length > 0) {
+        killGroup(rec.pgid, 'SIGKILL');
+        killed.push({ ...rec, pids });
+      }
+    }
+    rmSync(path, { force: true });
+  }
+  return killed;
 }
 
 /** ETXTBSY: the binary is still open for writing (being installed). libcni retries this one errno. */
@@ -80,8 +163,23 @@ function killGroup(pgid: number | undefined, sig: NodeJS.Signals): void {
  */
 export function execaPluginExec(opts: ExecaPluginExecOptions = {}): PluginExec {
   const killGraceMs = opts.killGraceMs ?? 2000;
-  const maxBuffer = opts.maxBufferBytes ?? 16 * 1024 * 1024;
+  const maxBuffer = opts.maxBufferBytes ?? DEFAULT_PLUGIN_OUTPUT_BYTES;
   checkTimeout(killGraceMs, 'killGraceMs');
+  const pgidDir = opts.pgidDir;
+  if (pgidDir !== undefined) mkdirSync(pgidDir, { recursive: true, mode: 0o700 });
+
+  /** Records the plugin's group (its pid: detached makes it a session and group leader); returns the file. */
+  function recordGroup(pid: number | undefined, o: PluginRunOptions): string | undefined {
+    if (pgidDir === undefined || pid === undefined) return undefined;
+    const path = join(pgidDir, String(pid));
+    const rec: PgidRecord = { pgid: pid, plugin: basename(o.pluginPath), verb: o.env.CNI_COMMAND ?? '?', containerId: o.env.CNI_CONTAINERID ?? '', startTicks: procStat(pid)?.startTicks ?? 0, daemonPid: process.pid };
+    try {
+      writeFileSync(path, JSON.stringify(rec), { mode: 0o600 });
+    } catch {
+      return undefined; // bookkeeping only: the run goes on
+    }
+    return path;
+  }
 
   async function runOnce(o: PluginRunOptions) {
     const sub = execa(o.pluginPath, [], {
@@ -93,7 +191,10 @@ export function execaPluginExec(opts: ExecaPluginExecOptions = {}): PluginExec {
       reject: false,
       stripFinalNewline: false,
       maxBuffer,
+      // a plugin that floods its output is stopped at once; SIGTERM ignored: SIGKILL after the grace
+      forceKillAfterDelay: killGraceMs,
     });
+    const pgidFile = recordGroup(sub.pid, o);
     let stopped: 'timeout' | 'abort' | undefined;
     let graceTimer: NodeJS.Timeout | undefined;
     const stop = (why: 'timeout' | 'abort'): void => {
@@ -112,7 +213,9 @@ export function execaPluginExec(opts: ExecaPluginExecOptions = {}): PluginExec {
       clearTimeout(timer);
       clearTimeout(graceTimer);
       o.signal?.removeEventListener('abort', onAbort);
-      if (stopped !== undefined) killGroup(sub.pid, 'SIGKILL');
+      // whatever the plugin started in its group (a helper it forked) does not outlive the run
+      killGroup(sub.pid, 'SIGKILL');
+      if (pgidFile !== undefined) rmSync(pgidFile, { force: true });
     }
   }
 
@@ -131,7 +234,7 @@ export function execaPluginExec(opts: ExecaPluginExecOptions = {}): PluginExec {
         const base = { plugin, verb, stdout, stderr, ...(r.exitCode === undefined ? {} : { exitCode: r.exitCode }), ...(r.signal === undefined ? {} : { signal: r.signal }) };
         if (stopped === 'timeout') throw pluginFailure({ ...base, timedOut: true, timeoutMs: o.timeoutMs });
         if (stopped === 'abort') throw pluginFailure({ ...base, aborted: true });
-        if (r.isMaxBuffer) throw pluginFailure({ ...base, outputTooLarge: true });
+        if (r.isMaxBuffer) throw pluginFailure({ ...base, outputTooLarge: true, outputLimitBytes: maxBuffer });
         if (r.exitCode === undefined && r.signal === undefined) {
           // spawn(2) itself failed: ENOENT, EACCES, ENOEXEC, ETXTBSY...
           const code = (r as { code?: string }).code;

@@ -21,7 +21,7 @@ export {
   type PluginConf,
   type RuntimeConf,
 } from './config.js';
-export { execaPluginExec, findInPath, type ExecaPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
+export { execaPluginExec, findInPath, killOrphanPlugins, DEFAULT_PLUGIN_OUTPUT_BYTES, type PgidRecord, type ExecaPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
 export { CniClient, parsePluginResult, type CniClientOptions } from './client.js';
 export {
   CNI_VERSIONS,
@@ -32,5 +32,5 @@ export {
   normalizeResult,
   type CniVersion,
 } from './result.js';
-export { buildCacheRecord, CACHE_KIND, cacheFilePath, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';
+export { buildCacheRecord, CACHE_KIND, cacheFilePath, cachedRecordsOf, sweepCacheTemps, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';
 export { CniError, CniPluginError, formatCniError, parseCniErrorJson, pluginFailure, type PluginFailure } from './errors.js';

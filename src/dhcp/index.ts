@@ -1,5 +1,5 @@
 // Per-pod DHCPv4 server: codec (packet.ts), pure option building (options.ts), lease from CNI (lease.ts), server.
-export { type DhcpLease, type Lease6, type GuestNic, guestFromCni, leaseFromCni, DEFAULT_DNS, DEFAULT_LEASE_SECONDS } from './lease.js';
+export { type DhcpLease, type Lease6, type GuestNic, guestFromCni, leaseFromCni, DEFAULT_LEASE_SECONDS } from './lease.js';
 export {
   buildOptions,
   type BuiltOptions,

@@ -56,8 +56,6 @@ export interface GuestNic {
 }
 
 export const DEFAULT_LEASE_SECONDS = 86400;
-/** Virtlet's fallback when neither the CNI result nor the pod names a DNS server (pkg/dhcp). */
-export const DEFAULT_DNS: readonly string[] = ['8.8.8.8'];
 
 export interface GuestFromCniOptions {
   result: CniResult;
@@ -81,7 +79,8 @@ function configError(msg: string): VmpodError {
  *   interface); routes: the IPv4 routes of the result; a route without gw goes via the entry's gateway (CNI spec:
  *   "if omitted, a default gateway is assumed"), else on-link. With several interfaces a route belongs to the
  *   interface whose subnet holds its gateway; routes whose gateway is in no leased subnet go to the first interface
- *   with IPv4; DNS: IPv4 name servers, Virtlet's 8.8.8.8 when none is left (DEFAULT_DNS, overridable);
+ *   with IPv4; DNS: IPv4 name servers, else the operator's `defaultDns` (--default-dns), else no DNS option at all
+ *   (Virtlet served a public resolver, 8.8.8.8: wrong in an air-gapped cluster);
  * - IPv6 (`v6`): the interface's IPv6 entry, which must be one, global (not link-local), with a prefix of /64 or
  *   shorter (the on-link prefix RAs announce; a /128 has none), its gateway and the routes' gateways on-link (in
  *   the prefix, or link-local); DNS: the IPv6 name servers (none is none: there is no IPv6 fallback);
@@ -143,7 +142,7 @@ function v4Lease(opts: GuestFromCniOptions, owner: (ip: { interface?: number }) 
     prefixLength,
     ...(gateway !== undefined ? { gateway } : {}),
     routes,
-    dns: ns.length > 0 ? ns : [...(opts.defaultDns ?? DEFAULT_DNS)],
+    dns: ns.length > 0 ? ns : [...(opts.defaultDns ?? [])],
     search: [...sh.search],
     ...(dnsSrc.domain ? { domain: dnsSrc.domain } : {}),
     ...(opts.podName ? { hostname: opts.podName } : {}),

@@ -34,7 +34,11 @@
 //   INIT-REBOOT (no 54, option 50):  ACK when 50 is the lease's address
 //   RENEWING / REBINDING (no 54, no 50, ciaddr set): ACK when ciaddr is the lease's address
 //   otherwise NAK (the client restarts from INIT);
-// INFORM -> ACK without yiaddr and without lease times (section 4.3.5); DECLINE and RELEASE are logged.
+// INFORM -> ACK without yiaddr and without lease times (section 4.3.5); RELEASE is logged.
+// DECLINE (section 4.3.3: the guest found the address in use on the wire): a warning with the address, the VM's
+// MAC and the MAC that answers ARP for the address (conflict.ts); the single lease cannot be replaced by another
+// address, so the DISCOVERs that follow are not answered for a back-off (10 s, doubling per DECLINE up to 5 min,
+// reset by an ACK): no tight OFFER/DECLINE loop.
 // Only the lease's MAC is served (chaddr compared case-insensitively); other clients are ignored.
 // Malformed datagrams are dropped with a debug line and stats.dropped++; nothing a client sends can throw out of
 // the poll callback.
@@ -42,6 +46,7 @@ import { errorChain } from '../errors.js';
 import type { Logger } from '../log.js';
 import { native, type Poller, type RecvFromResult } from '../native.js';
 import type { DhcpLease } from './lease.js';
+import { conflictingMac } from './conflict.js';
 import { buildOptions, type BuiltOptions, LEASE_ONLY_OPTIONS, orderByRequest } from './options.js';
 import {
   chaddrMac,
@@ -85,9 +90,14 @@ export interface DhcpStats {
   naks: number;
   /** malformed datagrams */
   dropped: number;
-  /** well-formed, but not for us: another MAC, a SELECTING request for another server */
+  /** well-formed, but not for us: another MAC, a SELECTING request for another server; DISCOVERs while backing off */
   ignored: number;
+  declines: number;
 }
+
+/** The first back-off after a DECLINE (RFC 2131 asks the client itself to wait at least 10 s), and the longest. */
+export const DECLINE_BACKOFF_MS = 10_000;
+export const DECLINE_BACKOFF_MAX_MS = 300_000;
 
 export type RequestState = 'selecting' | 'init-reboot' | 'renewing/rebinding';
 
@@ -214,10 +224,14 @@ export interface DhcpServerOptions {
   clientPort?: number;
   /** default: the native addon */
   io?: DhcpSocketIo;
+  /** the first back-off after a DECLINE, default DECLINE_BACKOFF_MS */
+  declineBackoffMs?: number;
+  /** who answers ARP for the declined address (a MAC); default conflictingMac in the pod netns */
+  findConflict?: (ip: string) => Promise<string | undefined>;
 }
 
 export class DhcpServer {
-  readonly stats: DhcpStats = { offers: 0, acks: 0, naks: 0, dropped: 0, ignored: 0 };
+  readonly stats: DhcpStats = { offers: 0, acks: 0, naks: 0, dropped: 0, ignored: 0, declines: 0 };
   readonly lease: DhcpLease;
   private fd: number;
   private poller: Poller | undefined;
@@ -225,6 +239,11 @@ export class DhcpServer {
   private readonly log: Logger;
   private readonly ctx: AnswerContext;
   private readonly clientPort: number;
+  private readonly declineBaseMs: number;
+  private readonly findConflict: (ip: string) => Promise<string | undefined>;
+  /** current back-off after DECLINEs (0: none), and until when DISCOVERs go unanswered */
+  private backoffMs = 0;
+  private backoffUntil = 0;
 
   /**
    * Validates the lease (buildOptions throws VmpodError(Config) before any socket exists), opens the socket in the
@@ -241,6 +260,8 @@ export class DhcpServer {
     this.lease = opts.lease;
     this.ctx = { lease: opts.lease, built };
     this.clientPort = opts.clientPort ?? DHCP_CLIENT_PORT;
+    this.declineBaseMs = opts.declineBackoffMs ?? DECLINE_BACKOFF_MS;
+    this.findConflict = opts.findConflict ?? ((ip) => conflictingMac(opts.nsPath, opts.bridge, ip));
     this.log = opts.log.child({ component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
     const port = opts.port ?? DHCP_SERVER_PORT;
     this.fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
@@ -279,6 +300,20 @@ export class DhcpServer {
       this.log.warn({ err: errorChain(e), fd }, 'dhcp server: closing the socket failed');
     }
     this.log.info({ stats: this.stats }, 'dhcp server stopped');
+  }
+
+  /** A DECLINE: back off (doubling), and warn with the address and who else answers for it (looked up async). */
+  private onDecline(from: string, address: string): void {
+    this.stats.declines++;
+    this.backoffMs = this.backoffMs === 0 ? this.declineBaseMs : Math.min(this.backoffMs * 2, DECLINE_BACKOFF_MAX_MS);
+    this.backoffUntil = Date.now() + this.backoffMs;
+    const backoffMs = this.backoffMs;
+    const warn = (conflictingMac: string | undefined): void =>
+      this.log.warn(
+        { from, address, vmMac: normaliseMac(this.lease.mac), conflictingMac: conflictingMac ?? '(no answer to ARP)', backoffMs },
+        'dhcp: DECLINE: the guest found its address in use on the wire; its DISCOVERs are not answered during the back-off',
+      );
+    this.findConflict(address).then(warn, () => warn(undefined));
   }
 
   private onReadable(err: Error | null): void {
@@ -321,10 +356,16 @@ export class DhcpServer {
         this.log.debug({ from, why: decision.why }, 'dhcp: ignored datagram');
         return;
       case 'log':
-        if (decision.request === 'DECLINE') this.log.warn({ from, ...decision.detail }, 'dhcp: DECLINE, the guest says the address is in use');
+        if (decision.request === 'DECLINE') this.onDecline(from, decision.detail.requested ?? '(none)');
         else this.log.info({ from, ...decision.detail }, 'dhcp: RELEASE');
         return;
       case 'reply': {
+        if (decision.type === MessageType.Offer && Date.now() < this.backoffUntil) {
+          this.stats.ignored++;
+          this.log.debug({ from, backoffMs: this.backoffMs }, 'dhcp: DISCOVER not answered: backing off after a DECLINE');
+          return;
+        }
+        if (decision.type === MessageType.Ack && decision.request === 'REQUEST') this.backoffMs = 0;
         try {
           this.io.sendTo(this.fd, decision.data, BROADCAST, this.clientPort);
         } catch (e) {

@@ -85,8 +85,9 @@ export function podNetnsSteps(name: string): Step[] {
 }
 
 /** CNI DEL must also follow a failed ADD (CNI spec), so the undo is recorded before ADD runs. */
-export function cniAddStep(ifName: string): Step {
-  return { name: StepName.CniAdd, target: ifName, do: [{ op: 'cni-add', ifName }], undo: [{ op: 'cni-del', ifName }] };
+/** CNI ADD of `ifName`; `config` (the list's bytes, base64) is what its DEL runs with (see Op cni-del). */
+export function cniAddStep(ifName: string, config?: string): Step {
+  return { name: StepName.CniAdd, target: ifName, do: [{ op: 'cni-add', ifName }], undo: [{ op: 'cni-del', ifName, ...(config === undefined ? {} : { config }) }] };
 }
 
 export function loUpStep(): Step {

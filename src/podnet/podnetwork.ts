@@ -9,22 +9,22 @@ import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as Erro
 import type { Logger } from '../log.js';
 import { validateKey } from '../identity.js';
 import type { PodNetworkDesc, ContainerSideNetwork, RecoverPayload } from '../protocol/payloads.js';
-import type { CniClient, NetworkConfigList, RuntimeConf } from '../cni/index.js';
+import { parseConfList, type CniClient, type NetworkConfigList, type RuntimeConf } from '../cni/index.js';
 import { Sysfs } from '../devices/sysfs.js';
 import { toV031 } from '../protocol/result.js';
 import type { CniResult } from '../cni/types.js';
 import { StateStore } from '../state/store.js';
-import { Phase, newRecord, type PodRecord } from '../state/record.js';
+import { Phase, StepName, newRecord, type PodRecord } from '../state/record.js';
 import { NetExec } from './exec.js';
 import { OBSERVE_BATCH, parseObserved } from './observe.js';
-import { completeResult } from './result.js';
+import { completeResult, withPodDns } from './result.js';
 import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, randomLaaMac } from './plan.js';
 import type { PodInterface } from '../state/types.js';
 import { DEFAULT_IFNAME, type Observed } from './types.js';
 import { applySteps, recordSteps, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
 import { findVfs, ipVfLink, planVfs } from './vf.js';
 import { closeFds, isBusy, openFds } from './fds.js';
-import { checkRecoverCsn, conventionRecord, recoverRecord } from './recover.js';
+import { checkRecoverCsn, checkSameCsn, conventionRecord, recoverRecord } from './recover.js';
 
 export { resultForRecover } from './recover.js';
 
@@ -97,8 +97,11 @@ export class PodNetwork {
       vfLink: opts.vfLink ?? ipVfLink(this.exec),
       netnsDir: this.netnsDir,
       vfNetdevTimeoutMs: opts.vfNetdevTimeoutMs ?? 10_000,
-      // DEL with the cached ADD result as prevResult (the CNI client reads its cache)
-      cniDel: async (rec, ifName) => this.opts.cni.del(await this.opts.loadConfList(), runtimeConf(rec, ifName)),
+      // DEL with the cached ADD result as prevResult (the CNI client reads its cache), against the network the
+      // ADD used (networksForDel)
+      cniDel: async (rec, ifName, config) => {
+        for (const list of await this.networksForDel(rec, ifName, config)) await this.opts.cni.del(list, runtimeConf(rec, ifName));
+      },
     };
   }
 
@@ -113,9 +116,15 @@ export class PodNetwork {
     const log = this.log.child({ key, op: 'add' });
     const t0 = performance.now();
     const nsPath = this.nsPathOf(key);
-    if (this.states.has(key) || this.store.read(key)) {
+    if (this.states.has(key)) {
       throw new VmpodError(ErrorCode.Conflict, `add ${key}: a pod network for this key exists; release it first`, { key, op: 'add' });
     }
+    const old = this.store.read(key);
+    if (old?.phase === Phase.Ready) {
+      throw new VmpodError(ErrorCode.Conflict, `add ${key}: a pod network for this key exists; release it first`, { key, op: 'add' });
+    }
+    // what a failed add (or release, or a crash) left: finished first, so that it never blocks the retry
+    if (old) await this.finishLeftover(old, log, 'add');
     if (existsSync(nsPath)) {
       // never adopt (or, on rollback, delete) a netns we did not make
       throw new VmpodError(ErrorCode.Conflict, `add ${key}: netns ${nsPath} exists already`, { key, op: 'add' });
@@ -123,17 +132,25 @@ export class PodNetwork {
     const rec = newRecord({ key, desc, nsPath, phase: Phase.Adding, steps: [], cniIfNames: [this.ifName] });
     let fds: number[] = [];
     try {
+      // the network is read and its plugins located before anything is made: a missing plugin or a broken config
+      // dir has run nothing, and leaves nothing for a DEL to do
+      let list: NetworkConfigList;
+      try {
+        list = await this.opts.loadConfList();
+        await this.opts.cni.locate(list);
+      } catch (e) {
+        throw stepError(StepName.CniAdd, undefined, e);
+      }
       // one durable write covers the netns and the CNI ADD (its DEL must follow even a failed ADD): the record
       // is on disk before either runs; the container side is recorded once more before it is applied, and the
-      // ready record once at the end (three writes per add, each one fsync of the file and one of the dir)
+      // ready record once at the end (three writes per add, each one fsync of the file and one of the dir).
+      // The exact config goes with the pod: its DEL runs against this network, whatever the config dir holds then.
       const nsSteps = podNetnsSteps(key);
-      const cniStep = cniAddStep(this.ifName);
+      const cniStep = cniAddStep(this.ifName, list.bytes.toString('base64'));
       recordSteps(this.store, rec, [...nsSteps, cniStep]);
       await runSteps(this.deps, rec, nsSteps, signal);
       let result: CniResult;
-      let list: NetworkConfigList | undefined;
       try {
-        list = await this.opts.loadConfList();
         result = await this.opts.cni.add(list, runtimeConf(rec, this.ifName), signal);
       } catch (e) {
         throw stepError(cniStep.name, undefined, e);
@@ -145,7 +162,8 @@ export class PodNetwork {
       let completed: CniResult;
       try {
         observed = await this.observe(key, signal);
-        completed = completeResult(result, observed, nsPath);
+        // the request's DNS goes into the result the runtime keeps (Virtlet's), and so to DHCP after a recover
+        completed = withPodDns(completeResult(result, observed, nsPath), desc.DNS);
         const vfs = findVfs(this.deps.sysfs, observed, completed);
         const vfSetups = this.opts.enableSriov ? await planVfs(this.deps.sysfs, this.deps.vfLink, observed, vfs, list, log, signal) : undefined;
         plan = planContainerSide({ observed, result: completed, newMac: () => randomLaaMac(), vfs: new Set(vfs.keys()), ...(vfSetups ? { vfSetups } : {}) });
@@ -184,9 +202,8 @@ export class PodNetwork {
           log.error({ err: re }, 'removing the state record after the rollback failed');
         }
       } else {
-        rec.phase = Phase.Releasing;
-        this.safeWrite(rec, log);
-        tail = ` (rollback incomplete, the record stays for release/restart: ${undoErrors.map((u) => errorChain(u)).join('; ')})`;
+        this.quarantine(rec, undoErrors, log);
+        tail = ` (rollback incomplete: ${undoErrors.map((u) => errorChain(u)).join('; ')}; what is left is quarantined: the next add or release of ${key} finishes it first, or run "tapctl release --force ${key}")`;
       }
       const what = e instanceof Error && e.message.startsWith('step "') ? e.message : `step "${op}" failed: ${errorChain(e)}`;
       const code: ErrorCodeT = isVmpodError(e) ? e.code : ErrorCode.Internal;
@@ -196,7 +213,11 @@ export class PodNetwork {
 
   // ---------------------------------------------------------------- release
 
-  async release(key: string): Promise<void> {
+  /**
+   * Undoes the pod network and forgets it. `force` (tapctl release --force): the record goes even when undo
+   * steps fail; what could not be undone is returned (and logged) instead of thrown.
+   */
+  async release(key: string, opts: { force?: boolean } = {}): Promise<{ leftovers: string[] }> {
     validateKey(key);
     const log = this.log.child({ key, op: 'release' });
     const t0 = performance.now();
@@ -219,16 +240,24 @@ export class PodNetwork {
     rec.phase = Phase.Releasing;
     this.store.write(rec);
     const errors = await undoRecord(this.deps, rec, log);
+    if (errors.length > 0 && opts.force === true) {
+      const leftovers = errors.map((x) => errorChain(x));
+      log.error({ leftovers }, 'release --force: undo steps failed, the record is removed anyway: what they held may remain on the node');
+      this.store.remove(key);
+      return { leftovers };
+    }
     if (errors.length > 0) {
+      this.quarantine(rec, errors, log);
       const first = errors[0]!;
-      throw new VmpodError(isVmpodError(first) ? first.code : ErrorCode.Internal, `release ${key}: ${errors.length} undo step(s) failed, the record stays for a retry: ${errors.map((x) => errorChain(x)).join('; ')}`, {
+      throw new VmpodError(isVmpodError(first) ? first.code : ErrorCode.Internal, `release ${key}: ${errors.length} undo step(s) failed, the record stays quarantined for a retry (or "tapctl release --force ${key}"): ${errors.map((x) => errorChain(x)).join('; ')}`, {
         cause: new AggregateError(errors, `release ${key}`),
         key,
         op: 'release',
       });
     }
     this.store.remove(key);
-    log.info({ durationMs: Math.round(performance.now() - t0) }, 'pod network released');
+    log.info({ durationMs: Math.round(performance.now() - t0), ...(rec.quarantine ? { quarantineFinished: true } : {}) }, 'pod network released');
+    return { leftovers: [] };
   }
 
   // ---------------------------------------------------------------- recover / ensureFds / restore
@@ -239,11 +268,18 @@ export class PodNetwork {
     const log = this.log.child({ key, op: 'recover' });
     const nsPath = this.nsPathOf(key);
     const have = this.states.get(key);
-    if (have && have.fds.length === have.interfaces.length) return have;
+    // a live key: the same csn again is a no-op (the runtime retried), another one is an error
+    if (have) {
+      checkSameCsn(key, have.csn, payload.csn);
+      if (have.fds.length === have.interfaces.length) return have;
+    }
     if (!existsSync(nsPath)) throw new VmpodError(ErrorCode.NotFound, `recover ${key}: netns ${nsPath} does not exist: nothing to recover`, { key, op: 'recover' });
     const { rec, corrupt } = this.readRecord(key);
     if (corrupt) log.warn({ err: corrupt }, 'state record unreadable: rebuilding it from the netns and the csn');
-    if (rec && rec.phase === Phase.Ready && rec.csn) return this.attach(rec, true);
+    if (rec && rec.phase === Phase.Ready && rec.csn) {
+      checkSameCsn(key, rec.csn, payload.csn);
+      return this.attach(rec, true);
+    }
     if (rec && rec.phase !== Phase.Ready) {
       throw new VmpodError(ErrorCode.State, `recover ${key}: the pod network was left in phase "${rec.phase}"; release it`, { key, op: 'recover' });
     }
@@ -280,15 +316,26 @@ export class PodNetwork {
   }
 
   /** Daemon start: ready records get their taps reopened; records left adding/releasing are undone. */
-  async restore(): Promise<{ restored: string[]; rolledBack: string[] }> {
+  async restore(): Promise<{ restored: string[]; rolledBack: string[]; netnsMissing: string[]; quarantined: string[] }> {
     const restored: string[] = [];
     const rolledBack: string[] = [];
+    const netnsMissing: string[] = [];
+    const quarantined: string[] = [];
+    this.sweepTemps();
     for (const key of this.store.keys()) {
       const out = await this.restoreKey(key);
       if (out === 'restored') restored.push(key);
       else if (out === 'rolledBack') rolledBack.push(key);
+      else if (out === 'netnsMissing') netnsMissing.push(key);
+      else if (out === 'quarantined') quarantined.push(key);
     }
-    return { restored, rolledBack };
+    return { restored, rolledBack, netnsMissing, quarantined };
+  }
+
+  /** kill -9 leftovers: half-written temporary records (the records themselves are whole); run before a restore. */
+  sweepTemps(): void {
+    const temps = this.store.sweepTemps();
+    if (temps.length > 0) this.log.info({ files: temps }, 'removed temporary state files a killed daemon left');
   }
 
   /** Keys with a state record, as a restore would visit them. */
@@ -301,7 +348,7 @@ export class PodNetwork {
    * it): a ready record gets its taps reopened; a record left adding/releasing is undone. 'kept': the record
    * stays as it is (unreadable, or the undo incomplete), reported in the log.
    */
-  async restoreKey(key: string): Promise<'restored' | 'rolledBack' | 'kept' | 'none'> {
+  async restoreKey(key: string): Promise<'restored' | 'rolledBack' | 'netnsMissing' | 'quarantined' | 'kept' | 'none'> {
     const log = this.log.child({ key, op: 'restore' });
     if (this.states.has(key)) return 'none';
     const { rec, corrupt } = this.readRecord(key);
@@ -316,6 +363,13 @@ export class PodNetwork {
         return 'kept';
       }
     }
+    if (rec.phase === Phase.Ready) {
+      // the netns is gone (a node reboot, or someone deleted it): no guessing what else went with it; the
+      // record stays, so that the runtime's release runs the CNI DEL that frees the pod's IP
+      log.error({ nsPath: rec.nsPath }, 'pod network is recorded ready but its netns is missing: kept for release (not torn down)');
+      return 'netnsMissing';
+    }
+    // an add or release cut off (kill -9, a crash): rolled back now, with the config its ADD used
     log.warn({ phase: rec.phase, netnsExists: existsSync(rec.nsPath) }, 'undoing a pod network left halfway');
     rec.phase = Phase.Releasing;
     this.safeWrite(rec, log);
@@ -324,8 +378,8 @@ export class PodNetwork {
       this.store.remove(key);
       return 'rolledBack';
     }
-    log.error({ errors: errors.map((x) => errorChain(x)) }, 'undo incomplete: the record stays');
-    return 'kept';
+    this.quarantine(rec, errors, log);
+    return 'quarantined';
   }
 
   /** Keys with a record or in memory, sorted. */
@@ -350,6 +404,52 @@ export class PodNetwork {
       return rec ? { rec } : {};
     } catch (e) {
       return { corrupt: e };
+    }
+  }
+
+  /** Marks the record as what a failed undo left (phase releasing, the errors), and writes it. */
+  private quarantine(rec: PodRecord, errors: Error[], log: Logger): void {
+    rec.phase = Phase.Releasing;
+    rec.quarantine = { at: new Date().toISOString(), errors: errors.map((x) => errorChain(x)) };
+    log.error({ errors: rec.quarantine.errors }, 'undo incomplete: what is left is quarantined until the next add or release of the key');
+    this.safeWrite(rec, log);
+  }
+
+  /**
+   * A record not ready (left by a failed add or release, or a crash) found by `op`: undone now; when that fails
+   * again the key stays quarantined and `op` fails saying so.
+   */
+  private async finishLeftover(rec: PodRecord, log: Logger, op: string): Promise<void> {
+    log.warn({ phase: rec.phase, quarantine: rec.quarantine }, 'finishing what an earlier operation on this key left');
+    rec.phase = Phase.Releasing;
+    this.safeWrite(rec, log);
+    const errors = await undoRecord(this.deps, rec, log);
+    if (errors.length > 0) {
+      this.quarantine(rec, errors, log);
+      throw new VmpodError(ErrorCode.Conflict, `${op} ${rec.key}: what an earlier failed operation left is quarantined and still cannot be undone: ${rec.quarantine!.errors.join('; ')}; fix the cause, or run "tapctl release --force ${rec.key}"`, {
+        key: rec.key,
+        op,
+      });
+    }
+    this.store.remove(rec.key);
+    log.info('quarantine finished');
+  }
+
+  /**
+   * The network(s) a DEL runs against: the config recorded with the ADD; for a record without one (a record lost,
+   * or written before configs were recorded), those the CNI cache holds for this attachment (libcni keeps the
+   * config beside the result); else the config dir as it is now. A config dir that cannot be read does not stop
+   * the release: the DEL is skipped, loudly (there is nothing to tell the network by).
+   */
+  private async networksForDel(rec: PodRecord, ifName: string, config: string | undefined): Promise<NetworkConfigList[]> {
+    if (config !== undefined) return [parseConfList(Buffer.from(config, 'base64'), `the CNI config recorded for ${rec.key}`)];
+    const cached = await this.opts.cni.cachedNetworks(rec.key, ifName);
+    if (cached.length > 0) return cached;
+    try {
+      return [await this.opts.loadConfList()];
+    } catch (e) {
+      this.log.error({ key: rec.key, op: 'release', err: e }, 'CNI DEL skipped: no config recorded or cached for this pod and the config dir fails; IPAM allocations of the pod may remain');
+      return [];
     }
   }
 

@@ -89,3 +89,23 @@ export function recoverRecord({ key, nsPath, ifName, desc, csn, live }: RecoverI
     interfaces: plan.interfaces,
   });
 }
+
+/** What identifies a csn: its interfaces (name, type, MAC, PCI address) and the result's addresses. */
+function csnIdentity(csn: ContainerSideNetwork): string {
+  return JSON.stringify({
+    interfaces: csn.Interfaces.map((i) => [i.Name, i.Type, i.HardwareAddr, i.PCIAddress ?? '']),
+    ips: (csn.Result?.ips ?? []).map((ip) => ip.address).sort(),
+  });
+}
+
+/**
+ * recover of a live key: the csn the pod network was made with again is fine (the runtime retried; nothing
+ * changes), another csn is an error: recover re-attaches, it never rebuilds a live pod network.
+ */
+export function checkSameCsn(key: string, have: ContainerSideNetwork, asked: ContainerSideNetwork): void {
+  if (csnIdentity(have) === csnIdentity(asked)) return;
+  throw new VmpodError(ErrorCode.Conflict, `recover ${key}: the pod network is live with another container-side network (interfaces or addresses differ from the csn given); release it first`, {
+    key,
+    op: 'recover',
+  });
+}

@@ -12,7 +12,7 @@
 // RFC 3442), before the routes that use it.
 import { ErrorCode, VmpodError } from '../errors.js';
 import { inSubnet4, isIpv4 } from '../net/ip.js';
-import type { CniIpConfig, CniResult, CniRoute } from '../cni/types.js';
+import type { CniDns, CniIpConfig, CniResult, CniRoute } from '../cni/types.js';
 import type { Observed, ObservedLink, ObservedRoute } from './types.js';
 
 /** iproute2's route dst ("default", "10.1.0.0/16", "169.254.1.1") as a CNI dst ("0.0.0.0/0", .., "169.254.1.1/32"). */
@@ -108,4 +108,23 @@ export function fixOffSubnetGateways(r: CniResult): CniResult {
     if (!reachable && !named) extra.push({ dst: `${gw}/32` });
   }
   return extra.length === 0 ? r : { ...r, routes: [...extra, ...r.routes] };
+}
+
+/** Does this DNS config name anything (a nameserver, a search domain, a domain or an option)? */
+export function namesDns(d: CniDns | null | undefined): d is CniDns {
+  return d != null && ((d.nameservers?.length ?? 0) > 0 || (d.search?.length ?? 0) > 0 || (d.options?.length ?? 0) > 0 || (d.domain ?? '') !== '');
+}
+
+/**
+ * The result the runtime gets back: Virtlet copies the add request's DNS into it (so that a recover with only
+ * the csn still knows the pod's DNS); when the request names none, the plugin's DNS stays.
+ */
+export function withPodDns(r: CniResult, podDns: CniDns | null | undefined): CniResult {
+  if (!namesDns(podDns)) return r;
+  const dns: CniDns = {};
+  if (podDns.nameservers?.length) dns.nameservers = [...podDns.nameservers];
+  if (podDns.domain) dns.domain = podDns.domain;
+  if (podDns.search?.length) dns.search = [...podDns.search];
+  if (podDns.options?.length) dns.options = [...podDns.options];
+  return { ...r, dns };
 }

@@ -26,8 +26,8 @@ export interface StepDeps {
   netnsDir: string;
   /** how long the undo of a VF's bind waits for its netdev */
   vfNetdevTimeoutMs: number;
-  /** CNI DEL of the record's attachment ifName */
-  cniDel: (rec: PodRecord, ifName: string) => Promise<void>;
+  /** CNI DEL of the record's attachment ifName, with the config the ADD ran with when the op carries it */
+  cniDel: (rec: PodRecord, ifName: string, config?: string) => Promise<void>;
 }
 
 /** A failure of one recorded step (or of a stage that is not a step, such as open-tap). */
@@ -222,7 +222,7 @@ async function undoOne(deps: StepDeps, rec: PodRecord, op: Op, log: Logger): Pro
     case 'cni-del':
       // DEL with the cached ADD result as prevResult (the CNI client reads its cache); it must succeed
       // when called again and after a failed ADD, and a missing netns is the plugins' to tolerate
-      return deps.cniDel(rec, op.ifName);
+      return deps.cniDel(rec, op.ifName, op.config);
     case 'netns-del':
       if (!existsSync(join(deps.netnsDir, op.name))) return;
       await deps.exec.ip(['netns', 'del', op.name]);

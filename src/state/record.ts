@@ -47,7 +47,9 @@ export type Op =
   // `sysctl -w` of each "name=value" inside the pod netns (/proc/sys/net is the opener's netns)
   | { op: 'sysctl'; settings: string[] }
   | { op: 'cni-add'; ifName: string }
-  | { op: 'cni-del'; ifName: string }
+  // `config`: the network config list the ADD ran with (its JSON bytes, base64, as libcni's cache keeps it), so
+  // that DEL runs against the network the ADD used whatever the config dir holds by then
+  | { op: 'cni-del'; ifName: string; config?: string }
   // SR-IOV (host side, src/devices): bind the VF to vfio-pci (driver/unbind, driver_override, drivers_probe)
   | { op: 'vf-bind'; address: string }
   // undo of vf-bind: clear driver_override and re-probe, so the kernel hands the VF back to `driver`
@@ -67,6 +69,14 @@ export interface Step {
 }
 
 export const Phase = { Adding: 'adding', Ready: 'ready', Releasing: 'releasing' } as const;
+
+/** Why a record is quarantined: the rollback of a failed add (or a release) that could not finish. */
+export interface Quarantine {
+  /** ISO time of the last attempt */
+  at: string;
+  /** what could not be undone, one message per failed undo */
+  errors: string[];
+}
 export type Phase = (typeof Phase)[keyof typeof Phase];
 
 export interface PodRecord {
@@ -83,6 +93,11 @@ export interface PodRecord {
   csn?: ContainerSideNetwork;
   interfaces: PodInterface[];
   createdAt: string;
+  /**
+   * Set when undoing the record failed partway (phase releasing): what is left is finished first by the next add
+   * or release of the key (or by `tapctl release --force`); the key is not blocked by it.
+   */
+  quarantine?: Quarantine;
 }
 
 /** A new record: what the caller knows, interfaces empty unless given, createdAt now. */
@@ -113,6 +128,8 @@ function opProblems(o: unknown, where: string): string[] {
       return [...need('pf', 'string'), ...need('vf', 'number'), ...need('mac', 'string'), ...need('vlan', 'number')];
     case 'vf-netdev-return':
       return [...need('address', 'string'), ...need('name', 'string')];
+    case 'cni-del':
+      return [...need('ifName', 'string'), ...(o.config === undefined ? [] : need('config', 'string'))];
   }
   return [];
 }

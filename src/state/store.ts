@@ -90,6 +90,23 @@ export class StateStore {
       .sort();
   }
 
+  /**
+   * Daemon start: removes the temporary files a killed writer left (a record is renamed into place whole, so a
+   * temporary file never holds the only copy of anything). Returns the names removed.
+   */
+  sweepTemps(): string[] {
+    let names: string[];
+    try {
+      names = readdirSync(this.dir);
+    } catch (e) {
+      if (errno(e) === 'ENOENT') return [];
+      throw new VmpodError(ErrorCode.State, `list state dir ${this.dir}`, { cause: e, op: 'state-list' });
+    }
+    const gone = names.filter((n) => n.startsWith(TMP_PREFIX));
+    for (const n of gone) rmSync(join(this.dir, n), { force: true });
+    return gone;
+  }
+
   private ensureDir(): void {
     if (this.dirReady) return;
     try {

@@ -1,6 +1,7 @@
 // tapmanager's configuration: flags over env over defaults, all in one table (pino's defaultOptions habit).
 // Pure: parseConfig(argv, env) returns a config or a list of every problem found.
 import { isLogLevel } from '../log.js';
+import { isIpv4 } from '../net/ip.js';
 import type { LevelWithSilent } from 'pino';
 
 export interface TapmanagerConfig {
@@ -14,6 +15,8 @@ export interface TapmanagerConfig {
   socketGroup?: string;
   /** per-plugin CNI timeout */
   cniTimeoutMs: number;
+  /** IPv4 DNS servers DHCP serves when neither the pod nor its CNI result names one; empty: no DNS option */
+  defaultDns: string[];
   enableSriov: boolean;
   sysfsRoot: string;
   /** a request must be complete this long after its first byte; idle connections are closed after as long */
@@ -97,6 +100,13 @@ export const FLAGS = {
     def: 'false',
     kind: 'bool',
     help: 'bind SR-IOV VFs found in the pod netns to vfio-pci (otherwise a VF is an error)',
+  },
+  defaultDns: {
+    flag: '--default-dns',
+    env: 'VMPOD_DEFAULT_DNS',
+    def: '',
+    kind: 'string',
+    help: 'comma-separated IPv4 DNS servers DHCP serves when neither the pod nor its CNI result names one (default: none, no DNS option)',
   },
   sysfsRoot: {
     flag: '--sysfs-root',
@@ -197,6 +207,10 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   if (binDirs.length === 0 || binDirs.some((d) => !d.startsWith('/'))) {
     errors.push(`--cni-bin-dir ${JSON.stringify(get('cniBinDirs'))} must be absolute paths separated by ':'`);
   }
+  const defaultDns = get('defaultDns').split(',').map((d) => d.trim()).filter((d) => d !== '');
+  for (const d of defaultDns) {
+    if (!isIpv4(d)) errors.push(`--default-dns ${JSON.stringify(d)} is not an IPv4 address`);
+  }
   if (errors.length > 0) return { ok: false, errors };
   const group = get('socketGroup');
   return {
@@ -211,6 +225,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       ...(group ? { socketGroup: group } : {}),
       cniTimeoutMs: timeout,
       enableSriov: sriov!,
+      defaultDns,
       sysfsRoot: get('sysfsRoot'),
       requestTimeoutMs,
       maxConnections,

@@ -12,7 +12,11 @@ import { VmpodError, ErrorCode } from '../errors.js';
 export class DhcpServers {
   private readonly byKey = new Map<string, (DhcpServer | Dhcp6Server | RaServer)[]>();
 
-  constructor(private readonly log: Logger) {}
+  /** defaultDns: the operator's --default-dns, served only when neither the pod nor its CNI result names DNS */
+  constructor(
+    private readonly log: Logger,
+    private readonly defaultDns: readonly string[] = [],
+  ) {}
 
   /** Starts (or restarts) the servers of a pod; on a failure stops the ones already started and throws. */
   start(st: PodNetworkState): void {
@@ -30,6 +34,7 @@ export class DhcpServers {
           podName: st.desc.podName,
           mtu: iface.mtu,
           mac: iface.vmMac,
+          defaultDns: this.defaultDns,
         });
         const log = this.log.child({ key: st.key, bridge: iface.bridgeName });
         if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log }));

@@ -31,8 +31,9 @@ export class TapmanagerService implements Handler {
   constructor(
     private readonly pods: PodNetwork,
     private readonly log: Logger,
+    opts: { defaultDns?: readonly string[] } = {},
   ) {
-    this.dhcp = new DhcpServers(log);
+    this.dhcp = new DhcpServers(log, opts.defaultDns);
   }
 
   async handle(req: Request, peer: PeerCred): Promise<Reply> {
@@ -81,6 +82,15 @@ export class TapmanagerService implements Handler {
           return { payload: null, fds: [] };
         });
       }
+      case Command.ReleaseForce: {
+        // tapctl release --force: an operator finishing a quarantined key by hand
+        const key = validateKey(req.key);
+        return this.queue.run(key, async () => {
+          this.dhcp.stop(key);
+          const { leftovers } = await this.pods.release(key, { force: true });
+          return { payload: Buffer.from(JSON.stringify({ key, leftovers })), fds: [] };
+        });
+      }
       case Command.Get: {
         const key = validateKey(req.key);
         return this.queue.run(key, async () => {
@@ -119,8 +129,9 @@ export class TapmanagerService implements Handler {
    * that key's queue while other keys are served; the work itself runs at most RESTORE_PARALLEL keys at a time.
    * Call it before the server accepts; the returned promise settles when every key is done.
    */
-  restore(): Promise<{ restored: string[]; rolledBack: string[]; kept: string[] }> {
-    const out = { restored: [] as string[], rolledBack: [] as string[], kept: [] as string[] };
+  restore(): Promise<RestoreOutcome> {
+    const out: RestoreOutcome = { restored: [], rolledBack: [], netnsMissing: [], quarantined: [], kept: [] };
+    this.pods.sweepTemps();
     const slots = new Slots(RESTORE_PARALLEL);
     const one = async (key: string): Promise<void> => {
       const r = await slots.run(() => this.pods.restoreKey(key));
@@ -174,6 +185,15 @@ export class TapmanagerService implements Handler {
       dhcp: this.dhcp.running(s.key),
     };
   }
+}
+
+/** What a restart did with each recorded key (netnsMissing and quarantined keys stay for release). */
+export interface RestoreOutcome {
+  restored: string[];
+  rolledBack: string[];
+  netnsMissing: string[];
+  quarantined: string[];
+  kept: string[];
 }
 
 /** How many recorded pods a restart restores at once (each may spawn CNI DEL for a half-made pod). */

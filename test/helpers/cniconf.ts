@@ -1,7 +1,7 @@
 // A throwaway CNI network for integration tests: a bridge + host-local conflist with a unique bridge name,
 // a unique /24, a private host-local dataDir and a private CNI cache dir, optionally with a fake plugin
-// chained after bridge that fails ADD with a CNI error. leftovers() lists what a pod could have left behind.
-import { mkdtempSync, mkdirSync, readdirSync, rmSync, writeFileSync, chmodSync, existsSync } from 'node:fs';
+// chained after bridge that fails ADD with a CNI error, or the fault-injection plugin (test/fixtures/cni/faulty). leftovers() lists what a pod could have left behind.
+import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync, chmodSync, copyFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -26,7 +26,18 @@ export interface CniTestNet {
   bridgeExists(): Promise<boolean>;
   /** deletes the bridge and the temporary dirs */
   cleanup(): Promise<void>;
+  /** with `faulty`: sets what the fault-injection plugin does per verb, e.g. { ADD: 'hang', DEL: 'fail' } */
+  setFaults(modes: Partial<Record<'ADD' | 'DEL' | 'CHECK', FaultMode>>): void;
+  /** with `faulty`: its runs so far, in order ("ADD 1234") */
+  faultyRuns(): { verb: string; pid: number }[];
 }
+
+/** What test/fixtures/cni/faulty does for one verb (see the script's header). */
+export type FaultMode = 'ok' | 'fail' | 'hang' | 'ignore-term' | 'flood' | 'garbage' | 'error-exit0';
+
+/** The fault-injection plugin's file name (its "type"). */
+export const FAULTY_PLUGIN = 'faulty';
+const FAULTY_SRC = join(import.meta.dirname, '../fixtures/cni/faulty');
 
 export interface Leftovers {
   /** host-side links enslaved to the test bridge (veth peers of pods) */
@@ -40,6 +51,8 @@ export interface Leftovers {
 export interface CniConfOptions {
   /** chain a fake plugin after bridge whose ADD exits 1 with a CNI error JSON (its DEL succeeds) */
   failingPlugin?: boolean;
+  /** chain test/fixtures/cni/faulty after bridge (all verbs "ok" until setFaults) */
+  faulty?: boolean;
   mtu?: number;
   /** 'dual': a second host-local range with a unique fdXX:..::/64 and an IPv6 default route; 'only': that range alone */
   ipv6?: 'dual' | 'only';
@@ -129,6 +142,12 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
     chmodSync(join(binDir, FAKE_PLUGIN), 0o755);
     plugins.push({ type: FAKE_PLUGIN });
   }
+  const control = join(root, 'faulty.control');
+  if (opts.faulty) {
+    copyFileSync(FAULTY_SRC, join(binDir, FAULTY_PLUGIN));
+    chmodSync(join(binDir, FAULTY_PLUGIN), 0o755);
+    plugins.push({ type: FAULTY_PLUGIN, control });
+  }
   writeFileSync(join(confDir, '10-test.conflist'), JSON.stringify({ cniVersion: '1.0.0', name, plugins }, null, 1));
 
   const leftovers = async (): Promise<Leftovers> => {
@@ -152,6 +171,16 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
     dataDir,
     leftovers,
     bridgeExists,
+    setFaults(modes) {
+      writeFileSync(control, Object.entries(modes).map(([v, m]) => `${v}=${m}\n`).join(''));
+    },
+    faultyRuns() {
+      if (!existsSync(`${control}.runs`)) return [];
+      return readFileSync(`${control}.runs`, 'utf8').trim().split('\n').filter(Boolean).map((l) => {
+        const [verb, pid] = l.split(' ');
+        return { verb: verb!, pid: Number(pid) };
+      });
+    },
     async cleanup() {
       if (await bridgeExists()) await execa('ip', ['link', 'del', 'dev', bridge], { timeout: 10_000 });
       rmSync(root, { recursive: true, force: true });

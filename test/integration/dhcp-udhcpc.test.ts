@@ -390,6 +390,51 @@ describe('DHCP server with busybox udhcpc', () => {
     expect(getOption(decodePacket(dec.data), Opt.Overload)).toBeDefined();
   });
 
+  it('INFORM (a client with its own address asking for options only): an ACK with options and no address', async () => {
+    const server = startServer(BR1, lease1);
+    await ip('-n', NS_B1, 'addr', 'replace', '10.1.90.5/24', 'dev', 'eth0');
+    const ack = await exchange(NS_B1, '255.255.255.255', clientPacket(MAC1, MessageType.Inform, '10.1.90.5', []));
+    expect(messageType(ack)).toBe(MessageType.Ack);
+    expect(ack.yiaddr).toBe('0.0.0.0');
+    expect(ack.ciaddr).toBe('10.1.90.5');
+    expect(getOption(ack, Opt.LeaseTime)).toBeUndefined();
+    expect(getOption(ack, Opt.DnsServers)).toEqual(Buffer.from([10, 96, 0, 10, 8, 8, 4, 4]));
+    expect(optionIp(ack, Opt.ServerId)).toBe(SERVER_IP);
+    expect(server.stats.acks).toBe(1);
+    await ip('-n', NS_B1, 'addr', 'flush', 'dev', 'eth0');
+  });
+
+  it('DECLINE from udhcpc -a (another host answers ARP for the address): a warning naming the address and that host, then no offer loop', async () => {
+    // the conflicting host: a third netns on the same bridge, holding the lease's address
+    const nsC = `vmdC${SFX}`;
+    const vethC = `vmc${SFX}1`;
+    const macC = `02:5a:${SFX.slice(0, 2)}:${SFX.slice(2, 4)}:${SFX.slice(4, 6)}:03`;
+    await ip('netns', 'add', nsC);
+    try {
+      await ip('-n', NS_A, 'link', 'add', vethC, 'type', 'veth', 'peer', 'name', 'eth0', 'address', macC, 'netns', nsC);
+      await ip('-n', NS_A, 'link', 'set', vethC, 'master', BR1, 'up');
+      await ip('-n', nsC, 'addr', 'add', '10.1.90.5/24', 'dev', 'eth0');
+      await ip('-n', nsC, 'link', 'set', 'eth0', 'up');
+      const { log, lines } = capturingLogger();
+      const server = startServer(BR1, lease1, log);
+      const dir = newDir();
+      // -a: ARP-check the offered address before taking it; -A 1: retry one second after a DECLINE
+      const p = execa('ip', ['netns', 'exec', NS_B1, 'busybox', 'udhcpc', '-i', 'eth0', '-f', '-a', '-A', '1', '-T', '1', '-s', writeScript(dir)], { reject: false, timeout: 60_000 });
+      children.push(p);
+      await waitFor('a DECLINE and DISCOVERs after it', () => server.stats.declines === 1 && server.stats.ignored >= 2, 40_000);
+      await waitFor('the DECLINE warning', () => lines.some((l) => typeof l.msg === 'string' && l.msg.startsWith('dhcp: DECLINE')), 20_000);
+      p.kill('SIGTERM');
+      await p;
+      const warn = lines.find((l) => typeof l.msg === 'string' && l.msg.startsWith('dhcp: DECLINE'))!;
+      expect(warn).toMatchObject({ level: 40, address: '10.1.90.5', vmMac: MAC1.toLowerCase(), conflictingMac: macC, backoffMs: 10_000 });
+      // the DISCOVERs that followed got no offer: one OFFER, one ACK (the one udhcpc declined), no more
+      expect(server.stats).toMatchObject({ offers: 1, acks: 1, declines: 1 });
+      expect(events(dir, 'bound')).toEqual([]);
+    } finally {
+      await execa('ip', ['netns', 'del', nsC], { reject: false, timeout: 10_000 });
+    }
+  });
+
   it('answers nothing once stopped, and stop() is idempotent', async () => {
     const server = startServer(BR1, lease1);
     server.stop();

@@ -123,6 +123,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
           atAdd = { phase: r.phase, steps: r.steps.map((s) => s.name) };
           return real.add(...a);
         },
+        locate: real.locate.bind(real), cachedNetworks: real.cachedNetworks.bind(real),
         del: async (...a: Parameters<CniClient['del']>) => {
           atDel = await netnsState(ctx.key);
           return real.del(...a);
@@ -236,7 +237,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     mkdirSync(bin);
     writeFileSync(join(bin, 'nsenter'), '#!/bin/sh\ncase "$*" in *ebtables-restore*) echo "ebtables-restore: injected failure" >&2; exit 1 ;; esac\nexec /usr/bin/nsenter "$@"\n', { mode: 0o755 });
     let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
-    const pn = ctx.make((real) => ({ add: real.add.bind(real), del: async (...a: Parameters<CniClient['del']>) => ((atDel = await netnsState(ctx.key)), real.del(...a)) }) as unknown as CniClient);
+    const pn = ctx.make((real) => ({ add: real.add.bind(real), locate: real.locate.bind(real), cachedNetworks: real.cachedNetworks.bind(real), del: async (...a: Parameters<CniClient['del']>) => ((atDel = await netnsState(ctx.key)), real.del(...a)) }) as unknown as CniClient);
     const oldPath = process.env.PATH;
     process.env.PATH = `${bin}:${oldPath}`;
     let err: (Error & { op?: string }) | undefined;

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { CniResult } from '../../src/cni/types.js';
 import { isVmpodError } from '../../src/errors.js';
+import { buildOptions } from '../../src/dhcp/options.js';
 import { leaseFromCni } from '../../src/dhcp/lease.js';
 
 const bridgeResult: CniResult = {
@@ -56,9 +57,17 @@ describe('leaseFromCni', () => {
     expect(kept.dns).toEqual(['10.96.0.10']);
   });
 
-  it("falls back to Virtlet's 8.8.8.8 when no DNS server is known", () => {
+  it('serves no DNS server when neither the pod nor the CNI result names one (no public resolver invented)', () => {
     const l = leaseFromCni({ result: { ...bridgeResult, dns: {} }, ifIndex: 2, mac: '02:00:00:00:00:01' });
-    expect(l.dns).toEqual(['8.8.8.8']);
+    expect(l.dns).toEqual([]);
+    expect(buildOptions(l, '169.254.254.2').options.find((o) => o.code === 6)).toBeUndefined();
+  });
+
+  it("serves the operator's --default-dns only when nothing else names a DNS server", () => {
+    const none = leaseFromCni({ result: { ...bridgeResult, dns: {} }, ifIndex: 2, mac: '02:00:00:00:00:01', defaultDns: ['10.0.0.53'] });
+    expect(none.dns).toEqual(['10.0.0.53']);
+    const pod = leaseFromCni({ result: { ...bridgeResult, dns: {} }, ifIndex: 2, mac: '02:00:00:00:00:01', defaultDns: ['10.0.0.53'], podDns: { nameservers: ['10.96.0.10'] } });
+    expect(pod.dns).toEqual(['10.96.0.10']);
   });
 
   it('reads an old result without interface indexes (one IP, no routes)', () => {

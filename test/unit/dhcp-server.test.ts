@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { silentLogger } from '../../src/log.js';
 import type { DhcpLease } from '../../src/dhcp/lease.js';
 import { decodeClasslessRoutes } from '../../src/dhcp/options.js';
@@ -86,8 +86,8 @@ function request(type: number, opts: { mac?: string; ciaddr?: string; options?: 
 
 const ip = (s: string) => Buffer.from(s.split('.').map(Number));
 
-function start(io = new FakeIo()) {
-  const server = DhcpServer.start({ nsPath: '/var/run/netns/p', bridge: 'br0', serverIp: SERVER, lease, log: silentLogger(), io });
+function start(io = new FakeIo(), extra: Partial<Parameters<typeof DhcpServer.start>[0]> = {}) {
+  const server = DhcpServer.start({ nsPath: '/var/run/netns/p', bridge: 'br0', serverIp: SERVER, lease, log: silentLogger(), io, findConflict: async () => '02:99:00:00:00:01', ...extra });
   return { io, server };
 }
 
@@ -168,19 +168,43 @@ describe('DhcpServer (recording fake socket)', () => {
     server.stop();
   });
 
-  it('serves its MAC in any case, ignores other MACs, drops BOOTREPLYs, logs RELEASE and DECLINE without replying', () => {
+  it('serves its MAC in any case, ignores other MACs, drops BOOTREPLYs, logs RELEASE without replying', () => {
     const { io, server } = start();
     io.deliver(
       request(MessageType.Discover, { mac: '02:ab:cd:00:00:06' }),
       request(MessageType.Offer, { op: 2 }),
       request(MessageType.Release, { ciaddr: '10.1.90.5' }),
-      request(MessageType.Decline, { options: [{ code: Opt.RequestedIp, data: ip('10.1.90.5') }] }),
     );
     expect(io.sent).toHaveLength(0);
     expect(server.stats).toMatchObject({ ignored: 1, dropped: 1, offers: 0 });
     io.deliver(request(MessageType.Discover, { mac: '02:AB:CD:00:00:05' }));
     expect(io.sent).toHaveLength(1);
     server.stop();
+  });
+
+  it('DECLINE: no reply, DISCOVERs unanswered during a back-off that doubles per DECLINE, answered again after it', () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      const t0 = Date.now();
+      const { io, server } = start(new FakeIo(), { declineBackoffMs: 10_000 });
+      const decline = () => request(MessageType.Decline, { options: [{ code: Opt.RequestedIp, data: ip('10.1.90.5') }] });
+      io.deliver(decline(), request(MessageType.Discover), request(MessageType.Discover));
+      expect(io.sent).toHaveLength(0);
+      expect(server.stats).toMatchObject({ declines: 1, ignored: 2, offers: 0 });
+      vi.setSystemTime(t0 + 10_001);
+      io.deliver(request(MessageType.Discover));
+      expect(io.sent).toHaveLength(1);
+      io.deliver(decline()); // the second back-off is 20 s
+      vi.setSystemTime(t0 + 10_001 + 15_000);
+      io.deliver(request(MessageType.Discover));
+      expect(io.sent).toHaveLength(1);
+      vi.setSystemTime(t0 + 10_001 + 20_001);
+      io.deliver(request(MessageType.Discover));
+      expect(io.sent).toHaveLength(2);
+      server.stop();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('drops malformed datagrams without throwing: every truncation, no type 53, bad cookie, > 1500 bytes, bad hlen', () => {

@@ -16,6 +16,7 @@ describe('tapmanager config', () => {
         logLevel: 'info',
         cniTimeoutMs: 60000,
         enableSriov: false,
+        defaultDns: [],
         sysfsRoot: '/sys',
         requestTimeoutMs: 10000,
         maxConnections: 256,
@@ -29,6 +30,13 @@ describe('tapmanager config', () => {
     const env = { VIRTLET_FD_SERVER_SOCKET_PATH: '/run/a.sock', VIRTLET_CNI_PLUGIN_DIR: '/a:/b', VIRTLET_SRIOV_SUPPORT: 'true' };
     const r = parseConfig(['--socket', '/run/b.sock', '--cni-conf-dir=/etc/x', '--enable-sriov', '--socket-group', 'kvm'], env);
     expect(r.ok && r.config).toMatchObject({ socket: '/run/b.sock', cniConfDir: '/etc/x', cniBinDirs: ['/a', '/b'], enableSriov: true, socketGroup: 'kvm' });
+  });
+
+  it('--default-dns / VMPOD_DEFAULT_DNS: IPv4 servers, comma-separated; anything else is refused', () => {
+    const r = parseConfig(['--default-dns', '10.0.0.53, 10.0.0.54'], {});
+    expect(r.ok && r.config.defaultDns).toEqual(['10.0.0.53', '10.0.0.54']);
+    const e = parseConfig([], { VMPOD_DEFAULT_DNS: '10.0.0.53,fd00::53' });
+    expect(e).toEqual({ ok: false, errors: ['--default-dns "fd00::53" is not an IPv4 address'] });
   });
 
   it('reports every problem at once, quoting the values', () => {

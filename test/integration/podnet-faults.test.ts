@@ -1,0 +1,250 @@
+// Faults around the pod network, against the real kernel and the real bridge + host-local plugins, with the
+// fault-injection plugin (test/fixtures/cni/faulty) chained after bridge: failed adds never block the retry,
+// quarantine and release --force, DEL against the network the ADD used, misbehaving plugins, a netns that
+// vanished, recover of a live key, the pod's DNS in the result.
+import { describe, it, expect, afterEach } from 'vitest';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { execa } from 'execa';
+import { PodNetwork } from '../../src/podnet/index.js';
+import { StateStore } from '../../src/state/store.js';
+import { CniClient, execaPluginExec, loadConfList } from '../../src/cni/index.js';
+import { silentLogger } from '../../src/log.js';
+import { makeCniConf, type CniConfOptions, type CniTestNet } from '../helpers/cniconf.js';
+
+const NETNS_DIR = '/var/run/netns';
+
+interface Ctx {
+  net: CniTestNet;
+  stateDir: string;
+  pgidDir: string;
+  key: string;
+  make(opts?: { timeoutMs?: number }): PodNetwork;
+}
+
+const cleanups: (() => Promise<void>)[] = [];
+
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function setup(opts: CniConfOptions = { faulty: true }): Promise<Ctx> {
+  const net = await makeCniConf(opts);
+  const stateDir = mkdtempSync(join(tmpdir(), 'vmpod-faults-state-'));
+  const pgidDir = join(stateDir, 'plugins');
+  const key = `vmpodf-${randomBytes(4).toString('hex')}`;
+  const nets: PodNetwork[] = [];
+  const ctx: Ctx = {
+    net,
+    stateDir,
+    pgidDir,
+    key,
+    make({ timeoutMs } = {}) {
+      const cni = new CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir, exec: execaPluginExec({ pgidDir, killGraceMs: 500 }), ...(timeoutMs ? { timeoutMs } : {}) });
+      const pn = new PodNetwork({ stateDir, cni, loadConfList: () => loadConfList(net.confDir), log: silentLogger() });
+      nets.push(pn);
+      return pn;
+    },
+  };
+  cleanups.push(async () => {
+    for (const pn of nets) pn.closeAll();
+    if (existsSync(join(NETNS_DIR, key))) await execa('ip', ['netns', 'del', key], { reject: false });
+    for (const r of net.faultyRuns()) if (alive(r.pid)) process.kill(r.pid, 'SIGKILL');
+    await net.cleanup();
+    rmSync(stateDir, { recursive: true, force: true });
+    expect(existsSync(join(NETNS_DIR, key)), 'netns left').toBe(false);
+  });
+  return ctx;
+}
+
+const desc = (key: string, DNS: { nameservers?: string[]; search?: string[]; options?: string[] } | null = null) => ({ podId: `uid-${key}`, podNs: 'default', podName: `vm-${key}`, DNS });
+
+/** What a user would find left on the node: the netns, veths on the CNI bridge, IPAM files, cache files, records, plugin processes. */
+async function expectNothingLeft(ctx: Ctx) {
+  expect(existsSync(join(NETNS_DIR, ctx.key)), 'netns').toBe(false);
+  expect(await ctx.net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
+  expect(new StateStore(ctx.stateDir).keys(), 'records').toEqual([]);
+  expect(ctx.net.faultyRuns().filter((r) => alive(r.pid)), 'plugin processes still running').toEqual([]);
+  expect(existsSync(ctx.pgidDir) ? readdirSync(ctx.pgidDir) : [], 'pgid records').toEqual([]);
+}
+
+async function errorOf(p: Promise<unknown>): Promise<Error & { code?: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as Error & { code?: string };
+  }
+  throw new Error('did not fail');
+}
+
+describe('a failed add never blocks the retry', () => {
+  it('a plugin missing at add: nothing recorded, nothing left, and the retry succeeds once it is installed', async () => {
+    const ctx = await setup({});
+    const conf = join(ctx.net.confDir, '10-test.conflist');
+    const good = JSON.parse(readFileSync(conf, 'utf8')) as { plugins: Record<string, unknown>[] };
+    writeFileSync(conf, JSON.stringify({ ...good, plugins: [...good.plugins, { type: 'vmpod-not-installed' }] }));
+    const pn = ctx.make();
+    const e = await errorOf(pn.add(ctx.key, desc(ctx.key)));
+    expect(e.message).toMatch(/step "cni-add" failed: .*CNI plugin "vmpod-not-installed" not found/);
+    await expectNothingLeft(ctx);
+    writeFileSync(conf, JSON.stringify(good));
+    const st = await pn.add(ctx.key, desc(ctx.key));
+    expect(st.csn.Result!.ips!.length).toBe(1);
+    await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+
+  it('ADD fails and its rollback DEL fails too: the error says quarantined; the retry finishes it first and succeeds', async () => {
+    const ctx = await setup();
+    ctx.net.setFaults({ ADD: 'fail', DEL: 'fail' });
+    const pn = ctx.make();
+    const e = await errorOf(pn.add(ctx.key, desc(ctx.key)));
+    expect(e.message).toContain('plugin faulty ADD failed: [code 100] faulty: injected failure');
+    expect(e.message).toContain('plugin faulty DEL failed');
+    expect(e.message).toContain(`quarantined: the next add or release of ${ctx.key} finishes it first, or run "tapctl release --force ${ctx.key}"`);
+    expect(new StateStore(ctx.stateDir).read(ctx.key)?.quarantine?.errors.length).toBeGreaterThan(0);
+
+    // the cause still there: the retry says so, and changes nothing
+    ctx.net.setFaults({ ADD: 'ok', DEL: 'fail' });
+    const again = await errorOf(pn.add(ctx.key, desc(ctx.key)));
+    expect(again.code).toBe('CONFLICT');
+    expect(again.message).toMatch(/quarantined and still cannot be undone: .*plugin faulty DEL failed.*tapctl release --force/);
+
+    // the cause fixed: the retry finishes the quarantine, then adds
+    ctx.net.setFaults({});
+    const st = await pn.add(ctx.key, desc(ctx.key));
+    expect((await ctx.net.leftovers()).allocations).toHaveLength(1);
+    expect(st.csn.Result!.ips!.length).toBe(1);
+    await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+
+  it('release --force finishes a quarantined key by hand, says what could not be undone, and frees the key', async () => {
+    const ctx = await setup();
+    ctx.net.setFaults({ ADD: 'fail', DEL: 'fail' });
+    const pn = ctx.make();
+    await errorOf(pn.add(ctx.key, desc(ctx.key)));
+    // a plain release cannot finish it either, and keeps it
+    expect((await errorOf(pn.release(ctx.key))).message).toMatch(/stays quarantined for a retry \(or "tapctl release --force/);
+    const { leftovers } = await pn.release(ctx.key, { force: true });
+    expect(leftovers.join('\n')).toContain('plugin faulty DEL failed');
+    expect(new StateStore(ctx.stateDir).keys()).toEqual([]);
+    expect(existsSync(join(NETNS_DIR, ctx.key))).toBe(false);
+    // DEL went on past the failing plugin: bridge's DEL freed the IP
+    await expectNothingLeft(ctx);
+  });
+});
+
+describe('DEL runs against the network the ADD used', () => {
+  it('the network renamed and replaced between add and release: the IP is freed', async () => {
+    const ctx = await setup({});
+    const pn = ctx.make();
+    await pn.add(ctx.key, desc(ctx.key));
+    expect((await ctx.net.leftovers()).allocations).toHaveLength(1);
+    // another network under another name, in another file; the old file gone
+    const conf = join(ctx.net.confDir, '10-test.conflist');
+    const other = JSON.parse(readFileSync(conf, 'utf8')) as Record<string, unknown>;
+    writeFileSync(join(ctx.net.confDir, '05-other.conflist'), JSON.stringify({ ...other, name: `other-${ctx.key}`, plugins: [{ type: 'loopback' }] }));
+    rmSync(conf);
+    await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+
+  it('an empty config dir, or a broken config, at release time does not stop the release', async () => {
+    const ctx = await setup({});
+    const pn = ctx.make();
+    await pn.add(ctx.key, desc(ctx.key));
+    const conf = join(ctx.net.confDir, '10-test.conflist');
+    const saved = join(ctx.net.root, 'saved.conflist');
+    renameSync(conf, saved);
+    await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+
+    renameSync(saved, conf);
+    await pn.add(ctx.key, desc(ctx.key));
+    writeFileSync(conf, '{ this is not JSON');
+    await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+});
+
+describe('CNI plugin faults: a clear error naming the plugin, a full rollback, nothing left', () => {
+  const cases: { mode: 'flood' | 'garbage' | 'error-exit0' | 'ignore-term'; want: RegExp }[] = [
+    { mode: 'flood', want: /plugin faulty ADD failed: its output exceeded the size limit of 1048576 bytes \(killed\)/ },
+    { mode: 'garbage', want: /plugin faulty ADD returned a result that is not JSON: this is not JSON \{\\x1b\[31m/ },
+    { mode: 'error-exit0', want: /plugin faulty ADD exited 0 but printed a CNI error: \[code 100\] faulty: injected failure/ },
+    { mode: 'ignore-term', want: /plugin faulty ADD timed out after 20000 ms \(killed with SIGKILL\)/ },
+  ];
+  for (const { mode, want } of cases) {
+    it(`ADD in mode ${mode}`, async () => {
+      const ctx = await setup();
+      ctx.net.setFaults({ ADD: mode });
+      // a timeout far above what a plugin takes on a loaded machine; only the hanging one reaches it
+      const pn = ctx.make({ timeoutMs: 20_000 });
+      const e = await errorOf(pn.add(ctx.key, desc(ctx.key)));
+      expect(e.message).toMatch(new RegExp(`^add ${ctx.key}: step "cni-add" failed: `));
+      expect(e.message).toMatch(want);
+      expect(e.message.length).toBeLessThan(10_000);
+      expect(ctx.net.faultyRuns().map((r) => r.verb)).toEqual(['ADD', 'DEL']);
+      await expectNothingLeft(ctx);
+      // and the key is free
+      ctx.net.setFaults({});
+      await pn.add(ctx.key, desc(ctx.key));
+      await pn.release(ctx.key);
+      await expectNothingLeft(ctx);
+    });
+  }
+});
+
+describe('restart and recover', () => {
+  it('a record that says ready whose netns is missing is reported and kept; release then frees the IP', async () => {
+    const ctx = await setup({});
+    const pn1 = ctx.make();
+    await pn1.add(ctx.key, desc(ctx.key));
+    pn1.closeAll();
+    await execa('ip', ['netns', 'del', ctx.key]);
+    const pn2 = ctx.make();
+    expect(await pn2.restore()).toEqual({ restored: [], rolledBack: [], netnsMissing: [ctx.key], quarantined: [] });
+    expect(new StateStore(ctx.stateDir).read(ctx.key)?.phase).toBe('ready');
+    expect((await ctx.net.leftovers()).allocations).toHaveLength(1);
+    await pn2.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+
+  it('recover of a live key: the same csn is a no-op, another csn an error', async () => {
+    const ctx = await setup({});
+    const pn = ctx.make();
+    const st = await pn.add(ctx.key, desc(ctx.key));
+    const same = await pn.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: structuredClone(st.csn), HaveRunningContainers: true });
+    expect(same.fds).toEqual(st.fds);
+    const other = structuredClone(st.csn);
+    other.Result!.ips![0]!.address = '10.99.99.99/24';
+    const e = await errorOf(pn.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: other, HaveRunningContainers: true }));
+    expect(e.code).toBe('CONFLICT');
+    expect(e.message).toContain('live with another container-side network');
+    expect(pn.state(ctx.key)!.csn).toEqual(st.csn);
+    await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+
+  it("the add's DNS goes into the result the runtime keeps", async () => {
+    const ctx = await setup({});
+    const pn = ctx.make();
+    const dns = { nameservers: ['10.96.0.10'], search: ['default.svc.cluster.local', 'cluster.local'], options: ['ndots:5'] };
+    const st = await pn.add(ctx.key, desc(ctx.key, dns));
+    expect(st.csn.Result!.dns).toEqual(dns);
+    await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+});
