@@ -3,6 +3,10 @@
 import { build } from 'esbuild';
 
 const entries = ['tapmanager', 'vmwrapper', 'tapctl'];
+// Loaded with import() only on the paths that use them (kubelet's PodResources API, YAML CDI specs): kept out of
+// the bundles and resolved from node_modules at run time, so a VM start that does not take those paths neither
+// reads nor parses them.
+const external = ['@grpc/grpc-js', '@grpc/proto-loader', 'yaml'];
 await Promise.all(
   entries.map((name) =>
     build({
@@ -14,6 +18,7 @@ await Promise.all(
       format: 'esm',
       sourcemap: true,
       logLevel: 'warning',
+      external,
       // CommonJS dependencies (pino) call require(): give the ESM bundle one
       banner: { js: "import { createRequire as __vmpodCreateRequire } from 'node:module'; const require = __vmpodCreateRequire(import.meta.url);" },
     }),

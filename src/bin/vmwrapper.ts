@@ -7,7 +7,7 @@ import { errorChain } from '../errors.js';
 const env = process.env;
 const log = createLogger('vmwrapper', env.VMPOD_LOG_LEVEL === 'silent' ? 'silent' : 'info');
 try {
-  const plan = planExec(process.argv.slice(2), env);
+  const plan = await planExec(process.argv.slice(2), env);
   // the destination is synchronous (fd 2), so this line is on disk before the exec
   log.info({ ...plan.summary, keepFds: plan.keepFds, argv: plan.argv }, 'exec emulator');
   native().execve(plan.path, plan.argv, plan.env, plan.keepFds);

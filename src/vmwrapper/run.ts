@@ -4,7 +4,7 @@ import { FdClient } from '../client/fdclient.js';
 import { base64ToMac } from '../protocol/mac.js';
 import { InterfaceType } from '../protocol/payloads.js';
 import { buildQemuArgv, type TapNet, type VfioDev } from '../qemu/index.js';
-import { Sysfs, sysfsRoot, collectPluginDevices } from '../devices/index.js';
+import { collectDevices, devicesOrThrow, hostRoot, Sysfs, sysfsRoot } from '../devices/index.js';
 import { inheritableFds, fdsNamedInArgv, isOpenFd } from './fds.js';
 import { applyCpuset } from './cpuset.js';
 
@@ -34,9 +34,10 @@ function envArray(env: Env): string[] {
 /**
  * Builds the exec plan. `args` are libvirt's arguments (argv without node and script).
  * Probe (VIRTLET_EMULATOR empty): the default emulator with args untouched and what libvirt gave us.
- * Start: the fds of VIRTLET_NET_KEY from tapmanager, device-plugin VFIO devices, VIRTLET_CPUSETS applied.
+ * Start: the fds of VIRTLET_NET_KEY from tapmanager, the VFIO devices of every device input (src/devices/collect.ts),
+ * VIRTLET_CPUSETS applied. Async only because kubelet's PodResources API is asked over gRPC where configured.
  */
-export function planExec(args: string[], env: Env): ExecPlan {
+export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
   const inherited = new Set(inheritableFds());
   for (const fd of fdsNamedInArgv(args)) if (isOpenFd(fd)) inherited.add(fd);
   const emulator = env.VIRTLET_EMULATOR ?? '';
@@ -46,7 +47,7 @@ export function planExec(args: string[], env: Env): ExecPlan {
   }
 
   const taps: TapNet[] = [];
-  const vfio: VfioDev[] = [];
+  const vfs: { address: string }[] = [];
   const keep = new Set(inherited);
   const key = env.VIRTLET_NET_KEY ?? '';
   if (key !== '') {
@@ -56,17 +57,15 @@ export function planExec(args: string[], env: Env): ExecPlan {
       const fd = fds[info.fdIndex];
       if (fd === undefined) throw new Error(`tapmanager sent ${fds.length} fds but interface ${info.fdIndex} needs fd index ${info.fdIndex}`);
       if (info.type === InterfaceType.VF) {
-        vfio.push({ address: info.pciAddress, source: 'tapmanager' });
+        vfs.push({ address: info.pciAddress });
       } else {
         taps.push({ fds: [fd], mac: base64ToMac(info.mac), index: info.fdIndex, ...(info.mtu !== undefined ? { mtu: info.mtu } : {}) });
         keep.add(fd);
       }
     }
   }
-  const sysfs = new Sysfs(sysfsRoot(env));
-  const fromPlugins = collectPluginDevices(env, sysfs);
-  const seen = new Set(vfio.map((d) => d.address));
-  for (const d of fromPlugins) if (!seen.has(d.address)) vfio.push(d);
+  const report = await collectDevices(env, { sysfs: new Sysfs(sysfsRoot(env)), hostRoot: hostRoot(env), vfs });
+  const vfio: VfioDev[] = devicesOrThrow(report);
 
   let cpuset: string | undefined;
   if (env.VIRTLET_CPUSETS) cpuset = applyCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot });
