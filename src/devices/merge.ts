@@ -88,9 +88,10 @@ export function mergeDevices(requests: readonly DeviceRequest[], facts: HostFact
   // 2. groups named by their node
   for (const r of requests) {
     if (r.kind !== 'group') continue;
-    const what = `IOMMU group ${r.group} (${from(r)} ${r.path})`;
+    const named = `${r.path} from ${r.source}${r.origin !== undefined ? ` in ${r.origin}` : ''}`;
+    const what = `IOMMU group ${r.group} (${named})`;
     if (r.noiommu) {
-      problems.push(noiommuText(r.group, r.path, `${from(r)}`));
+      problems.push(noiommuText(r.group, r.path, named));
       continue;
     }
     const g = facts.groups.get(r.group);
