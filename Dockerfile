@@ -16,6 +16,7 @@ RUN npm ci --no-audit --no-fund
 COPY src src
 COPY scripts scripts
 COPY bin bin
+COPY proto proto
 RUN npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim
@@ -27,6 +28,8 @@ COPY --from=build /src/package.json ./
 COPY --from=build /src/node_modules node_modules
 COPY --from=build /src/build/Release/vmpod_native.node build/Release/
 COPY --from=build /src/dist dist
+# kubelet's PodResources .proto, read by vmwrapper's gRPC client (loaded only when it asks kubelet)
+COPY --from=build /src/proto proto
 COPY --from=build /src/bin bin
 RUN ln -s /usr/local/lib/vmpod-node/bin/tapmanager.js /usr/local/bin/tapmanager \
  && ln -s /usr/local/lib/vmpod-node/bin/vmwrapper.js /usr/local/bin/vmwrapper \
