@@ -6,6 +6,7 @@
 // subdirectories. A file that does not parse or validate is reported with its path.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { isObj } from '../guards.js';
 import { isPciAddress } from './pci.js';
 import type { DeviceRequest } from './records.js';
 
@@ -80,10 +81,6 @@ const TOP_FIELDS = new Set(['cdiVersion', 'kind', 'annotations', 'devices', 'con
 const DEVICE_FIELDS = new Set(['name', 'annotations', 'containerEdits']);
 const EDIT_FIELDS = new Set(['env', 'deviceNodes', 'mounts', 'hooks', 'intelRdt', 'additionalGids', 'netDevices']);
 const NODE_FIELDS = new Set(['path', 'hostPath', 'type', 'major', 'minor', 'fileMode', 'permissions', 'uid', 'gid']);
-
-function isObj(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 /** Checks a parsed spec against the CDI spec (fields, names, the version its features need). Problems, or []. */
 export function validateSpec(v: unknown): string[] {

@@ -1,5 +1,6 @@
 // Input: the VFIO devices device plugins assigned to the pod, from the environment kubelet gave the container
 // (devices.md "What a device plugin hands the pod"), as DeviceRequests. Parsing only: no sysfs.
+import { isObj } from '../guards.js';
 import { MDEV_UUID_RE, parsePciAddress } from './pci.js';
 import type { DeviceRequest } from './records.js';
 
@@ -56,11 +57,11 @@ function parseInfoTwin(name: string, value: string, problems: string[]): Map<str
     problems.push(`${show(name, value)} is not JSON`);
     return out;
   }
-  if (typeof o !== 'object' || o === null || Array.isArray(o)) {
+  if (!isObj(o)) {
     problems.push(`${show(name, value)} is not a JSON object keyed by PCI address`);
     return out;
   }
-  for (const [addr, entry] of Object.entries(o as Record<string, unknown>)) {
+  for (const [addr, entry] of Object.entries(o)) {
     let address: string;
     try {
       address = parsePciAddress(addr);

@@ -3,6 +3,7 @@
 // client is kubelet.ts, imported only when this path is taken.
 import * as fs from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
+import { isObj } from '../guards.js';
 import { isPciAddress, MDEV_UUID_RE, parsePciAddress } from './pci.js';
 import type { DeviceRequest } from './records.js';
 
@@ -77,9 +78,9 @@ export function parseResourceMap(json: string | undefined): Map<string, IdRule> 
   } catch (e) {
     throw bad('is not JSON', e);
   }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad('is not a JSON object keyed by resource name');
+  if (!isObj(v)) throw bad('is not a JSON object keyed by resource name');
   const kinds = Object.values(IdKind) as string[];
-  for (const [res, rule] of Object.entries(v as Record<string, unknown>)) {
+  for (const [res, rule] of Object.entries(v)) {
     const o = typeof rule === 'string' ? { ids: rule } : rule;
     if (typeof o !== 'object' || o === null || !kinds.includes((o as { ids?: unknown }).ids as string))
       throw bad(`${JSON.stringify(res)}: ${JSON.stringify(rule)} is not one of ${kinds.map((k) => JSON.stringify(k)).join(', ')} or {"ids": ..., "pattern": "..."}`);

@@ -50,7 +50,7 @@ const OTHER_POD: PodResourcesMsg = { name: 'vm-b', namespace: 'vms', containers:
 const RESOURCE_MAP = JSON.stringify({ 'qat.intel.com/generic': { ids: 'iommu-group', pattern: '^vfio-(\\d+)$' }, 'intel.com/gvt': 'mdev', 'devices.kubevirt.io/kvm': 'ignore' });
 
 const collect = (env: Record<string, string>): Promise<CollectedDevices> =>
-  collectDevices({ VMPOD_POD_NAME: 'vm-a', VMPOD_POD_NAMESPACE: 'vms', VMPOD_RESOURCE_MAP: RESOURCE_MAP, ...env }, { sysfs: new Sysfs(tree!.root), hostRoot: host!.root });
+  collectDevices({ VMPOD_POD_NAME: 'vm-a', VMPOD_POD_NAMESPACE: 'vms', VMPOD_RESOURCE_MAP: RESOURCE_MAP, VMPOD_POD_RESOURCES_TIMEOUT_MS: '60000', ...env }, { sysfs: new Sysfs(tree!.root), hostRoot: host!.root });
 
 describe('PodResources', () => {
   it('Get: the pod\'s devices only, mapped through VMPOD_RESOURCE_MAP, to the qemu argv', async () => {

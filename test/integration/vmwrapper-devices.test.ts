@@ -106,7 +106,8 @@ describe('vmwrapper with device-plugin devices', () => {
   it('asks kubelet\'s PodResources API (gRPC loaded from node_modules by the bundle)', async () => {
     const t = node();
     kubelet = await startFakeKubelet([{ name: 'vm-a', namespace: 'vms', containers: [{ name: 'vm', devices: [{ resource_name: 'intel.com/sriov', device_ids: ['0001:8a:04.0'] }] }] }]);
-    const r = await run(t, { VMPOD_POD_RESOURCES_SOCKET: kubelet.socket, VMPOD_POD_NAME: 'vm-a', VMPOD_POD_NAMESPACE: 'vms' });
+    // a generous deadline: the machine running the tests may be busy
+    const r = await run(t, { VMPOD_POD_RESOURCES_SOCKET: kubelet.socket, VMPOD_POD_NAME: 'vm-a', VMPOD_POD_NAMESPACE: 'vms', VMPOD_POD_RESOURCES_TIMEOUT_MS: '60000' });
     expect(r.stderr).toBe('');
     expect(kubelet.calls).toEqual(['Get']);
     expect(r.stub!.argv.slice(LIBVIRT_ARGS.length + 1)).toEqual(['-device', 'vfio-pci,host=0001:8a:04.0,id=vmpodhostdev0']);
