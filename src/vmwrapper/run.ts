@@ -6,7 +6,7 @@ import { InterfaceType } from '../protocol/payloads.js';
 import { buildQemuArgv, type TapNet, type VfioDev } from '../qemu/index.js';
 import { collectDevices, devicesOrThrow, hostRoot, Sysfs, sysfsRoot } from '../devices/index.js';
 import { inheritableFds, fdsNamedInArgv, isOpenFd } from './fds.js';
-import { applyCpuset } from './cpuset.js';
+import { planCpuset, writeCpuset } from './cpuset.js';
 
 export const DEFAULTS = {
   emulator: '/usr/bin/qemu-system-x86_64',
@@ -19,6 +19,8 @@ export interface ExecPlan {
   argv: string[];
   env: string[];
   keepFds: number[];
+  /** written by applyPlan, only once the whole plan is built and valid */
+  cpuset?: { file: string; list: string };
   /** for the log line */
   summary: Record<string, unknown>;
 }
@@ -67,12 +69,13 @@ export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
   const report = await collectDevices(env, { sysfs: new Sysfs(sysfsRoot(env)), hostRoot: hostRoot(env), vfs });
   const vfio: VfioDev[] = devicesOrThrow(report);
 
-  let cpuset: string | undefined;
-  if (env.VIRTLET_CPUSETS) cpuset = applyCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot });
+  const cpuset = env.VIRTLET_CPUSETS ? planCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot }) : undefined;
 
+  // the argv is built (and validated) before anything on the host changes: a failing plan changes nothing
   const argv = [emulator, ...buildQemuArgv(args, taps, vfio)];
   return {
     path: emulator,
+    ...(cpuset ? { cpuset } : {}),
     argv,
     env: envArray(env),
     keepFds: [...keep].sort((a, b) => a - b),
@@ -82,7 +85,12 @@ export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
       key,
       taps: taps.map((t) => ({ fd: t.fds[0], mac: t.mac })),
       vfio: vfio.map((d) => `${d.address} (${d.source})`),
-      ...(cpuset ? { cpusetFile: cpuset } : {}),
+      ...(cpuset ? { cpusetFile: cpuset.file } : {}),
     },
   };
+}
+
+/** Applies a valid plan's host changes (today: the cpuset), right before the exec. */
+export function applyPlan(plan: ExecPlan): void {
+  if (plan.cpuset) writeCpuset(plan.cpuset);
 }
