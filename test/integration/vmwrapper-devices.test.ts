@@ -111,7 +111,7 @@ describe('vmwrapper with device-plugin devices', () => {
     expect(r.stderr).toBe('');
     expect(kubelet.calls).toEqual(['Get']);
     expect(r.stub!.argv.slice(LIBVIRT_ARGS.length + 1)).toEqual(['-device', 'vfio-pci,host=0001:8a:04.0,id=vmpodhostdev0']);
-  });
+  }, 180_000); // a whole VM start with gRPC loaded took 33 s on a machine shared by 8 test runs
 
   it('applies VIRTLET_CPUSETS: a bad list is refused before the exec', async () => {
     const t = node();
