@@ -28,12 +28,17 @@ RUN --mount=type=secret,id=npmca \
 COPY scripts/bundle.mjs scripts/bundle.mjs
 COPY src src
 COPY bin bin
-# What the runtime stages take: the bundles need no node_modules (esbuild inlines execa, pino and our code), the
-# addon, the bin/ launchers, package.json; and node without its symbols (99 -> 86 MB, it runs the same).
+COPY proto proto
+# What the runtime stages take: the bundles (esbuild inlines execa, pino and our code), the runtime node_modules
+# that stay outside them (gRPC, proto-loader and yaml, loaded by vmwrapper only on the paths that use them), kubelet's
+# PodResources .proto, the addon, the bin/ launchers, package.json; and node without its symbols (99 -> 86 MB).
 RUN npm run build \
+ && npm prune --omit=dev \
  && mkdir -p /out/app/build/Release /out/app/dist /out/bin \
  && cp package.json /out/app/ \
  && cp -r bin /out/app/bin \
+ && cp -r proto /out/app/proto \
+ && cp -r node_modules /out/app/node_modules \
  && cp -r dist/bundle /out/app/dist/bundle \
  && cp build/Release/vmpod_native.node /out/app/build/Release/ \
  && strip -o /out/bin/node /usr/local/bin/node

@@ -4,7 +4,11 @@
 // modules reached only by import() in init functions that run on demand). tapmanager and tapctl: ESM bundles.
 import { build } from 'esbuild';
 
-const common = { bundle: true, platform: 'node', target: 'node20', sourcemap: true, logLevel: 'warning' };
+// Loaded with import() only on the paths that use them (kubelet's PodResources API, YAML CDI specs): kept out of
+// the bundles and resolved from node_modules at run time, so a VM start that does not take those paths neither
+// reads nor parses them.
+const external = ['@grpc/grpc-js', '@grpc/proto-loader', 'yaml'];
+const common = { bundle: true, platform: 'node', target: 'node20', sourcemap: true, logLevel: 'warning', external };
 await Promise.all([
   ...['tapmanager', 'tapctl'].map((name) =>
     build({

@@ -7,6 +7,10 @@ import { decodeCsn } from '../protocol/codec.js';
 import { base64ToMac } from '../protocol/mac.js';
 import type { PodNetworkDesc } from '../protocol/payloads.js';
 import { errorChain } from '../errors.js';
+import { collectDevices, hostRoot, Sysfs, sysfsRoot } from '../devices/index.js';
+import { deviceReportJson, formatDeviceReport, parseEnvFile } from '../devices/report.js';
+import { InterfaceType } from '../protocol/payloads.js';
+import { buildQemuArgv } from '../qemu/index.js';
 
 const USAGE = `Usage: tapctl [--socket PATH] [--timeout MS] COMMAND ...
 
@@ -23,6 +27,12 @@ Commands:
                           re-attaches to an existing pod network (FILE: ContainerSideNetwork JSON, - for stdin)
   list                    prints every pod network tapmanager holds
   status                  says whether tapmanager answers, and how many pods it holds
+  devices [--env-file FILE] [--json] [--machine TYPE]
+                          what a VM started with this environment would get: each VFIO function, its IOMMU group,
+                          driver and source, the qemu arguments, and every refusal. Reads what vmwrapper reads
+                          (device-plugin env, VMPOD_CRI_DEVICES, VMPOD_CDI_DEVICES, kubelet PodResources, the VFs of
+                          VIRTLET_NET_KEY from tapmanager); FILE: K=V lines or NUL-separated (/proc/<pid>/environ),
+                          used instead of tapctl's own environment. Exit 1 when anything is refused.
 
 Options:
   --socket PATH           tapmanager's socket (default $VIRTLET_FD_SERVER_SOCKET_PATH or /var/lib/virtlet/tapfdserver.sock)
@@ -37,8 +47,8 @@ interface Parsed {
   rest: string[];
 }
 
-const VALUE_OPTS = new Set(['--socket', '--timeout', '--pod-name', '--pod-namespace', '--pod-id', '--dns', '--csn']);
-const BOOL_OPTS = new Set(['--exec', '--running', '--help', '--force']);
+const VALUE_OPTS = new Set(['--socket', '--timeout', '--pod-name', '--pod-namespace', '--pod-id', '--dns', '--csn', '--env-file', '--machine']);
+const BOOL_OPTS = new Set(['--exec', '--running', '--help', '--force', '--json']);
 
 export function parseArgs(argv: string[]): Parsed {
   const positional: string[] = [];
@@ -117,7 +127,27 @@ function desc(p: Parsed, key: string, requireNames: boolean): PodNetworkDesc {
   };
 }
 
-function main(argv: string[]): number {
+/** `tapctl devices`: the same collection as vmwrapper's, printed. */
+async function devices(p: Parsed, socket: string, timeout: number): Promise<number> {
+  if (p.positional.length !== 1) throw new UsageError('devices takes no arguments');
+  const file = str(p, '--env-file');
+  const env: Record<string, string | undefined> = file === undefined ? process.env : parseEnvFile(readFileSync(file === '-' ? 0 : file, 'utf8'));
+  const vfs: { address: string }[] = [];
+  const key = env.VIRTLET_NET_KEY ?? '';
+  if (key !== '') {
+    const { infos, fds } = new FdClient(env.VIRTLET_FD_SERVER_SOCKET_PATH || socket, { timeoutMs: timeout }).get(key);
+    for (const fd of fds) native().close(fd);
+    for (const i of infos) if (i.type === InterfaceType.VF) vfs.push({ address: i.pciAddress });
+  }
+  const r = await collectDevices(env, { sysfs: new Sysfs(sysfsRoot(env)), hostRoot: hostRoot(env), vfs });
+  const machine = str(p, '--machine');
+  const libvirtArgs = machine !== undefined ? ['-machine', machine] : [];
+  const j = deviceReportJson(r, buildQemuArgv(libvirtArgs, [], r.devices).slice(libvirtArgs.length));
+  process.stdout.write(p.opts.has('--json') ? `${JSON.stringify(j, null, 2)}\n` : `${formatDeviceReport(j)}\n`);
+  return j.refused.length > 0 || j.inputErrors.length > 0 ? 1 : 0;
+}
+
+async function main(argv: string[]): Promise<number> {
   let p: Parsed;
   try {
     p = parseArgs(argv);
@@ -134,8 +164,9 @@ function main(argv: string[]): number {
   const out = (v: unknown) => process.stdout.write(`${JSON.stringify(v, null, 2)}\n`);
   try {
     if (!Number.isInteger(timeout) || timeout <= 0) throw new UsageError(`--timeout ${JSON.stringify(str(p, '--timeout'))} is not a positive integer`);
-    const client = new FdClient(socket, { timeoutMs: timeout });
     const cmd = p.positional[0];
+    if (cmd === 'devices') return await devices(p, socket, timeout);
+    const client = new FdClient(socket, { timeoutMs: timeout });
     switch (cmd) {
       case 'add': {
         const key = oneKey(p);
@@ -197,4 +228,4 @@ function main(argv: string[]): number {
   }
 }
 
-process.exitCode = main(process.argv.slice(2));
+process.exitCode = await main(process.argv.slice(2));

@@ -17,7 +17,7 @@ function fail(e: unknown): never {
 async function start(): Promise<void> {
   const [{ planExec, applyPlan }, { createLogger }] = await Promise.all([import('../vmwrapper/run.js'), import('../log.js')]);
   const log = createLogger('vmwrapper', env.VMPOD_LOG_LEVEL === 'silent' ? 'silent' : 'info');
-  const plan = planExec(args, env);
+  const plan = await planExec(args, env);
   applyPlan(plan);
   // the destination is synchronous (fd 2), so this line is on disk before the exec
   log.info({ ...plan.summary, keepFds: plan.keepFds, argv: plan.argv }, 'exec emulator');

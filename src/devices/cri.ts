@@ -1,8 +1,13 @@
-// The CRI devices of a VM pod (kubelet's DeviceSpecs, as Virtlet's VIRTLET_DEVICES carries them).
+// Input: the CRI devices of a VM pod (kubelet's DeviceSpecs in the sandbox's container config), which the VM
+// runtime forwards to vmwrapper as VMPOD_CRI_DEVICES (a JSON list of CRI Devices, set with libvirt's <qemu:env>).
 // devices.md: Virtlet turned every one of them into a disk, so /dev/vfio/vfio became -drive and qemu failed with
 // "Could not refresh total sector count: Illegal seek". A VFIO node is PCI passthrough, never a disk.
 import * as fs from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
+import type { DeviceRequest } from './records.js';
+
+/** The variable the VM runtime sets (libvirt <qemu:env name="VMPOD_CRI_DEVICES" value="[...]"/>). */
+export const CRI_DEVICES_ENV = 'VMPOD_CRI_DEVICES';
 
 export interface CriDevice {
   containerPath: string;
@@ -31,7 +36,7 @@ function str(o: Record<string, unknown>, camel: string, snake: string): string |
 
 /**
  * A JSON array of CRI devices, in the CRI's camelCase (containerPath, hostPath, permissions) or the protobuf's
- * snake_case (container_path, host_path). `what` names the source in errors (e.g. "VIRTLET_DEVICES").
+ * snake_case (container_path, host_path). `what` names the source in errors (e.g. "VMPOD_CRI_DEVICES").
  */
 export function parseCriDevices(json: string, what: string): CriDevice[] {
   let v: unknown;
@@ -95,4 +100,28 @@ export function classifyCriDevices(devices: readonly CriDevice[]): CriDeviceClas
     }
   }
   return out;
+}
+
+/**
+ * VMPOD_CRI_DEVICES as DeviceRequests: one per /dev/vfio/<N> (or noiommu-<N>) node. /dev/vfio/vfio adds nothing;
+ * block and other nodes are not VFIO. A malformed value goes to `problems`.
+ */
+export function criRequests(env: Record<string, string | undefined>, problems: string[]): DeviceRequest[] {
+  // the name Virtlet never had: say what it is called now rather than silently ignore it
+  if (env['VIRTLET_DEVICES'] !== undefined && env[CRI_DEVICES_ENV] === undefined)
+    problems.push(`VIRTLET_DEVICES is set: the variable is now called ${CRI_DEVICES_ENV} (same JSON list of CRI Devices)`);
+  const v = env[CRI_DEVICES_ENV];
+  if (v === undefined || v.trim() === '') return [];
+  try {
+    return classifyCriDevices(parseCriDevices(v, CRI_DEVICES_ENV)).vfioGroups.map((g) => ({
+      kind: 'group' as const,
+      group: g.group,
+      source: CRI_DEVICES_ENV,
+      path: g.hostPath,
+      noiommu: g.noiommu,
+    }));
+  } catch (e) {
+    problems.push(e instanceof Error ? e.message : String(e));
+    return [];
+  }
 }

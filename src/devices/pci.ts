@@ -42,3 +42,28 @@ export const MDEV_UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 
 /** The driver vfio-pci registers as (/sys/bus/pci/drivers/vfio-pci). */
 export const VFIO_PCI_DRIVER = 'vfio-pci';
+
+/**
+ * vfio drivers by name, for kernels without vfio-dev (before 6.1): vfio-pci and the vendor variant drivers built on
+ * vfio-pci-core (live-migration capable NICs, GPUs, accelerators). Their ID tables are override-only, so they bind
+ * only through driver_override; qemu still uses -device vfio-pci for them. A name not listed here counts when it
+ * has "vfio" as a word (xe-vfio-pci, a future <vendor>_vfio_pci).
+ */
+export const VFIO_DRIVERS: readonly string[] = [
+  VFIO_PCI_DRIVER,
+  'mlx5_vfio_pci',
+  'hisi_acc_vfio_pci',
+  'pds_vfio_pci',
+  'virtio_vfio_pci',
+  'nvgrace_gpu_vfio_pci',
+  'qat_vfio_pci',
+  'xe-vfio-pci',
+];
+
+export function isVfioDriverName(driver: string | undefined): boolean {
+  return driver !== undefined && (VFIO_DRIVERS.includes(driver) || /(^|[_-])vfio([_-]|$)/.test(driver));
+}
+
+/** Drivers that leave a group viable (the kernel's driver_managed_dma): pci-stub, and pcieport for bridges. */
+export const PCI_STUB_DRIVER = 'pci-stub';
+export const PCIEPORT_DRIVER = 'pcieport';

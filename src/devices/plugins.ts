@@ -1,11 +1,8 @@
-// VFIO devices that device plugins assigned to the pod, from the environment kubelet gave the container
-// (devices.md "What a device plugin hands the pod"). Parse everything first (BadRequest, nothing touched),
-// then resolve against sysfs (Device), then report every problem at once.
-import { ErrorCode, VmpodError } from '../errors.js';
-import type { VfioDev } from '../qemu/types.js';
-import { classifyCriDevices, parseCriDevices } from './cri.js';
-import { isBridgeClass, isPciAddress, MDEV_UUID_RE, parsePciAddress, VFIO_PCI_DRIVER } from './pci.js';
-import type { Sysfs } from './sysfs.js';
+// Input: the VFIO devices device plugins assigned to the pod, from the environment kubelet gave the container
+// (devices.md "What a device plugin hands the pod"), as DeviceRequests. Parsing only: no sysfs.
+import { isObj } from '../guards.js';
+import { MDEV_UUID_RE, parsePciAddress } from './pci.js';
+import type { DeviceRequest } from './records.js';
 
 /** Environment conventions (a closed vocabulary: the order is the order sources are read, first wins). */
 export const EnvConvention = {
@@ -17,17 +14,18 @@ export const EnvConvention = {
   MdevResource: 'MDEV_PCI_RESOURCE_',
   /** Intel QAT plugin in vfio-pci mode: QAT<n>=addr, one per device */
   Qat: 'QAT',
-  /** Virtlet's CRI device list (JSON array), /dev/vfio/<N> nodes among them */
-  VirtletDevices: 'VIRTLET_DEVICES',
 } as const;
 
-type Request =
-  | { kind: 'pci'; source: string; value: string; address: string; twinGroup?: string }
-  | { kind: 'group'; source: string; value: string; group: string }
-  | { kind: 'mdev'; source: string; value: string; uuid: string };
+/** What a _INFO twin says about one address. */
+interface TwinEntry {
+  group?: string;
+  noiommu?: boolean;
+  /** the vdpa provider's mount (/dev/vhost-vdpa-<n>): a vDPA device, not VFIO */
+  vdpa?: string;
+}
 
 const QAT_RE = /^QAT(\d+)$/;
-const GROUP_NODE_RE = /^\/dev\/vfio\/(?:noiommu-)?(\d+)$/;
+const GROUP_NODE_RE = /^\/dev\/vfio\/(noiommu-)?(\d+)$/;
 
 function show(name: string, value: string): string {
   return `${name}=${JSON.stringify(value)}`;
@@ -46,44 +44,62 @@ function isInfoTwin(name: string, value: string): boolean {
   return name.endsWith('_INFO') && value.trimStart().startsWith('{');
 }
 
-/** address -> IOMMU group, from the twin's {"<addr>":{"vfio":{"dev-mount":"/dev/vfio/145"}}}. */
-function parseInfoTwin(name: string, value: string, problems: string[]): Map<string, string> {
-  const groups = new Map<string, string>();
+/**
+ * address -> what the twin says: {"<addr>":{"vfio":{"dev-mount":"/dev/vfio/145"}}} gives the group;
+ * {"<addr>":{"vdpa":{"mount":"/dev/vhost-vdpa-0"}}} marks a vDPA device. ("vhost" is /dev/vhost-net for any device.)
+ */
+function parseInfoTwin(name: string, value: string, problems: string[]): Map<string, TwinEntry> {
+  const out = new Map<string, TwinEntry>();
   let o: unknown;
   try {
     o = JSON.parse(value);
   } catch {
     problems.push(`${show(name, value)} is not JSON`);
-    return groups;
+    return out;
   }
-  if (typeof o !== 'object' || o === null || Array.isArray(o)) {
+  if (!isObj(o)) {
     problems.push(`${show(name, value)} is not a JSON object keyed by PCI address`);
-    return groups;
+    return out;
   }
-  for (const [addr, entry] of Object.entries(o as Record<string, unknown>)) {
-    const mount = (entry as { vfio?: { 'dev-mount'?: unknown } } | null)?.vfio?.['dev-mount'];
-    if (mount === undefined) continue; // a netdevice-mode entry: no VFIO group to take
-    const m = typeof mount === 'string' ? GROUP_NODE_RE.exec(mount) : null;
-    if (!m) {
-      problems.push(`${name}: dev-mount ${JSON.stringify(mount)} of ${addr} is not /dev/vfio/<group>`);
-      continue;
-    }
+  for (const [addr, entry] of Object.entries(o)) {
+    let address: string;
     try {
-      groups.set(parsePciAddress(addr), m[1]);
+      address = parsePciAddress(addr);
     } catch {
       problems.push(`${name}: key ${JSON.stringify(addr)} is not a PCI address`);
+      continue;
     }
+    const e = (entry ?? {}) as { vfio?: { 'dev-mount'?: unknown }; vdpa?: { mount?: unknown } };
+    const t: TwinEntry = {};
+    if (e.vdpa !== undefined) t.vdpa = typeof e.vdpa?.mount === 'string' ? e.vdpa.mount : JSON.stringify(e.vdpa);
+    const mount = e.vfio?.['dev-mount'];
+    if (mount !== undefined) {
+      const m = typeof mount === 'string' ? GROUP_NODE_RE.exec(mount) : null;
+      if (!m) {
+        problems.push(`${name}: dev-mount ${JSON.stringify(mount)} of ${addr} is not /dev/vfio/<group>`);
+        continue;
+      }
+      t.group = m[2];
+      if (m[1] !== undefined) t.noiommu = true;
+    }
+    out.set(address, t);
   }
-  return groups;
+  return out;
 }
 
-function pciList(name: string, value: string, problems: string[], twin?: Map<string, string>): Request[] {
-  const out: Request[] = [];
+function pciList(name: string, value: string, problems: string[], twin?: Map<string, TwinEntry>): DeviceRequest[] {
+  const out: DeviceRequest[] = [];
   for (const item of splitList(value)) {
     try {
       const address = parsePciAddress(item);
-      const twinGroup = twin?.get(address);
-      out.push(twinGroup === undefined ? { kind: 'pci', source: name, value, address } : { kind: 'pci', source: name, value, address, twinGroup });
+      const t = twin?.get(address);
+      if (t?.vdpa !== undefined) {
+        problems.push(
+          `${address} (from ${show(name, value)}) is a vDPA device (${name}_INFO gives it the vhost-vdpa node ${t.vdpa}): vmwrapper passes VFIO devices only, and vDPA is not supported by this binding; allocate it from a vfio-pci resource pool`,
+        );
+        continue;
+      }
+      out.push({ kind: 'pci', source: name, origin: value, address, ...(t?.group !== undefined ? { group: t.group } : {}), ...(t?.noiommu ? { noiommu: true } : {}) });
     } catch {
       problems.push(`${show(name, value)}: ${JSON.stringify(item)} is not a PCI address`);
     }
@@ -91,11 +107,14 @@ function pciList(name: string, value: string, problems: string[], twin?: Map<str
   return out;
 }
 
-/** Every variable of every convention, in convention order, each convention's variables sorted by name. */
-function parseEnv(env: Record<string, string | undefined>, problems: string[]): Request[] {
+/**
+ * Every variable of every convention, in convention order, each convention's variables sorted by name.
+ * Malformed values (and vDPA devices) go to `problems`, each naming the variable and its value.
+ */
+export function pluginEnvRequests(env: Record<string, string | undefined>, problems: string[]): DeviceRequest[] {
   const vars = Object.entries(env).filter((e): e is [string, string] => typeof e[1] === 'string');
   const named = (prefix: string) => vars.filter(([k]) => k.startsWith(prefix) && k.length > prefix.length).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  const reqs: Request[] = [];
+  const reqs: DeviceRequest[] = [];
 
   for (const [name, value] of named(EnvConvention.SriovDp)) {
     if (isInfoTwin(name, value)) continue;
@@ -108,7 +127,7 @@ function parseEnv(env: Record<string, string | undefined>, problems: string[]): 
   for (const [name, value] of named(EnvConvention.MdevResource)) {
     for (const item of splitList(value)) {
       const uuid = item.toLowerCase();
-      if (MDEV_UUID_RE.test(uuid)) reqs.push({ kind: 'mdev', source: name, value, uuid });
+      if (MDEV_UUID_RE.test(uuid)) reqs.push({ kind: 'mdev', source: name, origin: value, uuid });
       else problems.push(`${show(name, value)}: ${JSON.stringify(item)} is not a mediated device uuid`);
     }
   }
@@ -119,119 +138,6 @@ function parseEnv(env: Record<string, string | undefined>, problems: string[]): 
     if (items.length !== 1) problems.push(`${show(name, value)} is not one PCI address`);
     else reqs.push(...pciList(name, value, problems));
   }
-  const vd = env[EnvConvention.VirtletDevices];
-  if (vd !== undefined && vd.trim() !== '') {
-    try {
-      // /dev/vfio/vfio adds nothing; block and other nodes are not ours to handle here
-      for (const g of classifyCriDevices(parseCriDevices(vd, EnvConvention.VirtletDevices)).vfioGroups)
-        reqs.push({ kind: 'group', source: EnvConvention.VirtletDevices, value: g.hostPath, group: g.group });
-    } catch (e) {
-      problems.push(e instanceof Error ? e.message : String(e));
-    }
-  }
   return reqs;
 }
 
-/** Endpoints of an IOMMU group: PCI functions that are not bridges, and mediated devices. */
-function groupMembers(sysfs: Sysfs, group: string, source: string): { pci: string[]; mdev: VfioDev[] } {
-  const pci: string[] = [];
-  const mdev: VfioDev[] = [];
-  for (const e of sysfs.list(`kernel/iommu_groups/${group}/devices`)) {
-    if (isPciAddress(e)) {
-      const d = sysfs.pciDevice(e);
-      if (d === undefined || !isBridgeClass(d.class)) pci.push(e.toLowerCase());
-    } else if (MDEV_UUID_RE.test(e)) {
-      const m = sysfs.mdevDevice(e);
-      if (m?.parent !== undefined) mdev.push({ address: m.parent, sysfsdev: sysfs.path(`bus/mdev/devices/${e}`), source });
-    }
-  }
-  return { pci, mdev };
-}
-
-/**
- * Every VFIO device the environment names, expanded to all endpoints of its IOMMU group (assignment granularity
- * is the group; bridges stay with the host), deduplicated (first source wins), each checked to be on vfio-pci.
- * Mediated devices are named by sysfsdev (rooted at the sysfs root) and keep their parent's driver.
- */
-export function collectPluginDevices(env: Record<string, string | undefined>, sysfs: Sysfs): VfioDev[] {
-  const bad: string[] = [];
-  const reqs = parseEnv(env, bad);
-  if (bad.length > 0) throw new VmpodError(ErrorCode.BadRequest, `collect plugin devices: ${bad.join('; ')}`, { op: 'collect-devices' });
-
-  const problems: string[] = [];
-  const out: VfioDev[] = [];
-  const seen = new Set<string>();
-  const add = (d: VfioDev) => {
-    const key = d.sysfsdev ?? d.address;
-    if (seen.has(key)) return;
-    seen.add(key);
-    out.push(d);
-  };
-
-  for (const r of reqs) {
-    switch (r.kind) {
-      case 'pci': {
-        const from = `${r.address} (from ${show(r.source, r.value)})`;
-        const dev = sysfs.pciDevice(r.address);
-        if (dev === undefined) {
-          problems.push(`${from} does not exist under ${sysfs.path('bus/pci/devices')}`);
-          break;
-        }
-        if (isBridgeClass(dev.class)) {
-          problems.push(`${from} is a PCI bridge (class 0x${dev.class.toString(16).padStart(6, '0')}) and cannot be passed through`);
-          break;
-        }
-        if (r.twinGroup !== undefined && dev.iommuGroup !== undefined && r.twinGroup !== dev.iommuGroup) {
-          problems.push(`${from}: ${r.source}_INFO says IOMMU group ${r.twinGroup}, sysfs says ${dev.iommuGroup}`);
-          break;
-        }
-        const group = r.twinGroup ?? dev.iommuGroup;
-        if (group === undefined) {
-          problems.push(`${from} has no IOMMU group (no ${sysfs.path(`bus/pci/devices/${r.address}/iommu_group`)}; is the IOMMU or vfio no-IOMMU mode enabled?)`);
-          break;
-        }
-        add({ address: r.address, source: r.source });
-        const m = groupMembers(sysfs, group, r.source);
-        for (const a of m.pci) add({ address: a, source: r.source });
-        for (const d of m.mdev) add(d);
-        break;
-      }
-      case 'group': {
-        const m = groupMembers(sysfs, r.group, r.source);
-        if (m.pci.length === 0 && m.mdev.length === 0) {
-          problems.push(`IOMMU group ${r.group} (from ${r.source} ${r.value}) has no devices under ${sysfs.path(`kernel/iommu_groups/${r.group}/devices`)}`);
-          break;
-        }
-        for (const a of m.pci) add({ address: a, source: r.source });
-        for (const d of m.mdev) add(d);
-        break;
-      }
-      case 'mdev': {
-        const m = sysfs.mdevDevice(r.uuid);
-        if (m === undefined) {
-          problems.push(`mediated device ${r.uuid} (from ${show(r.source, r.value)}) does not exist under ${sysfs.path('bus/mdev/devices')}`);
-          break;
-        }
-        if (m.parent === undefined) {
-          problems.push(`mediated device ${r.uuid} (from ${show(r.source, r.value)}) has no PCI parent`);
-          break;
-        }
-        add({ address: m.parent, sysfsdev: sysfs.path(`bus/mdev/devices/${r.uuid}`), source: r.source });
-        break;
-      }
-      default: {
-        const never: never = r;
-        throw new VmpodError(ErrorCode.Internal, `unknown request ${JSON.stringify(never)}`);
-      }
-    }
-  }
-
-  // qemu's vfio-pci opens /dev/vfio/<group>: every endpoint of the group must be on vfio-pci, or the open fails
-  for (const d of out) {
-    if (d.sysfsdev !== undefined) continue;
-    const driver = sysfs.pciDevice(d.address)?.driver;
-    if (driver !== VFIO_PCI_DRIVER) problems.push(`${d.address} is bound to ${driver ?? 'no driver'}, not vfio-pci`);
-  }
-  if (problems.length > 0) throw new VmpodError(ErrorCode.Device, `collect plugin devices: ${problems.join('; ')}`, { op: 'collect-devices' });
-  return out;
-}

@@ -5,7 +5,7 @@ import { FdClient } from '../client/fdclient.js';
 import { base64ToMac } from '../protocol/mac.js';
 import { InterfaceType } from '../protocol/payloads.js';
 import { buildQemuArgv, type TapNet, type VfioDev } from '../qemu/index.js';
-import { Sysfs, sysfsRoot, collectPluginDevices } from '../devices/index.js';
+import { collectDevices, devicesOrThrow, hostRoot, Sysfs, sysfsRoot } from '../devices/index.js';
 import { DEFAULTS, envArray, inheritedFds, isProbe, probePlan, type Env, type ExecPlan } from './probe.js';
 import { planCpuset, writeCpuset } from './cpuset.js';
 
@@ -13,16 +13,17 @@ export { DEFAULTS, isProbe, probePlan, type Env, type ExecPlan };
 
 /**
  * Builds the exec plan. `args` are libvirt's arguments (argv without node and script).
- * Probe (VIRTLET_EMULATOR empty): probePlan. Start: the fds of VIRTLET_NET_KEY from tapmanager, device-plugin
- * VFIO devices, VIRTLET_CPUSETS applied.
+ * Probe (VIRTLET_EMULATOR empty): probePlan (the bin file takes that path without loading this module).
+ * Start: the fds of VIRTLET_NET_KEY from tapmanager, the VFIO devices of every device input (src/devices/collect.ts),
+ * VIRTLET_CPUSETS applied. Async only because kubelet's PodResources API is asked over gRPC where configured.
  */
-export function planExec(args: string[], env: Env): ExecPlan {
+export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
   if (isProbe(env)) return probePlan(args, env);
   const inherited = inheritedFds(args);
   const emulator = env.VIRTLET_EMULATOR ?? '';
 
   const taps: TapNet[] = [];
-  const vfio: VfioDev[] = [];
+  const vfs: { address: string }[] = [];
   const keep = new Set(inherited);
   const key = env.VIRTLET_NET_KEY ?? '';
   if (key !== '') {
@@ -32,17 +33,15 @@ export function planExec(args: string[], env: Env): ExecPlan {
       const fd = fds[info.fdIndex];
       if (fd === undefined) throw new Error(`tapmanager sent ${fds.length} fds but interface ${info.fdIndex} needs fd index ${info.fdIndex}`);
       if (info.type === InterfaceType.VF) {
-        vfio.push({ address: info.pciAddress, source: 'tapmanager' });
+        vfs.push({ address: info.pciAddress });
       } else {
         taps.push({ fds: [fd], mac: base64ToMac(info.mac), index: info.fdIndex, ...(info.mtu !== undefined ? { mtu: info.mtu } : {}) });
         keep.add(fd);
       }
     }
   }
-  const sysfs = new Sysfs(sysfsRoot(env));
-  const fromPlugins = collectPluginDevices(env, sysfs);
-  const seen = new Set(vfio.map((d) => d.address));
-  for (const d of fromPlugins) if (!seen.has(d.address)) vfio.push(d);
+  const report = await collectDevices(env, { sysfs: new Sysfs(sysfsRoot(env)), hostRoot: hostRoot(env), vfs });
+  const vfio: VfioDev[] = devicesOrThrow(report);
 
   const cpuset = env.VIRTLET_CPUSETS ? planCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot }) : undefined;
 

@@ -21,6 +21,8 @@ export interface FakePci {
   vfIndex?: number;
   /** net interfaces of this function: bus/pci/devices/<addr>/net/<if> and class/net/<if>/device */
   net?: { ifname: string; mac?: string }[];
+  /** vfio-dev/<name> under the device (Linux 6.1+ while a vfio driver is bound), e.g. "vfio3" */
+  vfioDev?: string;
 }
 
 export class FakeSysfsTree {
@@ -62,6 +64,7 @@ export class FakeSysfsTree {
     fs.writeFileSync(path.join(dir, 'device'), `${d.device ?? '0x1889'}\n`);
     fs.writeFileSync(path.join(dir, 'driver_override'), '(null)\n');
     if (d.driver !== undefined) this.setDriver(d.address, d.driver);
+    if (d.vfioDev !== undefined) fs.mkdirSync(path.join(dir, 'vfio-dev', d.vfioDev), { recursive: true });
     if (d.iommuGroup !== undefined) {
       const g = this.p(`kernel/iommu_groups/${d.iommuGroup}/devices`);
       fs.mkdirSync(g, { recursive: true });
@@ -79,6 +82,12 @@ export class FakeSysfsTree {
       fs.symlinkSync(`../../../bus/pci/devices/${d.address}`, path.join(cn, 'device'));
       fs.writeFileSync(path.join(cn, 'address'), `${n.mac ?? '02:00:00:00:00:01'}\n`);
     }
+    return this;
+  }
+
+  /** Marks a group as vfio's no-IOMMU group: kernel/iommu_groups/<N>/name reads "vfio-noiommu". */
+  markNoiommu(group: string): this {
+    fs.writeFileSync(this.p(`kernel/iommu_groups/${group}/name`), 'vfio-noiommu\n');
     return this;
   }
 
@@ -173,4 +182,38 @@ export class FakeSysfs extends Sysfs {
     if (m && m[1] === data) this.tree.setDriver(data, undefined);
     if (rel === 'bus/pci/drivers_probe' && this.probe === 'override') simulateProbe(this.tree, data);
   }
+}
+
+/**
+ * A fake host root (VMPOD_DEV_ROOT) with dev/vfio and proc: a process holding a group open is proc/<pid>/fd/<n>,
+ * a symlink to the node's path as the kernel shows it (/dev/vfio/<N>), with comm and cmdline beside it.
+ */
+export class FakeHostRoot {
+  constructor(readonly root: string) {
+    fs.mkdirSync(path.join(root, 'dev/vfio'), { recursive: true });
+    fs.mkdirSync(path.join(root, 'proc'), { recursive: true });
+  }
+
+  /** /dev/vfio/<name> as an empty file (enough for existence checks) */
+  addNode(name: string): this {
+    fs.writeFileSync(path.join(this.root, 'dev/vfio', name), '');
+    return this;
+  }
+
+  addProcess(pid: number, comm: string, argv: string[], openFiles: string[]): this {
+    const dir = path.join(this.root, 'proc', String(pid));
+    fs.mkdirSync(path.join(dir, 'fd'), { recursive: true });
+    fs.writeFileSync(path.join(dir, 'comm'), `${comm}\n`);
+    fs.writeFileSync(path.join(dir, 'cmdline'), `${argv.join('\0')}\0`);
+    openFiles.forEach((f, i) => fs.symlinkSync(f, path.join(dir, 'fd', String(i + 3))));
+    return this;
+  }
+
+  cleanup(): void {
+    fs.rmSync(this.root, { recursive: true, force: true });
+  }
+}
+
+export function makeFakeHostRoot(): FakeHostRoot {
+  return new FakeHostRoot(fs.mkdtempSync(path.join(os.tmpdir(), 'vmpod-host-')));
 }

@@ -11,7 +11,7 @@ describe('parseCriDevices', () => {
     expect(
       parseCriDevices(
         '[{"containerPath":"/dev/vfio/67","hostPath":"/dev/vfio/67","permissions":"mrw"},{"container_path":"/dev/vfio/vfio","host_path":"/dev/vfio/vfio","permissions":"mrw"}]',
-        'VIRTLET_DEVICES',
+        'VMPOD_CRI_DEVICES',
       ),
     ).toEqual([
       { containerPath: '/dev/vfio/67', hostPath: '/dev/vfio/67', permissions: 'mrw' },
@@ -20,8 +20,8 @@ describe('parseCriDevices', () => {
     expect(parseCriDevices('null', 'X')).toEqual([]);
   });
   it.each(['{', '{"a":1}', '[{"containerPath":"/dev/x"}]', '[7]'])('rejects %j naming the variable and value', (v) => {
-    expect(() => parseCriDevices(v, 'VIRTLET_DEVICES')).toThrow(
-      expect.objectContaining({ code: ErrorCode.BadRequest, message: expect.stringContaining(`VIRTLET_DEVICES=${JSON.stringify(v)}`) }),
+    expect(() => parseCriDevices(v, 'VMPOD_CRI_DEVICES')).toThrow(
+      expect.objectContaining({ code: ErrorCode.BadRequest, message: expect.stringContaining(`VMPOD_CRI_DEVICES=${JSON.stringify(v)}`) }),
     );
   });
 });

@@ -53,7 +53,7 @@ describe('planExec: the whole plan first, then the host', () => {
       const file = fileFor(readFileSync('/proc/self/cgroup', 'utf8'), root);
       mkdirSync(join(file, '..'), { recursive: true });
       writeFileSync(file, '0-7');
-      const plan = planExec(['-name', 'vm'], { VIRTLET_EMULATOR: '/bin/true', VIRTLET_CPUSETS: '1', VMPOD_CGROUP_ROOT: root, VMPOD_SYSFS_ROOT: root });
+      const plan = await planExec(['-name', 'vm'], { VIRTLET_EMULATOR: '/bin/true', VIRTLET_CPUSETS: '1', VMPOD_CGROUP_ROOT: root, VMPOD_SYSFS_ROOT: root });
       expect(readFileSync(file, 'utf8')).toBe('0-7');
       applyPlan(plan);
       expect(readFileSync(file, 'utf8')).toBe('1');
