@@ -1,5 +1,5 @@
 // Input: CDI device names (VMPOD_CDI_DEVICES, or a DRA claim's cdi_devices from PodResources), resolved through the
-// CDI spec files to their /dev/vfio/<N> device nodes (device-apis.md "CDI"). Reads the spec dirs; no sysfs.
+// CDI spec files to their /dev/vfio/<N> device nodes (docs/devices.md, CDI). Reads the spec dirs; no sysfs.
 //
 // Spec dirs are read in order (default /etc/cdi then /var/run/cdi); a device in a later dir replaces the same name
 // from an earlier one; the same name in two files of one dir is a conflict. Only *.json and *.yaml files, no

@@ -1,6 +1,6 @@
 // Starts the built tapmanager (dist/bundle/tapmanager.js) as a child process, as an operator would.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, readdirSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
@@ -76,10 +76,19 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     '--log-level', 'debug',
     ...(opts.extraArgs ?? []),
   ];
-  const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
-  let out = '';
-  proc.stdout!.on('data', (d) => (out += d));
-  proc.stderr!.on('data', (d) => (out += d));
+  // the daemon's stdout and stderr go to a file of its own, not a pipe: a test that blocks in a synchronous read
+  // would not drain a pipe, and the daemon's synchronous log writes would then block it (a deadlock of the test's making)
+  const logFile = join(dir, `daemon-${process.hrtime.bigint()}.log`);
+  const logFd = openSync(logFile, 'a');
+  const proc = spawn(process.execPath, args, { stdio: ['ignore', logFd, logFd], env: { ...process.env, ...opts.env } });
+  closeSync(logFd);
+  const readOut = (): string => {
+    try {
+      return readFileSync(logFile, 'utf8');
+    } catch {
+      return '';
+    }
+  };
   let exited = false;
   let exitCode: number | null = null;
   const exitP = new Promise<number | null>((r) =>
@@ -91,9 +100,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   );
   await waitFor(() => exited || connectable(socket), 60_000, `tapmanager to listen on ${socket}`).catch((e) => {
     proc.kill('SIGKILL'); // a daemon that never listened must not outlive the test
-    throw new Error(`${(e as Error).message}\n${out}`);
+    throw new Error(`${(e as Error).message}\n${readOut()}`);
   });
-  if (exited) throw new Error(`tapmanager exited with ${exitCode}:\n${out}`);
+  if (exited) throw new Error(`tapmanager exited with ${exitCode}:\n${readOut()}`);
   return {
     pid: proc.pid!,
     socket,
@@ -101,9 +110,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     cacheDir,
     dir,
     proc,
-    logs: () => out,
+    logs: readOut,
     lines: () =>
-      out
+      readOut()
         .split('\n')
         .filter((l) => l.startsWith('{'))
         .map((l) => JSON.parse(l) as Record<string, unknown>),
