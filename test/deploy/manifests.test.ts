@@ -190,7 +190,7 @@ describe('deploy/ manifests', () => {
   });
 });
 
-function daemonSetTemplate(): { spec: { template: { spec: { containers: object[] } } } } & KubeDoc {
+function daemonSetTemplate(): { spec: { selector?: unknown; template: { metadata?: { labels?: Record<string, string> }; spec: { containers: object[] } } } } & KubeDoc {
   return {
     apiVersion: 'apps/v1',
     kind: 'DaemonSet',

@@ -8,7 +8,7 @@ import { parseAllDocuments } from 'yaml';
 import { ErrorCode, VmpodError } from '../../src/errors.js';
 import { REPO } from './daemon.js';
 
-export type KubeDoc = Record<string, unknown> & { apiVersion?: string; kind?: string; metadata?: { name?: string } };
+export type KubeDoc = Record<string, unknown> & { apiVersion?: string; kind?: string; metadata?: { name?: string; labels?: Record<string, string> } };
 
 /** `kubectl kustomize DIR` (kustomize built into kubectl): the manifests an admin's `kubectl apply -k DIR` sends. */
 export async function kustomize(dir: string): Promise<KubeDoc[]> {
