@@ -1,4 +1,4 @@
-// One error base for the whole project (style-anchors.md: execa's makeError, CNI's types.Error).
+// One error base for the whole project (after execa's makeError and CNI's types.Error).
 // Each layer wraps with { cause } and names the operation and the object.
 
 export const ErrorCode = {

@@ -1,5 +1,5 @@
 // The fd client: a small synchronous client of tapmanager's fd server, used by vmwrapper (on every VM
-// start, so no pino/execa here) and tapctl. Speaks Virtlet's protocol (reference/fd-protocol.md) and,
+// start, so no pino/execa here) and tapctl. Speaks Virtlet's protocol (docs/protocol.md) and,
 // like Virtlet's FDClient, opens a new connection per request.
 import { native, type Native } from '../native.js';
 import { ErrorCode, VmpodError } from '../errors.js';

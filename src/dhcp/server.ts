@@ -7,7 +7,7 @@
 //
 // RENEWALS (decided here). The server id (option 54) is the bridge's link-local address, 169.254.254.2 by
 // default. The guest does not otherwise reach it: its only route off-subnet is the pod's default gateway outside
-// the pod, and that gateway would never hand 169.254.254.2 back into the pod (reference/e2e-facts.md). So:
+// the pod, and that gateway would never hand 169.254.254.2 back into the pod (docs/networking.md). So:
 //  1. options.ts adds a host route "<server id>/32 on-link" (router 0.0.0.0) to option 121, so the unicast
 //     REQUEST of a RENEWING client (RFC 2131 section 4.4.5, sent to the server id) goes out of the guest's NIC,
 //     ARPs for the server id, which the bridge answers, and arrives on this socket;

@@ -2,7 +2,7 @@
 // each CNI interface into veth + bridge + tap, each step with its undo. No I/O here; podnetwork.ts records
 // the steps and applies them.
 //
-// Per CNI interface i with a sandbox (pod-network.md, Virtlet's container-side network):
+// Per CNI interface i with a sandbox (docs/networking.md, Virtlet's container-side network):
 //   strip-routes  delete its non-kernel IPv4 routes   undo: put them back (`route replace`)
 //   strip-addrs   delete its IPv4 addresses           undo: put them back (`addr replace`)
 //                 (routes first: removing the last address makes the kernel flush the link's routes,
@@ -98,7 +98,7 @@ function addrRestore(a: ObservedAddr, dev: string): string[] {
 }
 
 /**
- * ebtables rules (bridge family, in the pod netns) that keep DHCP off the CNI link (pod-network.md step 4;
+ * ebtables rules (bridge family, in the pod netns) that keep DHCP off the CNI link (docs/networking.md, Virtlet's step 4;
  * Virtlet used ebtables too). Egress: nothing to udp/67 or udp/68 leaves through the veth, neither forwarded
  * from the tap (FORWARD) nor sent by our server on the bridge (OUTPUT). Ingress: no udp/67 from the CNI
  * network reaches our server (INPUT) or the guest (FORWARD). Unicast renewals from the guest to

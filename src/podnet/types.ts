@@ -1,7 +1,7 @@
 // Data of the pod network: what the kernel showed us (Observed*) and the
 // names and addresses fixed by convention (Virtlet's: br<i>, tap<i>, 169.254.254.2/24 on every bridge).
 
-/** Names and addresses by convention (pod-network.md step 3 and 4). */
+/** Names and addresses by convention (docs/networking.md). */
 export const BRIDGE_IP = '169.254.254.2';
 export const BRIDGE_PREFIX = 24;
 export const tapName = (i: number): string => `tap${i}`;

@@ -1,4 +1,4 @@
-// JSON codecs for Virtlet's payloads (reference/fd-protocol.md, field names as Go marshals them).
+// JSON codecs for Virtlet's payloads (docs/protocol.md, field names as Go marshals them).
 // Decoders check everything and report every problem at once, each with its path and the bad value.
 // Unknown fields are ignored, as Go's encoding/json does. MACs are accepted as base64 or colon-hex and
 // normalised: HardwareAddr / mac become Go base64, and NetIf gets our extra colon-hex `mac`.

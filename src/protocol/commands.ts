@@ -1,4 +1,4 @@
-// The fd-server protocol's constants (reference/fd-protocol.md; Virtlet pkg/tapmanager/fdserver.go).
+// The fd-server protocol's constants (docs/protocol.md; Virtlet pkg/tapmanager/fdserver.go).
 
 /** Request command codes. 0..3 are Virtlet's and never change meaning; ours start at 4. */
 export const Command = { Add: 0, Release: 1, Get: 2, Recover: 3, List: 4 } as const;

@@ -1,4 +1,4 @@
-// Request framing for the server side and response framing (reference/fd-protocol.md).
+// Request framing for the server side and response framing (docs/protocol.md).
 // Pure: bytes in, requests out. The socket loop lives in src/tapmanager/.
 import { ErrorCode, VmpodError } from '../errors.js';
 import {

@@ -1,4 +1,4 @@
-// The 77-byte fd-protocol header (reference/fd-protocol.md). Go writes the struct with
+// The 77-byte fd-protocol header (docs/protocol.md). Go writes the struct with
 // binary.Write(BigEndian), which packs the fields with no padding:
 //   0 magic u32 | 4 command u8 | 5 dataSize u32 | 9 oobSize u32 | 13 key [64]byte
 import { ErrorCode, VmpodError } from '../errors.js';

@@ -1,4 +1,4 @@
-// Virtlet's JSON payloads, field names exactly as Virtlet's Go code marshals them (reference/fd-protocol.md).
+// Virtlet's JSON payloads, field names exactly as Virtlet's Go code marshals them (docs/protocol.md).
 import type { CniDns } from '../cni/types.js';
 
 /** Virtlet's PodNetworkDesc. Note the upper-case "DNS" key. */

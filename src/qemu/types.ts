@@ -42,7 +42,7 @@ export const IdPrefix = {
   RootPort: 'vmpodrp',
 } as const;
 
-/** pod-network.md: queues = vCPUs, at most 256. */
+/** Multiqueue taps: queues = vCPUs, at most 256 (the kernel's MAX_TAP_QUEUES). */
 export const MAX_QUEUES = 256;
 
 /** virtio-net's host_mtu range (qemu hw/net/virtio-net.c: ETH_MIN_MTU 68 .. 65535). */

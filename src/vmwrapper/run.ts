@@ -1,5 +1,5 @@
 // vmwrapper: what libvirt runs as the domain's <emulator>. Decides what to exec; the bin file only execs it.
-// Kept free of execa and pino (it runs on every VM start: node-runtime-facts.md, start-up cost).
+// Kept free of execa and pino (it runs on every VM start: docs/performance.md, vmwrapper-start).
 import { FdClient } from '../client/fdclient.js';
 import { base64ToMac } from '../protocol/mac.js';
 import { InterfaceType } from '../protocol/payloads.js';

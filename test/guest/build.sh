@@ -14,7 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out=${1:-$repo/.cache/guest}
 
-# Order from each .ko's `modinfo -F depends` (reference/e2e-facts.md); insmod does not resolve dependencies.
+# Order from each .ko's `modinfo -F depends` (docs/operations.md); insmod does not resolve dependencies.
 modules=(virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio virtio_pci failover net_failover virtio_net)
 
 die() { echo "build.sh: $*" >&2; exit 1; }

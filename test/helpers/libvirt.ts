@@ -1,4 +1,4 @@
-// A libvirtd for e2e tests on a machine without systemd (reference/e2e-facts.md): accounts, qemu.conf, virtlogd and
+// A libvirtd for e2e tests on a machine without systemd (docs/operations.md): accounts, qemu.conf, virtlogd and
 // libvirtd started by hand, shared by every test process through a small state directory, and stopped (with
 // qemu.conf restored) by the last user. Daemons this harness did not start are used but never stopped.
 import { constants as fsConstants, readFileSync } from 'node:fs';

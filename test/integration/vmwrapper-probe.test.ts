@@ -8,7 +8,7 @@ import { runVmwrapper, STUB_EMULATOR, ambientFds } from '../helpers/vmwrapper.js
 const dir = mkdtempSync(join(tmpdir(), 'vmpod-probe-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-// exactly libvirt's probe (e2e-facts.md)
+// exactly libvirt's probe (docs/decisions.md)
 const probeArgs = [
   '-S', '-no-user-config', '-nodefaults', '-nographic', '-machine', 'none,accel=kvm:tcg',
   '-qmp', 'unix:/var/lib/libvirt/qemu/qmp-x/qmp.monitor,server=on,wait=off',

@@ -14,12 +14,12 @@ import { errOf } from '../helpers/errors.js';
 
 const b = (s: string) => Buffer.from(s, 'utf8');
 
-// reference/fd-protocol.md, "Example"
+// docs/protocol.md, "Example"
 const EXAMPLE_CSN =
   '{"Result":{"interfaces":[{"name":"eth0","mac":"42:a4:a6:22:80:2e","sandbox":"/var/run/netns/ID"}],"ips":[{"version":"4","address":"10.1.90.5/24","gateway":"10.1.90.1"}],"routes":[{"dst":"0.0.0.0/0","gw":"10.1.90.1"}],"dns":{}},"NsPath":"/var/run/netns/ID","Interfaces":[{"Type":0,"Name":"eth0","HardwareAddr":"QqSmIoAu","PCIAddress":"","MTU":1500,"VlanID":0}]}';
 const EXAMPLE_INFO = '[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":""}]';
 
-describe('the fd-protocol.md example', () => {
+describe('the protocol doc example', () => {
   it('round-trips the ContainerSideNetwork byte for byte', () => {
     const csn = decodeCsn(b(EXAMPLE_CSN));
     expect(csn.Interfaces[0]).toEqual({ Type: 0, Name: 'eth0', HardwareAddr: 'QqSmIoAu', PCIAddress: '', MTU: 1500, VlanID: 0, mac: '42:a4:a6:22:80:2e' });
