@@ -93,8 +93,6 @@ export function decodeClasslessRoutes(b: Buffer): Route4[] {
 
 // ---- RFC 3397 / RFC 1035: domain search (option 119) ----
 
-export { domainNameProblems } from '../net/dns.js';
-
 /**
  * RFC 3397 section 2: the search list is a sequence of RFC 1035 names, each a sequence of <length><label>
  * terminated by a zero byte, or ending in a compression pointer (two bytes, top bits 11, offset from the start

@@ -365,9 +365,12 @@ describe('DHCP server with busybox udhcpc', () => {
       '192.168.77.9', '26', 'vm-pod-2', '1400', 'example.test', '192.168.77.53',
     ]);
     expect(e2.staticroutes.trim()).toBe('169.254.254.2/32 0.0.0.0 0.0.0.0/0 192.168.77.1');
-    // each server saw only its own client
-    expect(s1.stats).toMatchObject({ offers: 1, acks: 1, ignored: 0 });
-    expect(s2.stats).toMatchObject({ offers: 1, acks: 1, ignored: 0 });
+    // each server saw only its own client (udhcpc sends a second DISCOVER when an OFFER is slow, as on a loaded
+    // machine, and each DISCOVER is answered: at least one OFFER each, one ACK each, nothing from the other bridge)
+    for (const s of [s1, s2]) {
+      expect(s.stats).toMatchObject({ acks: 1, ignored: 0 });
+      expect(s.stats.offers).toBeGreaterThanOrEqual(1);
+    }
   });
 
   it('overflows a reply longer than 576 bytes into file and sname (option 52), which udhcpc reads', async () => {

@@ -5,13 +5,13 @@ import {
   buildOptions,
   decodeClasslessRoutes,
   decodeDomainSearch,
-  domainNameProblems,
   encodeClasslessRoutes,
   encodeDomainSearch,
   orderByRequest,
   planRoutes,
   sortRoutes,
 } from '../../src/dhcp/options.js';
+import { domainNameProblems } from '../../src/net/dns.js';
 import { parseCidr } from '../../src/net/ip.js';
 import { thrownError as thrown } from '../helpers/errors.js';
 
