@@ -7,6 +7,8 @@ import { decodeCsn } from '../protocol/codec.js';
 import { base64ToMac } from '../protocol/mac.js';
 import type { PodNetworkDesc } from '../protocol/payloads.js';
 import { errorChain } from '../errors.js';
+import { podTable } from '../client/podtable.js';
+import type { PodSummary, StatusReport } from '../protocol/status.js';
 
 const USAGE = `Usage: tapctl [--socket PATH] [--timeout MS] COMMAND ...
 
@@ -19,12 +21,14 @@ Commands:
   release KEY             tears the pod network down
   recover KEY --csn FILE [--pod-name NAME] [--pod-namespace NS] [--pod-id ID] [--running]
                           re-attaches to an existing pod network (FILE: ContainerSideNetwork JSON, - for stdin)
-  list                    prints every pod network tapmanager holds
-  status                  says whether tapmanager answers, and how many pods it holds
+  list [--json]           a table of every pod network tapmanager holds (key, pod, namespace, IPs, MAC, state,
+                          age, last DHCP lease); --json prints the full JSON array for scripts
+  status [--ready]        says whether tapmanager answers and is ready (JSON); --ready prints one line and
+                          exits 0 only when tapmanager has restored its pods and serves (an exec probe)
 
 Options:
   --socket PATH           tapmanager's socket (default $VIRTLET_FD_SERVER_SOCKET_PATH or /var/lib/virtlet/tapfdserver.sock)
-  --timeout MS            give up on a reply after MS milliseconds (default 120000)
+  --timeout MS            give up on a reply after MS milliseconds (default 120000; 5000 for status --ready)
   --help                  show this text`;
 
 class UsageError extends Error {}
@@ -36,7 +40,7 @@ interface Parsed {
 }
 
 const VALUE_OPTS = new Set(['--socket', '--timeout', '--pod-name', '--pod-namespace', '--pod-id', '--dns', '--csn']);
-const BOOL_OPTS = new Set(['--exec', '--running', '--help']);
+const BOOL_OPTS = new Set(['--exec', '--running', '--help', '--json', '--ready']);
 
 export function parseArgs(argv: string[]): Parsed {
   const positional: string[] = [];
@@ -128,7 +132,8 @@ function main(argv: string[]): number {
     return 0;
   }
   const socket = str(p, '--socket') ?? (process.env.VIRTLET_FD_SERVER_SOCKET_PATH || '/var/lib/virtlet/tapfdserver.sock');
-  const timeout = Number(str(p, '--timeout') ?? 120000);
+  // a probe must answer within its own timeout: status --ready gives up after 5 s unless told otherwise
+  const timeout = Number(str(p, '--timeout') ?? (p.opts.has('--ready') ? 5000 : 120000));
   const out = (v: unknown) => process.stdout.write(`${JSON.stringify(v, null, 2)}\n`);
   try {
     if (!Number.isInteger(timeout) || timeout <= 0) throw new UsageError(`--timeout ${JSON.stringify(str(p, '--timeout'))} is not a positive integer`);
@@ -165,15 +170,33 @@ function main(argv: string[]): number {
         client.recover(key, { podNetworkDesc: desc(p, key, false), csn, HaveRunningContainers: p.opts.has('--running') });
         return 0;
       }
-      case 'list':
+      case 'list': {
         if (p.positional.length !== 1) throw new UsageError('list takes no arguments');
-        out(client.list());
+        const pods = client.list() as PodSummary[];
+        if (p.opts.has('--json')) out(pods);
+        else process.stdout.write(`${podTable(pods)}\n`);
         return 0;
+      }
       case 'status': {
         if (p.positional.length !== 1) throw new UsageError('status takes no arguments');
-        const pods = client.list() as unknown[];
-        out({ socket, answering: true, pods: pods.length });
-        return 0;
+        if (!p.opts.has('--ready')) {
+          out({ socket, answering: true, ...client.status() });
+          return 0;
+        }
+        // an exec probe: one line, exit 0 only when ready
+        let st: StatusReport;
+        try {
+          st = client.status();
+        } catch (e) {
+          process.stdout.write(`not ready: tapmanager does not answer on ${socket}: ${errorChain(e).replace(/\s*\n\s*/g, ' ')}\n`);
+          return 1;
+        }
+        if (st.ready) {
+          process.stdout.write(`ready: ${st.pods} pod networks, up ${st.uptimeSeconds}s\n`);
+          return 0;
+        }
+        process.stdout.write(`not ready: ${st.reasons.join('; ')}\n`);
+        return 1;
       }
       case undefined:
         throw new UsageError('no command given');

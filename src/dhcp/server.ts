@@ -213,12 +213,20 @@ export interface DhcpServerOptions {
   clientPort?: number;
   /** default: the native addon */
   io?: DhcpSocketIo;
+  /** told of each datagram: received (its message type, or "malformed"/"ignored") and sent (offer, ack, nak) */
+  onPacket?: (direction: 'received' | 'sent', type: string) => void;
+  /** told when an ACK grants the lease (an answered REQUEST) */
+  onLease?: () => void;
 }
 
 export class DhcpServer {
   readonly stats: DhcpStats = { offers: 0, acks: 0, naks: 0, dropped: 0, ignored: 0 };
   readonly lease: DhcpLease;
+  /** when an ACK last granted the lease (a REQUEST answered), undefined until then */
+  lastLeaseAt: Date | undefined;
   private fd: number;
+  private readonly onPacket: (direction: 'received' | 'sent', type: string) => void;
+  private readonly onLease: () => void;
   private poller: Poller | undefined;
   private readonly io: DhcpSocketIo;
   private readonly log: Logger;
@@ -239,6 +247,8 @@ export class DhcpServer {
     this.lease = opts.lease;
     this.ctx = { lease: opts.lease, built };
     this.clientPort = opts.clientPort ?? DHCP_CLIENT_PORT;
+    this.onPacket = opts.onPacket ?? (() => {});
+    this.onLease = opts.onLease ?? (() => {});
     this.log = opts.log.child({ component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
     const port = opts.port ?? DHCP_SERVER_PORT;
     this.fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
@@ -309,6 +319,7 @@ export class DhcpServer {
       decision = { kind: 'drop', why: `internal: ${errorChain(e)}` };
     }
     const from = `${d.address}:${d.port}`;
+    this.onPacket('received', decision.kind === 'drop' ? 'malformed' : decision.kind === 'ignore' ? 'ignored' : decision.request.toLowerCase());
     switch (decision.kind) {
       case 'drop':
         this.stats.dropped++;
@@ -332,6 +343,11 @@ export class DhcpServer {
         if (decision.type === MessageType.Offer) this.stats.offers++;
         else if (decision.type === MessageType.Ack) this.stats.acks++;
         else this.stats.naks++;
+        this.onPacket('sent', messageTypeName(decision.type).toLowerCase());
+        if (decision.type === MessageType.Ack && decision.request === 'REQUEST') {
+          this.lastLeaseAt = new Date();
+          this.onLease();
+        }
         const line = { from, request: decision.request, state: decision.state, ip: this.lease.ip, why: decision.why };
         if (decision.type === MessageType.Nak) this.log.warn(line, 'dhcp: NAK');
         else this.log.info(line, `dhcp: ${messageTypeName(decision.type)}`);

@@ -306,6 +306,14 @@ export class PodNetwork {
     return { restored, rolledBack };
   }
 
+  /** Every state record with its phase, for list and the pods-by-state metric; an unreadable one is "corrupt". */
+  records(): { key: string; phase: string; rec?: PodRecord }[] {
+    return this.store.keys().map((key) => {
+      const { rec, corrupt } = this.readRecord(key);
+      return rec ? { key, phase: rec.phase, rec } : { key, phase: corrupt ? 'corrupt' : 'missing' };
+    });
+  }
+
   /** Keys with a record or in memory, sorted. */
   keys(): string[] {
     return [...new Set([...this.store.keys(), ...this.states.keys()])].sort();

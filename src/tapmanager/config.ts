@@ -16,6 +16,8 @@ export interface TapmanagerConfig {
   cniTimeoutMs: number;
   enableSriov: boolean;
   sysfsRoot: string;
+  /** the optional HTTP listener (/healthz, /readyz, /metrics); absent = off */
+  httpListen?: { host: string; port: number };
   help: boolean;
 }
 
@@ -99,6 +101,13 @@ export const FLAGS = {
     kind: 'string',
     help: 'where sysfs is read (tests point it at a fake tree)',
   },
+  httpListen: {
+    flag: '--http-listen',
+    env: 'VMPOD_HTTP_LISTEN',
+    def: '',
+    kind: 'string',
+    help: 'ADDR:PORT for /healthz, /readyz and /metrics over HTTP (e.g. 127.0.0.1:9731); off when empty',
+  },
 } as const satisfies Record<string, FlagSpec>;
 
 type Key = keyof typeof FLAGS;
@@ -107,6 +116,15 @@ function parseBool(v: string): boolean | undefined {
   if (/^(1|true|yes|on)$/i.test(v)) return true;
   if (/^(0|false|no|off|)$/i.test(v)) return false;
   return undefined;
+}
+
+/** --http-listen: "ADDR:PORT" or "[v6]:PORT" to host and port (pure); undefined when malformed. */
+export function parseListen(s: string): { host: string; port: number } | undefined {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:[\]]+)):(\d{1,5})$/.exec(s);
+  if (!m) return undefined;
+  const port = Number(m[3]);
+  if (port > 65535) return undefined;
+  return { host: (m[1] ?? m[2])!, port };
 }
 
 export type ParseResult = { ok: true; config: TapmanagerConfig } | { ok: false; errors: string[] };
@@ -162,6 +180,9 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   if (binDirs.length === 0 || binDirs.some((d) => !d.startsWith('/'))) {
     errors.push(`--cni-bin-dir ${JSON.stringify(get('cniBinDirs'))} must be absolute paths separated by ':'`);
   }
+  const httpRaw = get('httpListen');
+  const http = httpRaw === '' ? undefined : parseListen(httpRaw);
+  if (httpRaw !== '' && !http) errors.push(`--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9731 or [::1]:9731)`);
   if (errors.length > 0) return { ok: false, errors };
   const group = get('socketGroup');
   return {
@@ -177,6 +198,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       cniTimeoutMs: timeout,
       enableSriov: sriov!,
       sysfsRoot: get('sysfsRoot'),
+      ...(http ? { httpListen: http } : {}),
       help,
     },
   };

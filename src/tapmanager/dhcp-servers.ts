@@ -1,5 +1,5 @@
 // One DHCP server per tap interface of each pod, started before add replies and stopped on release.
-import { DhcpServer, leaseFromCni } from '../dhcp/index.js';
+import { DhcpServer, leaseFromCni, type DhcpServerOptions } from '../dhcp/index.js';
 import { fromV031 } from '../cni/result.js';
 import type { PodNetworkState } from '../podnet/index.js';
 import type { Logger } from '../log.js';
@@ -8,7 +8,11 @@ import { VmpodError, ErrorCode } from '../errors.js';
 export class DhcpServers {
   private readonly byKey = new Map<string, DhcpServer[]>();
 
-  constructor(private readonly log: Logger) {}
+  constructor(
+    private readonly log: Logger,
+    /** metrics hooks, passed to every server */
+    private readonly hooks: Pick<DhcpServerOptions, 'onPacket' | 'onLease'> = {},
+  ) {}
 
   /** Starts (or restarts) the servers of a pod; on a failure stops the ones already started and throws. */
   start(st: PodNetworkState): void {
@@ -34,6 +38,7 @@ export class DhcpServers {
             serverIp: iface.bridgeIp,
             lease,
             log: this.log.child({ key: st.key, bridge: iface.bridgeName }),
+            ...this.hooks,
           }),
         );
       }
@@ -47,6 +52,13 @@ export class DhcpServers {
   stop(key: string): void {
     for (const s of this.byKey.get(key) ?? []) s.stop();
     this.byKey.delete(key);
+  }
+
+  /** The latest lease granted on any interface of the pod, undefined when none since this process started. */
+  lastLease(key: string): Date | undefined {
+    let last: Date | undefined;
+    for (const s of this.byKey.get(key) ?? []) if (s.lastLeaseAt && (!last || s.lastLeaseAt > last)) last = s.lastLeaseAt;
+    return last;
   }
 
   running(key: string): boolean {

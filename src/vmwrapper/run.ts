@@ -6,7 +6,9 @@ import { InterfaceType } from '../protocol/payloads.js';
 import { buildQemuArgv, type TapNet, type VfioDev } from '../qemu/index.js';
 import { Sysfs, sysfsRoot, collectPluginDevices } from '../devices/index.js';
 import { inheritableFds, fdsNamedInArgv, isOpenFd } from './fds.js';
-import { applyCpuset } from './cpuset.js';
+import { readFileSync } from 'node:fs';
+import { applyCpuset, parseCpuset } from './cpuset.js';
+import { planCgroupMove, applyCgroupMove, removeStaleLeaves, leafName } from './cgroup.js';
 
 export const DEFAULTS = {
   emulator: '/usr/bin/qemu-system-x86_64',
@@ -68,6 +70,21 @@ export function planExec(args: string[], env: Env): ExecPlan {
   const seen = new Set(vfio.map((d) => d.address));
   for (const d of fromPlugins) if (!seen.has(d.address)) vfio.push(d);
 
+  // leave libvirt's cgroups first (planned and validated before anything changes), so the cpuset below is the VM's own
+  let cgroup: string | undefined;
+  if (env.VMPOD_VM_CGROUP) {
+    if (env.VIRTLET_CPUSETS) parseCpuset(env.VIRTLET_CPUSETS);
+    const plan = planCgroupMove({
+      target: env.VMPOD_VM_CGROUP,
+      leaf: leafName(args, process.pid),
+      procCgroup: readFileSync('/proc/self/cgroup', 'utf8'),
+      mountinfo: readFileSync('/proc/self/mountinfo', 'utf8'),
+      cpuset: Boolean(env.VIRTLET_CPUSETS),
+    });
+    applyCgroupMove(plan, process.pid);
+    removeStaleLeaves(plan);
+    cgroup = plan.path;
+  }
   let cpuset: string | undefined;
   if (env.VIRTLET_CPUSETS) cpuset = applyCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot });
 
@@ -83,6 +100,7 @@ export function planExec(args: string[], env: Env): ExecPlan {
       key,
       taps: taps.map((t) => ({ fd: t.fds[0], mac: t.mac })),
       vfio: vfio.map((d) => `${d.address} (${d.source})`),
+      ...(cgroup ? { cgroup } : {}),
       ...(cpuset ? { cpusetFile: cpuset } : {}),
     },
   };
