@@ -86,8 +86,8 @@ function request(type: number, opts: { mac?: string; ciaddr?: string; options?: 
 
 const ip = (s: string) => Buffer.from(s.split('.').map(Number));
 
-function start(io = new FakeIo()) {
-  const server = DhcpServer.start({ nsPath: '/var/run/netns/p', bridge: 'br0', serverIp: SERVER, lease, log: silentLogger(), io });
+function start(io = new FakeIo(), hooks: { onPacket?: (d: 'received' | 'sent', t: string) => void; onLease?: () => void } = {}) {
+  const server = DhcpServer.start({ nsPath: '/var/run/netns/p', bridge: 'br0', serverIp: SERVER, lease, log: silentLogger(), io, ...hooks });
   return { io, server };
 }
 
@@ -153,6 +153,31 @@ describe('DhcpServer (recording fake socket)', () => {
     }
     expect(getOption(replies[1], Opt.Message)!.toString()).toMatch(/192\.168\.1\.9 is not leased/);
     expect(server.stats).toMatchObject({ naks: 4, acks: 0, ignored: 1 });
+    server.stop();
+  });
+
+  it('tells its hooks each packet by direction and type, and each lease granted; remembers the last lease', () => {
+    const packets: string[] = [];
+    let leases = 0;
+    const { io, server } = start(new FakeIo(), { onPacket: (d, t) => packets.push(`${d} ${t}`), onLease: () => void leases++ });
+    expect(server.lastLeaseAt).toBeUndefined();
+    io.deliver(request(MessageType.Discover));
+    expect(server.lastLeaseAt).toBeUndefined();
+    io.deliver(
+      request(MessageType.Request, { options: [{ code: Opt.ServerId, data: ip(SERVER) }, { code: Opt.RequestedIp, data: ip('10.1.90.5') }] }),
+      request(MessageType.Inform, { ciaddr: '10.1.90.5' }),
+      request(MessageType.Request, { ciaddr: '10.1.90.77' }),
+      Buffer.from('garbage'),
+    );
+    expect(packets).toEqual([
+      'received discover', 'sent offer',
+      'received request', 'sent ack',
+      'received inform', 'sent ack',
+      'received request', 'sent nak',
+      'received malformed',
+    ]);
+    expect(leases).toBe(1); // the ACK to INFORM and the NAK grant nothing
+    expect(Date.now() - server.lastLeaseAt!.getTime()).toBeLessThan(60_000);
     server.stop();
   });
 

@@ -50,7 +50,8 @@ describe('commands', () => {
     expect(commandName(0xff)).toBe('error');
     expect(commandName(5)).toBe('status');
     expect(commandName(6)).toBe('unknown(0x06)');
-    expect(commandName(0x85)).toBe('unknown(0x85)');
+    expect(commandName(0x85)).toBe('status-response');
+    expect(commandName(0x86)).toBe('unknown(0x86)');
     expect(commandFromName('recover')).toBe(3);
     expect(commandFromName('nope')).toBeUndefined();
     expect([0, 4, 5, 6, -1, 0x80].map(isCommand)).toEqual([true, true, true, false, false, false]);
