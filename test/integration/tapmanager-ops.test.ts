@@ -91,7 +91,7 @@ describe('probes, metrics and list on a running tapmanager', () => {
     } finally {
       await stopDaemonAndNet(d, net, { ifAlive: true, podKey: key });
     }
-  });
+  }, 240_000);
 });
 
 describe('systemd notify', () => {
