@@ -166,7 +166,7 @@ describe('bad input at start-up', () => {
         [{ '--cni-bin-dir': join(dir, 'no-cni-bin') }, new RegExp(`^tapmanager: CNI plugin dir ${dir}/no-cni-bin does not exist \\(ENOENT\\): mount the host's ${dir}/no-cni-bin \\(read-only\\)`)],
         [{ '--state-dir': join(notDir, 'state') }, new RegExp(`^tapmanager: state dir ${notDir}/state cannot be created \\(ENOTDIR\\): .*--state-dir / VMPOD_STATE_DIR`)],
         // root writes anywhere a mode allows; /proc is a place even root cannot create a file in
-        [{ '--state-dir': '/proc/self' }, /^tapmanager: state dir \/proc\/self is not writable \(ENOENT|EACCES\): make it writable/],
+        [{ '--state-dir': '/proc/self' }, /^tapmanager: state dir \/proc\/self is not writable \((ENOENT|EACCES)\): make it writable/],
         [{ '--http-listen': `127.0.0.1:${port}` }, new RegExp(`^tapmanager: HTTP listen 127\\.0\\.0\\.1:${port}: EADDRINUSE: another process holds this port: stop it or choose another port \\(--http-listen / VMPOD_HTTP_LISTEN\\)$`)],
       ];
       for (const [over, want] of cases) {
