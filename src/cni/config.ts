@@ -4,6 +4,7 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ErrorCode, VmpodError } from '../errors.js';
+import { isObj, type Obj } from '../guards.js';
 import { CniError } from './errors.js';
 import { CNI_VERSIONS, compareVersions, isCniVersion } from './result.js';
 import { CniErrorCode } from './types.js';
@@ -44,8 +45,6 @@ export const CONF_EXTENSIONS = ['.conf', '.conflist', '.json'] as const;
 
 // ---- loading ---------------------------------------------------------------------------------------
 
-type Obj = Record<string, unknown>;
-const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** libcni utils cniValidNameChars: container ids and network names become file names (the result cache). */
 const VALID_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;

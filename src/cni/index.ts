@@ -28,10 +28,8 @@ export {
   compareVersions,
   convertResult,
   CURRENT_CNI_VERSION,
-  fromV031,
   isCniVersion,
   normalizeResult,
-  toV031,
   type CniVersion,
 } from './result.js';
 export { buildCacheRecord, CACHE_KIND, cacheFilePath, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';

@@ -7,7 +7,8 @@
 //   1.0.0         as 0.4.0 without ips[].version
 //   1.1.0         1.0.0 plus interfaces[].mtu/socketPath/pciID and routes[].mtu/advmss/priority/table/scope
 import { isIP } from 'node:net';
-import type { CniResultV031 } from '../protocol/payloads.js';
+import { isObj, type Obj } from '../guards.js';
+import { isCidr, isIp } from '../net/ip.js';
 import { CniError } from './errors.js';
 import { CniErrorCode, type CniDns, type CniInterface, type CniIpConfig, type CniResult, type CniRoute } from './types.js';
 
@@ -42,18 +43,6 @@ function incompatible(version: unknown, what: string): CniError {
 
 // ---- reading ---------------------------------------------------------------------------------------
 
-type Obj = Record<string, unknown>;
-const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
-
-function isCidr(s: unknown): s is string {
-  if (typeof s !== 'string') return false;
-  const slash = s.indexOf('/');
-  if (slash < 0) return false;
-  const fam = isIP(s.slice(0, slash));
-  const bits = s.slice(slash + 1);
-  if (fam === 0 || !/^\d{1,3}$/.test(bits)) return false;
-  return Number(bits) <= (fam === 4 ? 32 : 128);
-}
 
 /** Collects every problem of one result, so the error names them all at once. */
 class Reader {
@@ -125,7 +114,7 @@ class Reader {
     if (!isObj(v)) return void this.bad(path, v, 'an object');
     const address = this.optString(v, 'address', `${path}.`, isCidr, 'an address in CIDR form');
     if (v.address === undefined || v.address === null || v.address === '') this.problems.push(`${path}.address is missing`);
-    const gateway = this.optString(v, 'gateway', `${path}.`, (s) => isIP(s) !== 0, 'an IP address');
+    const gateway = this.optString(v, 'gateway', `${path}.`, isIp, 'an IP address');
     const iface = this.optInt(v, 'interface', `${path}.`);
     if (address === undefined) return undefined;
     const out: CniIpConfig = { address };
@@ -139,7 +128,7 @@ class Reader {
     const dst = this.optString(v, 'dst', `${path}.`, isCidr, 'a destination in CIDR form');
     if (v.dst === undefined || v.dst === null || v.dst === '') this.problems.push(`${path}.dst is missing`);
     const out: CniRoute = { dst: dst ?? '' };
-    const gw = this.optString(v, 'gw', `${path}.`, (s) => isIP(s) !== 0, 'an IP address');
+    const gw = this.optString(v, 'gw', `${path}.`, isIp, 'an IP address');
     if (gw !== undefined) out.gw = gw;
     for (const k of ['mtu', 'advmss', 'priority', 'table', 'scope'] as const) {
       const n = this.optInt(v, k, `${path}.`);
@@ -189,7 +178,7 @@ function read02x(r: Reader, o: Obj): Pick<CniResult, 'interfaces' | 'ips' | 'rou
     }
     const ip = r.optString(v, 'ip', `${fam}.`, isCidr, 'an address in CIDR form');
     if (v.ip === undefined || v.ip === null || v.ip === '') r.problems.push(`${fam}.ip is missing`);
-    const gateway = r.optString(v, 'gateway', `${fam}.`, (s) => isIP(s) !== 0, 'an IP address');
+    const gateway = r.optString(v, 'gateway', `${fam}.`, isIp, 'an IP address');
     if (ip !== undefined) ips.push(gateway === undefined ? { address: ip } : { address: ip, gateway });
     routes.push(...collect(r.array(v, 'routes', `${fam}.`), `${fam}.routes`, (x, p) => r.route(x, p)));
   }
@@ -245,9 +234,10 @@ export function normalizeResult(json: unknown, defaultVersion?: string): CniResu
 
 // ---- writing ---------------------------------------------------------------------------------------
 
-const family = (cidrOrIp: string): '4' | '6' => (isIP(cidrOrIp.split('/')[0] ?? '') === 6 ? '6' : '4');
+/** The address family of an address or CIDR, as 0.3.x results write it in ips[].version. */
+export const family = (cidrOrIp: string): '4' | '6' => (isIP(cidrOrIp.split('/')[0] ?? '') === 6 ? '6' : '4');
 
-function copyDns(d: CniDns): CniDns {
+export function copyDns(d: CniDns): CniDns {
   const out: CniDns = {};
   if (d.nameservers !== undefined && d.nameservers.length > 0) out.nameservers = [...d.nameservers];
   if (d.domain !== undefined && d.domain !== '') out.domain = d.domain;
@@ -256,14 +246,14 @@ function copyDns(d: CniDns): CniDns {
   return out;
 }
 
-function basicInterface(i: CniInterface): { name: string; mac?: string; sandbox?: string } {
+export function basicInterface(i: CniInterface): { name: string; mac?: string; sandbox?: string } {
   const out: { name: string; mac?: string; sandbox?: string } = { name: i.name };
   if (i.mac !== undefined) out.mac = i.mac;
   if (i.sandbox !== undefined) out.sandbox = i.sandbox;
   return out;
 }
 
-function basicRoute(rt: CniRoute): { dst: string; gw?: string } {
+export function basicRoute(rt: CniRoute): { dst: string; gw?: string } {
   return rt.gw === undefined ? { dst: rt.dst } : { dst: rt.dst, gw: rt.gw };
 }
 
@@ -362,35 +352,4 @@ export function convertResult(r: CniResult, toVersion: string): unknown {
       throw incompatible(never, 'target');
     }
   }
-}
-
-/**
- * Virtlet's wire shape (its vendored CNI 0.5 types.current.Result): cniVersion "0.3.1", ips[].version
- * present, and "interface" an int with omitempty, so index 0 is not written. Empty lists are omitted
- * (Go omitempty on slices); dns is a struct and always present.
- */
-export function toV031(r: CniResult): CniResultV031 {
-  const out: CniResultV031 = { cniVersion: '0.3.1' };
-  if (r.interfaces.length > 0) out.interfaces = r.interfaces.map(basicInterface);
-  if (r.ips.length > 0) {
-    out.ips = r.ips.map((ip) => {
-      const o: NonNullable<CniResultV031['ips']>[number] = { version: family(ip.address), address: ip.address };
-      if (ip.interface !== undefined && ip.interface !== 0) o.interface = ip.interface;
-      if (ip.gateway !== undefined) o.gateway = ip.gateway;
-      return o;
-    });
-  }
-  if (r.routes.length > 0) out.routes = r.routes.map(basicRoute);
-  out.dns = copyDns(r.dns);
-  return out;
-}
-
-/**
- * Back from Virtlet's shape. A missing "interface" means index 0 there (Go int, omitempty), so it becomes
- * 0 when the result lists interfaces, and stays absent when it lists none.
- */
-export function fromV031(r: CniResultV031): CniResult {
-  const n = normalizeResult(r, '0.3.1');
-  if (n.interfaces.length > 0) for (const ip of n.ips) ip.interface ??= 0;
-  return n;
 }

@@ -1,8 +1,8 @@
 // The lease one guest NIC receives, computed from the CNI result (pure).
 import type { CniDns, CniResult } from '../cni/types.js';
 import { ErrorCode, VmpodError } from '../errors.js';
-import { inSubnet, parseCidr } from './options.js';
-import { isIpv4, normaliseMac } from './packet.js';
+import { inSubnet4, isCidr4, isIpv4, parseCidr } from '../net/ip.js';
+import { normaliseMac } from './packet.js';
 
 export interface DhcpLease {
   /** the guest NIC's MAC, lower-case colon-hex */
@@ -24,15 +24,6 @@ export interface DhcpLease {
 export const DEFAULT_LEASE_SECONDS = 86400;
 /** Virtlet's fallback when neither the CNI result nor the pod names a DNS server (pkg/dhcp). */
 export const DEFAULT_DNS: readonly string[] = ['8.8.8.8'];
-
-function isCidr4(s: string): boolean {
-  try {
-    parseCidr(s);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /**
  * The lease for CNI interface `ifIndex`:
@@ -79,7 +70,7 @@ export function leaseFromCni(opts: {
   for (const r of result.routes) {
     if (!isCidr4(r.dst) || (r.gw !== undefined && !isIpv4(r.gw))) continue;
     const gw = r.gw ?? gateway;
-    const holder = gw === undefined ? undefined : subnets.find((s) => inSubnet(gw, s.dst, s.prefix))?.owner;
+    const holder = gw === undefined ? undefined : subnets.find((s) => inSubnet4(gw, `${s.dst}/${s.prefix}`))?.owner;
     if ((holder ?? primary) !== ifIndex) continue;
     routes.push(gw === undefined ? { dst: r.dst } : { dst: r.dst, gw });
   }

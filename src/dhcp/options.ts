@@ -3,18 +3,8 @@
 // bytes, an MTU below 68, a non-IPv4 DNS server...) fails with every problem listed before anything starts
 // (KubeVirt's prepareDHCPOptions does the same).
 import { ErrorCode, VmpodError } from '../errors.js';
-import {
-  clientMaxMessage,
-  type DhcpOption,
-  intToIp,
-  ipToBytes,
-  ipToInt,
-  isIpv4,
-  layoutOptions,
-  normaliseMac,
-  Opt,
-  prefixToMask,
-} from './packet.js';
+import { inSubnet4, ipToBytes, isIpv4, parseCidr, prefixToMask } from '../net/ip.js';
+import { clientMaxMessage, type DhcpOption, layoutOptions, normaliseMac, Opt } from './packet.js';
 import type { DhcpLease } from './lease.js';
 
 /** 0xffffffff in option 51 means "infinite" (RFC 2132 section 9.2) */
@@ -47,21 +37,6 @@ export interface BuiltOptions {
 
 /** Options that describe a lease: never in a DHCPACK answering DHCPINFORM (RFC 2131 section 4.3.5). */
 export const LEASE_ONLY_OPTIONS: ReadonlySet<number> = new Set([Opt.LeaseTime, Opt.RenewalTime, Opt.RebindingTime]);
-
-// ---- CIDR ----
-
-/** "10.1.0.0/16" -> { dst, prefix }; host bits are cleared. Throws VmpodError(Config) quoting the value. */
-export function parseCidr(s: string): { dst: string; prefix: number } {
-  const m = /^([0-9.]+)\/(\d{1,2})$/.exec(s);
-  const prefix = m ? Number(m[2]) : NaN;
-  if (!m || !isIpv4(m[1]) || prefix > 32) throw new VmpodError(ErrorCode.Config, `not an IPv4 CIDR: ${JSON.stringify(s)}`);
-  return { dst: intToIp(ipToInt(m[1]) & prefixToMask(prefix)), prefix };
-}
-
-export function inSubnet(ip: string, net: string, prefix: number): boolean {
-  const mask = prefixToMask(prefix);
-  return ((ipToInt(ip) & mask) >>> 0) === ((ipToInt(net) & mask) >>> 0);
-}
 
 // ---- RFC 3442: classless static routes (option 121) ----
 
@@ -280,7 +255,7 @@ export function planRoutes(lease: DhcpLease, serverId: string): { routes: Route4
   const all: Route4[] = [{ dst: serverId, prefix: 32, gw: '0.0.0.0' }];
   const gws = [...given.map((r) => r.gw), ...(router ? [router] : [])];
   for (const gw of gws) {
-    if (gw !== '0.0.0.0' && !inSubnet(gw, subnet.dst, subnet.prefix)) all.push({ dst: gw, prefix: 32, gw: '0.0.0.0' });
+    if (gw !== '0.0.0.0' && !inSubnet4(gw, `${subnet.dst}/${subnet.prefix}`)) all.push({ dst: gw, prefix: 32, gw: '0.0.0.0' });
   }
   all.push(...given);
   const seen = new Set<string>();

@@ -11,6 +11,7 @@
 //    10    2  flags (0x8000 = B)  236    4  magic cookie
 //    12    4  ciaddr              240    -  options (code, len, data...; 0 pad, 255 end)
 import { ErrorCode, VmpodError } from '../errors.js';
+import { bytesToIp, ipToBytes } from '../net/ip.js';
 
 export const BOOTP_HEADER_LEN = 236;
 export const DHCP_MIN_LEN = 240;
@@ -110,39 +111,7 @@ function malformed(why: string): VmpodError {
   return new VmpodError(ErrorCode.Protocol, `malformed DHCP packet: ${why}`, { op: 'dhcp decode' });
 }
 
-// ---- addresses ----
-
-const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
-
-export function isIpv4(s: string): boolean {
-  const m = IPV4.exec(s);
-  return m !== null && m.slice(1).every((o) => Number(o) <= 255 && String(Number(o)) === o);
-}
-
-/** "10.1.2.3" -> 4 bytes; throws VmpodError(Config) quoting the value. */
-export function ipToBytes(s: string): Buffer {
-  if (!isIpv4(s)) throw new VmpodError(ErrorCode.Config, `not an IPv4 address: ${JSON.stringify(s)}`);
-  return Buffer.from(s.split('.').map(Number));
-}
-
-export function bytesToIp(b: Buffer, off = 0): string {
-  return `${b[off]}.${b[off + 1]}.${b[off + 2]}.${b[off + 3]}`;
-}
-
-export function ipToInt(s: string): number {
-  return ipToBytes(s).readUInt32BE(0);
-}
-
-export function intToIp(n: number): string {
-  const b = Buffer.alloc(4);
-  b.writeUInt32BE(n >>> 0, 0);
-  return bytesToIp(b);
-}
-
-/** network mask for a prefix length, as an unsigned 32-bit integer */
-export function prefixToMask(prefix: number): number {
-  return prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
-}
+// ---- addresses: src/net/ip.ts ----
 
 const MAC = /^[0-9a-f]{2}([:-][0-9a-f]{2}){5}$/i;
 

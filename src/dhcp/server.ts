@@ -52,7 +52,6 @@ import {
   encodePacket,
   getOption,
   HTYPE_ETHERNET,
-  ipToBytes,
   MessageType,
   messageType,
   messageTypeName,
@@ -61,6 +60,7 @@ import {
   Opt,
   optionIp,
 } from './packet.js';
+import { ipToBytes } from '../net/ip.js';
 
 export const DHCP_SERVER_PORT = 67;
 export const DHCP_CLIENT_PORT = 68;

@@ -4,7 +4,7 @@ import { openSync } from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { native } from '../native.js';
-import type { PodInterface } from './types.js';
+import type { PodInterface } from '../state/types.js';
 
 /**
  * One fd per interface, in interface order (get's fdIndex). A tap: opened in the pod netns. A VF: /dev/null,

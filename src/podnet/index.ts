@@ -1,7 +1,7 @@
 export { PodNetwork, IP_NETNS_DIR, type PodNetworkOptions, type PodNetworkState } from './podnetwork.js';
 export { resultForRecover } from './recover.js';
-export { BRIDGE_IP, BRIDGE_PREFIX, DEFAULT_IFNAME, bridgeName, tapName, type PodInterface, type Observed, type ObservedLink, type ObservedRoute, type ObservedAddr } from './types.js';
+export { BRIDGE_IP, BRIDGE_PREFIX, DEFAULT_IFNAME, bridgeName, tapName, type Observed, type ObservedLink, type ObservedRoute, type ObservedAddr } from './types.js';
 export { planContainerSide, buildCsn, randomLaaMac, dhcpFilterRules, netnsStep, rpFilterStep, podNetnsSteps, RP_FILTER_OFF, cniAddStep, loUpStep, observedBeforeFromCsn, vfSetupStep, vlanFromConf, SRIOV_DISABLED_HINT, type ContainerSidePlan, type ContainerSidePlanInput } from './plan.js';
-export { completeResult, fixOffSubnetGateways, isIncomplete, inSubnet4, nonKernelRoutes } from './result.js';
+export { completeResult, fixOffSubnetGateways, isIncomplete, nonKernelRoutes } from './result.js';
 export { parseObserved, splitJsonValues } from './observe.js';
 export { NetExec, parseBatchFailures, isAlreadyUndone, batchLine } from './exec.js';

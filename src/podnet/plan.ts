@@ -26,7 +26,8 @@ import { InterfaceType } from '../protocol/payloads.js';
 import { macToBase64, parseMac } from '../protocol/mac.js';
 import { StepName, type Op, type Step } from '../state/record.js';
 import type { VfSetupRecord } from '../devices/vf.js';
-import { BRIDGE_IP, BRIDGE_PREFIX, bridgeName, tapName, type Observed, type ObservedAddr, type ObservedLink, type ObservedRoute, type PodInterface } from './types.js';
+import { BRIDGE_IP, BRIDGE_PREFIX, bridgeName, tapName, type Observed, type ObservedAddr, type ObservedLink, type ObservedRoute } from './types.js';
+import type { PodInterface } from '../state/types.js';
 import { hasSandbox, nonKernelRoutes } from './result.js';
 
 /** Linux IFNAMSIZ is 16 including the NUL. */

@@ -3,7 +3,7 @@
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { ContainerSideNetwork, PodNetworkDesc } from '../protocol/payloads.js';
 import { InterfaceType } from '../protocol/payloads.js';
-import { fromV031 } from '../cni/result.js';
+import { fromV031 } from '../protocol/result.js';
 import type { CniResult } from '../cni/types.js';
 import { Phase, newRecord, type PodRecord } from '../state/record.js';
 import { SRIOV_DISABLED_HINT, cniAddStep, observedBeforeFromCsn, planContainerSide, podNetnsSteps } from './plan.js';

@@ -11,39 +11,9 @@
 // we add the host route `{dst: "<gw>/32"}` without a gateway (on-link: DHCP option 121 with router 0.0.0.0,
 // RFC 3442), before the routes that use it.
 import { ErrorCode, VmpodError } from '../errors.js';
+import { inSubnet4, isIpv4 } from '../net/ip.js';
 import type { CniIpConfig, CniResult, CniRoute } from '../cni/types.js';
 import type { Observed, ObservedLink, ObservedRoute } from './types.js';
-
-export function ipv4ToInt(ip: string): number | undefined {
-  const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(ip);
-  if (!m) return undefined;
-  const o = m.slice(1).map(Number);
-  if (o.some((x) => x > 255)) return undefined;
-  return ((o[0]! << 24) | (o[1]! << 16) | (o[2]! << 8) | o[3]!) >>> 0;
-}
-
-/** "10.1.2.3/24" -> { ip, prefix }; undefined for anything not IPv4 CIDR. */
-export function parseCidr4(cidr: string): { ip: number; prefix: number } | undefined {
-  const [a, p, extra] = cidr.split('/');
-  if (extra !== undefined || a === undefined || p === undefined || !/^\d{1,2}$/.test(p)) return undefined;
-  const ip = ipv4ToInt(a);
-  const prefix = Number(p);
-  if (ip === undefined || prefix > 32) return undefined;
-  return { ip, prefix };
-}
-
-function maskOf(prefix: number): number {
-  return prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
-}
-
-/** Is ip inside the subnet of cidr (address/prefix)? */
-export function inSubnet4(ip: string, cidr: string): boolean {
-  const n = ipv4ToInt(ip);
-  const c = parseCidr4(cidr);
-  if (n === undefined || !c) return false;
-  const m = maskOf(c.prefix);
-  return ((n & m) >>> 0) === ((c.ip & m) >>> 0);
-}
 
 /** iproute2's route dst ("default", "10.1.0.0/16", "169.254.1.1") as a CNI dst ("0.0.0.0/0", .., "169.254.1.1/32"). */
 export function routeDstToCidr(dst: string): string {
@@ -132,7 +102,7 @@ export function fixOffSubnetGateways(r: CniResult): CniResult {
   for (const rt of r.routes) if (rt.gw) gws.add(rt.gw);
   const extra: CniRoute[] = [];
   for (const gw of gws) {
-    if (ipv4ToInt(gw) === undefined) continue;
+    if (!isIpv4(gw)) continue;
     const reachable = r.ips.some((ip) => inSubnet4(gw, ip.address));
     const named = r.routes.some((rt) => !rt.gw && rt.dst !== '0.0.0.0/0' && inSubnet4(gw, rt.dst));
     if (!reachable && !named) extra.push({ dst: `${gw}/32` });

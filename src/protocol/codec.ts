@@ -2,8 +2,9 @@
 // Decoders check everything and report every problem at once, each with its path and the bad value.
 // Unknown fields are ignored, as Go's encoding/json does. MACs are accepted as base64 or colon-hex and
 // normalised: HardwareAddr / mac become Go base64, and NetIf gets our extra colon-hex `mac`.
-import { isIP } from 'node:net';
 import { ErrorCode, VmpodError } from '../errors.js';
+import { isObj, type Obj } from '../guards.js';
+import { isCidr, isIp } from '../net/ip.js';
 import type { CniDns } from '../cni/types.js';
 import { macToBase64, parseMac } from './mac.js';
 import {
@@ -17,7 +18,6 @@ import {
   type RecoverPayload,
 } from './payloads.js';
 
-type Obj = Record<string, unknown>;
 
 /** Collects "path: problem (got value)" lines. */
 class Problems {
@@ -31,10 +31,6 @@ function show(v: unknown): string {
   if (v === undefined) return 'nothing';
   const s = JSON.stringify(v);
   return s.length > 80 ? `${s.slice(0, 77)}...` : s;
-}
-
-function isObj(v: unknown): v is Obj {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 function parseJson(buf: Buffer, what: string): unknown {
@@ -136,14 +132,11 @@ function pciField(o: Obj, f: string, path: string, p: Problems): string {
 }
 
 function checkCidr(s: string, path: string, p: Problems): void {
-  const m = /^([^/]+)\/(\d{1,3})$/.exec(s);
-  const family = m ? isIP(m[1]!) : 0;
-  const max = family === 4 ? 32 : 128;
-  if (!m || family === 0 || Number(m[2]) > max) p.add(path, 'must be an address with prefix length (CIDR)', s);
+  if (!isCidr(s)) p.add(path, 'must be an address with prefix length (CIDR)', s);
 }
 
 function checkIp(s: string | undefined, path: string, p: Problems): void {
-  if (s !== undefined && isIP(s) === 0) p.add(path, 'must be an IP address', s);
+  if (s !== undefined && !isIp(s)) p.add(path, 'must be an IP address', s);
 }
 
 // ---- structures ----

@@ -32,7 +32,7 @@ export interface NetIf {
 
 /**
  * The CNI result as Virtlet carries it: CNI 0.3.1-shaped (ips[].version present, "interface" omitted when 0).
- * Built by src/cni/result.ts toV031().
+ * Built by src/protocol/result.ts toV031().
  */
 export interface CniResultV031 {
   cniVersion?: string;

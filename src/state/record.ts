@@ -2,8 +2,9 @@
 // undo it"). Teardown, failed-ADD rollback and restart recovery read only this record, so they undo exactly
 // what was done, even after a crash halfway through an ADD. Pure: types, the step vocabulary and the parser.
 import { ErrorCode, VmpodError } from '../errors.js';
+import { isObj } from '../guards.js';
 import type { PodNetworkDesc, ContainerSideNetwork, CniResultV031 } from '../protocol/payloads.js';
-import type { PodInterface } from '../podnet/types.js';
+import type { PodInterface } from './types.js';
 
 export const RECORD_KIND = 'vmpodPodV1' as const;
 
@@ -89,10 +90,6 @@ export function newRecord(fields: Pick<PodRecord, 'key' | 'desc' | 'nsPath' | 'p
 const PHASES: readonly string[] = Object.values(Phase);
 const STEP_NAMES: readonly string[] = Object.values(StepName);
 const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'ebtables', 'sysctl', 'cni-add', 'cni-del', 'vf-bind', 'vf-restore-driver', 'vf-link', 'vf-netdev-return'];
-
-function isObj(x: unknown): x is Record<string, unknown> {
-  return typeof x === 'object' && x !== null && !Array.isArray(x);
-}
 
 function opProblems(o: unknown, where: string): string[] {
   if (!isObj(o) || typeof o.op !== 'string' || !OP_NAMES.includes(o.op)) return [`${where}: not an op`];

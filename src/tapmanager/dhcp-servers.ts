@@ -1,6 +1,6 @@
 // One DHCP server per tap interface of each pod, started before add replies and stopped on release.
 import { DhcpServer, leaseFromCni, type DhcpServerOptions } from '../dhcp/index.js';
-import { fromV031 } from '../cni/result.js';
+import { fromV031 } from '../protocol/result.js';
 import type { PodNetworkState } from '../podnet/index.js';
 import type { Logger } from '../log.js';
 import { VmpodError, ErrorCode } from '../errors.js';

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CniError } from '../../src/cni/errors.js';
-import { CNI_VERSIONS, compareVersions, convertResult, fromV031, normalizeResult, toV031 } from '../../src/cni/result.js';
+import { CNI_VERSIONS, compareVersions, convertResult, normalizeResult } from '../../src/cni/result.js';
+import { fromV031, toV031 } from '../../src/protocol/result.js';
 import type { CniResult } from '../../src/cni/types.js';
 
 // One attachment (bridge + host-local, dual stack) as each version writes it.

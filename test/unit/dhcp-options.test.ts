@@ -9,10 +9,10 @@ import {
   encodeClasslessRoutes,
   encodeDomainSearch,
   orderByRequest,
-  parseCidr,
   planRoutes,
   sortRoutes,
 } from '../../src/dhcp/options.js';
+import { parseCidr } from '../../src/net/ip.js';
 import { thrownError as thrown } from '../helpers/errors.js';
 
 const lease: DhcpLease = {

@@ -1,5 +1,6 @@
 import { describe, it, expect } from 'vitest';
-import { completeResult, fixOffSubnetGateways, isIncomplete, inSubnet4, routeDstToCidr } from '../../src/podnet/result.js';
+import { inSubnet4 } from '../../src/net/ip.js';
+import { completeResult, fixOffSubnetGateways, isIncomplete, routeDstToCidr } from '../../src/podnet/result.js';
 import { parseObserved, splitJsonValues } from '../../src/podnet/observe.js';
 import { parseBatchFailures, isAlreadyUndone, batchLine } from '../../src/podnet/exec.js';
 import type { Observed } from '../../src/podnet/types.js';
