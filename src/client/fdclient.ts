@@ -14,7 +14,7 @@ import {
   responseOf,
 } from '../protocol/commands.js';
 import { decodeHeader, encodeHeader, type Header } from '../protocol/header.js';
-import { validateKey } from '../protocol/key.js';
+import { validateKey } from '../identity.js';
 import { decodeCsn, decodeGetInfo, encodeGetFDPayload, encodeRecoverPayload } from '../protocol/codec.js';
 import type { ContainerSideNetwork, GetInfo, PodNetworkDesc, RecoverPayload } from '../protocol/payloads.js';
 import type { StatusReport } from '../protocol/status.js';

@@ -1,6 +1,7 @@
 // Network configuration (CNI spec "Configuration format"; libcni conf.go) and the pure steps that turn a
 // network plus an attachment into what one plugin run receives (libcni api.go buildOneConfig,
 // injectRuntimeConfig, pkg/invoke Args.AsEnv; pkg/utils ValidateContainerID/ValidateInterfaceName).
+import { CNI_VALID_NAME } from '../identity.js';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ErrorCode, VmpodError } from '../errors.js';
@@ -47,7 +48,7 @@ export const CONF_EXTENSIONS = ['.conf', '.conflist', '.json'] as const;
 
 
 /** libcni utils cniValidNameChars: container ids and network names become file names (the result cache). */
-const VALID_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+const VALID_NAME = CNI_VALID_NAME;
 
 function configError(file: string, problem: string, cause?: unknown): VmpodError {
   return new VmpodError(ErrorCode.Config, `CNI config ${file}: ${problem}`, { op: 'load CNI config', ...(cause === undefined ? {} : { cause }) });

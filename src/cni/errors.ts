@@ -3,24 +3,7 @@
 // must not forge log lines or flood an error reply.
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { CniErrorJson } from './types.js';
-
-/** Plugin output kept in an error: about 4 KiB (a CNI error is one JSON line; anything larger is noise). */
-export const MAX_ERROR_OUTPUT = 4096;
-
-/**
- * Escape control characters (C0, DEL, C1) as visible escapes, so that plugin output cannot start a new log
- * line or drive a terminal; cap the result at `max` characters.
- */
-export function escapeOutput(text: string | Uint8Array, max = MAX_ERROR_OUTPUT): string {
-  const s = typeof text === 'string' ? text : Buffer.from(text).toString('utf8');
-  const escaped = s.replace(/[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g, (c) => {
-    if (c === '\n') return '\\n';
-    if (c === '\r') return '\\r';
-    return `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`;
-  });
-  if (escaped.length <= max) return escaped;
-  return `${escaped.slice(0, max)}...[${escaped.length - max} more characters]`;
-}
+import { escapeOutput } from '../escape.js';
 
 /** "[code 7] msg: details", the one rendering of a CNI error. */
 export function formatCniError(e: CniErrorJson): string {

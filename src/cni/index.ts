@@ -33,4 +33,4 @@ export {
   type CniVersion,
 } from './result.js';
 export { buildCacheRecord, CACHE_KIND, cacheFilePath, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';
-export { CniError, CniPluginError, escapeOutput, formatCniError, parseCniErrorJson, pluginFailure, MAX_ERROR_OUTPUT, type PluginFailure } from './errors.js';
+export { CniError, CniPluginError, formatCniError, parseCniErrorJson, pluginFailure, type PluginFailure } from './errors.js';

@@ -7,7 +7,7 @@ import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
 import type { Logger } from '../log.js';
-import { validateKey } from '../protocol/key.js';
+import { validateKey } from '../identity.js';
 import type { PodNetworkDesc, ContainerSideNetwork, RecoverPayload } from '../protocol/payloads.js';
 import type { CniClient, NetworkConfigList, RuntimeConf } from '../cni/index.js';
 import { Sysfs } from '../devices/sysfs.js';

@@ -5,6 +5,8 @@
 import { ErrorCode, VmpodError } from '../errors.js';
 import { isObj, type Obj } from '../guards.js';
 import { isCidr, isIp } from '../net/ip.js';
+import { podDescProblems } from '../identity.js';
+import { domainNameProblems } from '../net/dns.js';
 import type { CniDns } from '../cni/types.js';
 import { macToBase64, parseMac } from './mac.js';
 import {
@@ -152,6 +154,9 @@ function dns(v: unknown, path: string, p: Problems): CniDns {
   const domain = optStr(v, 'domain', `${path}.`, p);
   const search = optStrArr(v, 'search', `${path}.`, p);
   const options = optStrArr(v, 'options', `${path}.`, p);
+  // the same rule the DHCP lease applies later, checked at the door so a bad name fails before anything is built
+  search?.forEach((s, i) => domainNameProblems(s, 'search domain').forEach((why) => p.add(`${path}.search[${i}]`, why, s)));
+  if (domain !== undefined && domain !== '') domainNameProblems(domain, 'domain name').forEach((why) => p.add(`${path}.domain`, why, domain));
   if (nameservers) out.nameservers = nameservers;
   if (domain !== undefined) out.domain = domain;
   if (search) out.search = search;
@@ -171,6 +176,8 @@ function podNetworkDesc(v: unknown, path: string, p: Problems): PodNetworkDesc {
     podName: reqStr(v, 'podName', pre, p),
     DNS: v.DNS === undefined || v.DNS === null ? null : dns(v.DNS, `${pre}DNS`, p),
   };
+  // the one identity rule, up front: these names go into CNI_ARGS, the state record and DHCP
+  for (const { field, problem } of podDescProblems(desc)) p.add(`${pre}${field}`, problem, desc[field]);
   return desc;
 }
 

@@ -11,6 +11,7 @@ import {
   isCommand,
   responseOf,
 } from './commands.js';
+import { escapeOutput } from '../escape.js';
 import { decodeHeader, encodeErrorHeader, encodeHeader, type Header } from './header.js';
 
 export interface Request {
@@ -169,6 +170,7 @@ function utf8Prefix(text: string, max: number): Buffer {
 
 /** An error reply: header (command 0xFF, zero key) followed by the UTF-8 text, capped at MAX_PAYLOAD. */
 export function encodeError(text: string): Buffer {
-  const body = utf8Prefix(text, MAX_PAYLOAD);
+  // the text quotes requests and plugin output: controls are escaped, so a reply cannot forge lines
+  const body = utf8Prefix(escapeOutput(text, MAX_PAYLOAD), MAX_PAYLOAD);
   return Buffer.concat([encodeErrorHeader(body.length), body]);
 }

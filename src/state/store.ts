@@ -6,7 +6,7 @@ import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, r
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { ErrorCode, VmpodError } from '../errors.js';
-import { validateKey } from '../protocol/key.js';
+import { validateKey } from '../identity.js';
 import { parseRecord, type PodRecord } from './record.js';
 
 const SUFFIX = '.json';

@@ -4,7 +4,7 @@ import type { PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
 import type { Handler, Reply, Request } from './server.js';
 import { Command, commandName } from '../protocol/commands.js';
-import { validateKey } from '../protocol/key.js';
+import { validateKey } from '../identity.js';
 import { decodeGetFDPayload, decodeRecoverPayload, encodeCsn, encodeGetInfo } from '../protocol/codec.js';
 import { macToBase64 } from '../protocol/mac.js';
 import type { GetInfo } from '../protocol/payloads.js';

@@ -33,6 +33,8 @@ export interface CgroupPlan {
   /** the cgroup path joined in every hierarchy */
   path: string;
   steps: CgroupStep[];
+  /** with VIRTLET_CPUSETS: the leaf's cpuset.cpus (v1 cpuset hierarchy, or v2 unified) */
+  cpusetFile?: string;
 }
 
 const SAFE = /^[A-Za-z0-9_.@:+-]+$/;
@@ -98,7 +100,7 @@ export function planCgroupMove(opts: { target: string; leaf: string; procCgroup:
   const steps: CgroupStep[] = [];
   const lines = opts.procCgroup.split('\n').filter(Boolean);
   if (lines.length === 0) throw new VmpodError(ErrorCode.Config, '/proc/self/cgroup is empty: no cgroups to leave');
-  let cpusetFound = false;
+  let cpusetFile: string | undefined;
   for (const line of lines) {
     const m = /^(\d+):([^:]*):(.*)$/.exec(line);
     if (!m) throw new VmpodError(ErrorCode.Config, `/proc/self/cgroup line ${JSON.stringify(line)} is not "ID:CONTROLLERS:PATH"`);
@@ -120,9 +122,8 @@ export function planCgroupMove(opts: { target: string; leaf: string; procCgroup:
     }
     const dirs = parts.map((_, i) => join(mount.mountPoint, ...parts.slice(0, i + 1)));
     const isCpuset = version === 1 && wanted.includes('cpuset');
-    if (isCpuset) cpusetFound = true;
     const v2Cpuset = version === 2 && opts.cpuset && !lines.some((l) => /^\d+:[^:]*\bcpuset\b[^:]*:/.test(l));
-    if (v2Cpuset) cpusetFound = true;
+    if (opts.cpuset && (isCpuset || v2Cpuset)) cpusetFile = join(dirs[dirs.length - 1]!, 'cpuset.cpus');
     steps.push({
       hierarchy: { controllers, mount: mount.mountPoint, version },
       create: dirs,
@@ -131,8 +132,8 @@ export function planCgroupMove(opts: { target: string; leaf: string; procCgroup:
       procs: join(dirs[dirs.length - 1]!, 'cgroup.procs'),
     });
   }
-  if (opts.cpuset && !cpusetFound) throw new VmpodError(ErrorCode.Config, 'VIRTLET_CPUSETS is set but no cpuset cgroup (v1) or unified hierarchy (v2) is mounted');
-  return { path, steps };
+  if (opts.cpuset && !cpusetFile) throw new VmpodError(ErrorCode.Config, 'VIRTLET_CPUSETS is set but no cpuset cgroup (v1) or unified hierarchy (v2) is mounted');
+  return { path, steps, ...(cpusetFile ? { cpusetFile } : {}) };
 }
 
 function sys(what: string, e: unknown): VmpodError {

@@ -30,13 +30,23 @@ export function cpusetFile(procCgroup: string, cgroupRoot: string): string {
   throw new VmpodError(ErrorCode.Config, 'no cpuset cgroup (v1) or unified cgroup (v2) in /proc/self/cgroup');
 }
 
-export function applyCpuset(cpus: string, opts: { cgroupRoot: string; procCgroup?: string }): string {
+/** What applyCpuset will write where, validated, writing nothing (part of the exec plan). */
+export function planCpuset(cpus: string, opts: { cgroupRoot: string; procCgroup?: string }): { file: string; list: string } {
   const list = parseCpuset(cpus);
   const file = cpusetFile(opts.procCgroup ?? readFileSync('/proc/self/cgroup', 'utf8'), opts.cgroupRoot);
+  return { file, list };
+}
+
+/** Writes a planned cpuset (the one side effect of a VM start before the exec). */
+export function writeCpuset({ file, list }: { file: string; list: string }): string {
   try {
     writeFileSync(file, list);
   } catch (e) {
     throw new VmpodError(ErrorCode.Syscall, `write ${list} to ${file}`, { cause: e });
   }
   return file;
+}
+
+export function applyCpuset(cpus: string, opts: { cgroupRoot: string; procCgroup?: string }): string {
+  return writeCpuset(planCpuset(cpus, opts));
 }

@@ -7,8 +7,8 @@ import { buildQemuArgv, type TapNet, type VfioDev } from '../qemu/index.js';
 import { Sysfs, sysfsRoot, collectPluginDevices } from '../devices/index.js';
 import { inheritableFds, fdsNamedInArgv, isOpenFd } from './fds.js';
 import { readFileSync } from 'node:fs';
-import { applyCpuset, parseCpuset } from './cpuset.js';
-import { planCgroupMove, applyCgroupMove, removeStaleLeaves, leafName } from './cgroup.js';
+import { parseCpuset, planCpuset, writeCpuset } from './cpuset.js';
+import { planCgroupMove, applyCgroupMove, removeStaleLeaves, leafName, type CgroupPlan } from './cgroup.js';
 
 export const DEFAULTS = {
   emulator: '/usr/bin/qemu-system-x86_64',
@@ -21,6 +21,10 @@ export interface ExecPlan {
   argv: string[];
   env: string[];
   keepFds: number[];
+  /** written by applyPlan, only once the whole plan is built and valid */
+  cpuset?: { file: string; list: string };
+  /** VMPOD_VM_CGROUP: the move applyPlan makes, before the cpuset */
+  cgroup?: CgroupPlan;
   /** for the log line */
   summary: Record<string, unknown>;
 }
@@ -70,27 +74,29 @@ export function planExec(args: string[], env: Env): ExecPlan {
   const seen = new Set(vfio.map((d) => d.address));
   for (const d of fromPlugins) if (!seen.has(d.address)) vfio.push(d);
 
-  // leave libvirt's cgroups first (planned and validated before anything changes), so the cpuset below is the VM's own
-  let cgroup: string | undefined;
-  if (env.VMPOD_VM_CGROUP) {
-    if (env.VIRTLET_CPUSETS) parseCpuset(env.VIRTLET_CPUSETS);
-    const plan = planCgroupMove({
-      target: env.VMPOD_VM_CGROUP,
-      leaf: leafName(args, process.pid),
-      procCgroup: readFileSync('/proc/self/cgroup', 'utf8'),
-      mountinfo: readFileSync('/proc/self/mountinfo', 'utf8'),
-      cpuset: Boolean(env.VIRTLET_CPUSETS),
-    });
-    applyCgroupMove(plan, process.pid);
-    removeStaleLeaves(plan);
-    cgroup = plan.path;
-  }
-  let cpuset: string | undefined;
-  if (env.VIRTLET_CPUSETS) cpuset = applyCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot });
+  // VMPOD_VM_CGROUP: leave libvirt's cgroups (planned and validated here, applied by applyPlan); the cpuset then
+  // goes to the VM's own leaf
+  const cgroup = env.VMPOD_VM_CGROUP
+    ? planCgroupMove({
+        target: env.VMPOD_VM_CGROUP,
+        leaf: leafName(args, process.pid),
+        procCgroup: readFileSync('/proc/self/cgroup', 'utf8'),
+        mountinfo: readFileSync('/proc/self/mountinfo', 'utf8'),
+        cpuset: Boolean(env.VIRTLET_CPUSETS),
+      })
+    : undefined;
+  const cpuset = env.VIRTLET_CPUSETS
+    ? cgroup?.cpusetFile
+      ? { file: cgroup.cpusetFile, list: parseCpuset(env.VIRTLET_CPUSETS) }
+      : planCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot })
+    : undefined;
 
+  // the argv is built (and validated) before anything on the host changes: a failing plan changes nothing
   const argv = [emulator, ...buildQemuArgv(args, taps, vfio)];
   return {
     path: emulator,
+    ...(cpuset ? { cpuset } : {}),
+    ...(cgroup ? { cgroup } : {}),
     argv,
     env: envArray(env),
     keepFds: [...keep].sort((a, b) => a - b),
@@ -100,8 +106,17 @@ export function planExec(args: string[], env: Env): ExecPlan {
       key,
       taps: taps.map((t) => ({ fd: t.fds[0], mac: t.mac })),
       vfio: vfio.map((d) => `${d.address} (${d.source})`),
-      ...(cgroup ? { cgroup } : {}),
-      ...(cpuset ? { cpusetFile: cpuset } : {}),
+      ...(cgroup ? { cgroup: cgroup.path } : {}),
+      ...(cpuset ? { cpusetFile: cpuset.file } : {}),
     },
   };
+}
+
+/** Applies a valid plan's host changes (the VM cgroup move, then the cpuset), right before the exec. */
+export function applyPlan(plan: ExecPlan): void {
+  if (plan.cgroup) {
+    applyCgroupMove(plan.cgroup, process.pid);
+    removeStaleLeaves(plan.cgroup);
+  }
+  if (plan.cpuset) writeCpuset(plan.cpuset);
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { CniPluginError, escapeOutput, MAX_ERROR_OUTPUT, parseCniErrorJson, pluginFailure } from '../../src/cni/errors.js';
+import { CniPluginError, parseCniErrorJson, pluginFailure } from '../../src/cni/errors.js';
+import { escapeOutput, MAX_ERROR_OUTPUT } from '../../src/escape.js';
 import { isVmpodError } from '../../src/errors.js';
 
 describe('escapeOutput', () => {

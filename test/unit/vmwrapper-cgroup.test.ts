@@ -18,6 +18,7 @@ describe('VM cgroup plan', () => {
   it('hybrid: one leaf per hierarchy under VMPOD_VM_CGROUP, the v1 cpuset inherits its parent', () => {
     const plan = planCgroupMove({ target: '/vmpod/vms', leaf: 'vm-dom1', procCgroup: HYBRID_CGROUP, mountinfo: HYBRID_MOUNTS, cpuset: true });
     expect(plan.path).toBe('/vmpod/vms/vm-dom1');
+    expect(plan.cpusetFile).toBe('/sys/fs/cgroup/cpuset/vmpod/vms/vm-dom1/cpuset.cpus');
     expect(plan.steps.map((s) => s.procs)).toEqual([
       '/sys/fs/cgroup/systemd/vmpod/vms/vm-dom1/cgroup.procs',
       '/sys/fs/cgroup/memory/vmpod/vms/vm-dom1/cgroup.procs',

@@ -43,3 +43,22 @@ describe('cpuset', () => {
     expect(() => applyCpuset('1', { cgroupRoot: dir, procCgroup: '5:cpuset:/missing\n' })).toThrow(/write 1 to .*missing/);
   });
 });
+
+describe('planExec: the whole plan first, then the host', () => {
+  it('planning writes nothing; applyPlan writes the cpuset', async () => {
+    const { planExec, applyPlan } = await import('../../src/vmwrapper/run.js');
+    const { cpusetFile: fileFor } = await import('../../src/vmwrapper/cpuset.js');
+    const root = mkdtempSync(join(tmpdir(), 'vmpod-plan-'));
+    try {
+      const file = fileFor(readFileSync('/proc/self/cgroup', 'utf8'), root);
+      mkdirSync(join(file, '..'), { recursive: true });
+      writeFileSync(file, '0-7');
+      const plan = planExec(['-name', 'vm'], { VIRTLET_EMULATOR: '/bin/true', VIRTLET_CPUSETS: '1', VMPOD_CGROUP_ROOT: root, VMPOD_SYSFS_ROOT: root });
+      expect(readFileSync(file, 'utf8')).toBe('0-7');
+      applyPlan(plan);
+      expect(readFileSync(file, 'utf8')).toBe('1');
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
