@@ -28,6 +28,7 @@ extern unsigned int if_nametoindex(const char *ifname);
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1649,6 +1650,56 @@ static napi_value js_sendTo(napi_env env, napi_callback_info info) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// sd_notify: one datagram to $NOTIFY_SOCKET (a path, or "@name" for the abstract namespace), as
+// systemd's sd_notify() sends it. Blocking sendto on a fresh SOCK_DGRAM socket, closed at once.
+
+static napi_value js_notifyDatagram(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  const uint8_t *data;
+  size_t len;
+  if (!get_args(env, info, 2, argv, "notifyDatagram") ||
+      !get_bytes(env, argv[1], "notifyDatagram", "data", &data, &len))
+    return NULL;
+  char *path = get_string(env, argv[0], "notifyDatagram", "path");
+  if (!path) return NULL;
+  napi_value ret = NULL;
+  struct sockaddr_un sa;
+  socklen_t salen;
+  size_t plen = strlen(path);
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  if (plen < 2 || (path[0] != '/' && path[0] != '@') || plen >= sizeof(sa.sun_path)) {
+    throw_type(env, "notifyDatagram: %s is not an absolute path or @abstract name shorter than %zu bytes", path,
+               sizeof(sa.sun_path));
+    free(path);
+    return NULL;
+  }
+  memcpy(sa.sun_path, path, plen);
+  if (path[0] == '@') {
+    sa.sun_path[0] = '\0';  // abstract: no terminating NUL, the length says where the name ends
+    salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen);
+  } else {
+    salen = (socklen_t)sizeof(sa);
+  }
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    throw_errno(env, errno, "socket(AF_UNIX, SOCK_DGRAM) for %s", path);
+    free(path);
+    return NULL;
+  }
+  ssize_t n;
+  do n = sendto(fd, data, len, MSG_NOSIGNAL, (struct sockaddr *)&sa, salen);
+  while (n < 0 && errno == EINTR);
+  if (n < 0)
+    throw_errno(env, errno, "sendto %s", path);
+  else
+    ret = make_int(env, n);
+  close(fd);
+  free(path);
+  return ret;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 static napi_value Init(napi_env env, napi_value exports) {
   static const struct {
@@ -1677,6 +1728,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"sysctlInNetns", js_sysctlInNetns},
       {"recvFrom", js_recvFrom},
       {"sendTo", js_sendTo},
+      {"notifyDatagram", js_notifyDatagram},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
     napi_value f;

@@ -133,6 +133,10 @@ export interface Native {
   recvFrom(fd: number, max: number): RecvFromResult | null;
   /** sendto(address:port) on a UDP socket. */
   sendTo(fd: number, data: Buffer, address: string, port: number): number;
+
+  // ---- systemd ----
+  /** one datagram to a Unix datagram socket: a path, or "@name" (abstract namespace), as sd_notify sends it. */
+  notifyDatagram(path: string, data: Buffer): number;
 }
 
 function addonPath(): string {

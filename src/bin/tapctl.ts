@@ -11,6 +11,8 @@ import { collectDevices, hostRoot, Sysfs, sysfsRoot } from '../devices/index.js'
 import { deviceReportJson, formatDeviceReport, parseEnvFile } from '../devices/report.js';
 import { InterfaceType } from '../protocol/payloads.js';
 import { buildQemuArgv } from '../qemu/index.js';
+import { podTable } from '../client/podtable.js';
+import type { PodSummary, StatusReport } from '../protocol/status.js';
 
 const USAGE = `Usage: tapctl [--socket PATH] [--timeout MS] COMMAND ...
 
@@ -25,8 +27,10 @@ Commands:
                           prints what could not be undone
   recover KEY --csn FILE [--pod-name NAME] [--pod-namespace NS] [--pod-id ID] [--running]
                           re-attaches to an existing pod network (FILE: ContainerSideNetwork JSON, - for stdin)
-  list                    prints every pod network tapmanager holds
-  status                  says whether tapmanager answers, and how many pods it holds
+  list [--json]           a table of every pod network tapmanager holds (key, pod, namespace, IPs, MAC, state,
+                          age, last DHCP lease); --json prints the full JSON array for scripts
+  status [--ready]        says whether tapmanager answers and is ready (JSON); --ready prints one line and
+                          exits 0 only when tapmanager has restored its pods and serves (an exec probe)
   devices [--env-file FILE] [--json] [--machine TYPE]
                           what a VM started with this environment would get: each VFIO function, its IOMMU group,
                           driver and source, the qemu arguments, and every refusal. Reads what vmwrapper reads
@@ -36,7 +40,7 @@ Commands:
 
 Options:
   --socket PATH           tapmanager's socket (default $VIRTLET_FD_SERVER_SOCKET_PATH or /var/lib/virtlet/tapfdserver.sock)
-  --timeout MS            give up on a reply after MS milliseconds (default 120000)
+  --timeout MS            give up on a reply after MS milliseconds (default 120000; 5000 for status --ready)
   --help                  show this text`;
 
 class UsageError extends Error {}
@@ -48,7 +52,7 @@ interface Parsed {
 }
 
 const VALUE_OPTS = new Set(['--socket', '--timeout', '--pod-name', '--pod-namespace', '--pod-id', '--dns', '--csn', '--env-file', '--machine']);
-const BOOL_OPTS = new Set(['--exec', '--running', '--help', '--force', '--json']);
+const BOOL_OPTS = new Set(['--exec', '--running', '--help', '--force', '--json', '--ready']);
 
 export function parseArgs(argv: string[]): Parsed {
   const positional: string[] = [];
@@ -160,7 +164,8 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const socket = str(p, '--socket') ?? (process.env.VIRTLET_FD_SERVER_SOCKET_PATH || '/var/lib/virtlet/tapfdserver.sock');
-  const timeout = Number(str(p, '--timeout') ?? 120000);
+  // a probe must answer within its own timeout: status --ready gives up after 5 s unless told otherwise
+  const timeout = Number(str(p, '--timeout') ?? (p.opts.has('--ready') ? 5000 : 120000));
   const out = (v: unknown) => process.stdout.write(`${JSON.stringify(v, null, 2)}\n`);
   try {
     if (!Number.isInteger(timeout) || timeout <= 0) throw new UsageError(`--timeout ${JSON.stringify(str(p, '--timeout'))} is not a positive integer`);
@@ -203,15 +208,33 @@ async function main(argv: string[]): Promise<number> {
         client.recover(key, { podNetworkDesc: desc(p, key, false), csn, HaveRunningContainers: p.opts.has('--running') });
         return 0;
       }
-      case 'list':
+      case 'list': {
         if (p.positional.length !== 1) throw new UsageError('list takes no arguments');
-        out(client.list());
+        const pods = client.list() as PodSummary[];
+        if (p.opts.has('--json')) out(pods);
+        else process.stdout.write(`${podTable(pods)}\n`);
         return 0;
+      }
       case 'status': {
         if (p.positional.length !== 1) throw new UsageError('status takes no arguments');
-        const pods = client.list() as unknown[];
-        out({ socket, answering: true, pods: pods.length });
-        return 0;
+        if (!p.opts.has('--ready')) {
+          out({ socket, answering: true, ...client.status() });
+          return 0;
+        }
+        // an exec probe: one line, exit 0 only when ready
+        let st: StatusReport;
+        try {
+          st = client.status();
+        } catch (e) {
+          process.stdout.write(`not ready: tapmanager does not answer on ${socket}: ${errorChain(e).replace(/\s*\n\s*/g, ' ')}\n`);
+          return 1;
+        }
+        if (st.ready) {
+          process.stdout.write(`ready: ${st.pods} pod networks, up ${st.uptimeSeconds}s\n`);
+          return 0;
+        }
+        process.stdout.write(`not ready: ${st.reasons.join('; ')}\n`);
+        return 1;
       }
       case undefined:
         throw new UsageError('no command given');

@@ -1,6 +1,5 @@
 // tapmanager: the daemon. Only this file chooses exit codes.
-import { mkdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { parseConfig, usage, type TapmanagerConfig } from '../tapmanager/config.js';
 import { FdServer } from '../tapmanager/server.js';
@@ -10,6 +9,10 @@ import { CniClient, execaPluginExec, killOrphanPlugins, loadConfList, sweepCache
 import { createLogger, type Logger } from '../log.js';
 import { errorChain } from '../errors.js';
 import { native } from '../native.js';
+import { startHttp, type HttpListener } from '../tapmanager/http.js';
+import { SystemdNotifier, notifyConfig } from '../tapmanager/notify.js';
+import { preflight } from '../tapmanager/preflight.js';
+import { checkReadiness } from '../tapmanager/readiness.js';
 
 /** Under the state dir: one file per running CNI plugin's process group (execaPluginExec pgidDir). */
 export const PLUGIN_PGID_DIR = 'plugins';
@@ -22,6 +25,9 @@ function resolveGid(group: string): number {
   if (!Number.isInteger(gid)) throw new Error(`group ${JSON.stringify(group)} not found`);
   return gid;
 }
+
+/** A start-up problem the operator fixes: printed as one line per problem, no stack. */
+class StartupError extends Error {}
 
 /** The daemon's parts, started; stop() ends it (see main). */
 export interface Running {
@@ -38,19 +44,22 @@ function lockStateDir(stateDir: string): number {
     return native().lockExclusive(stateDir);
   } catch (e) {
     if ((e as { code?: string }).code === 'EAGAIN') {
-      throw new Error(`another tapmanager is running on the state dir ${stateDir} (it holds its lock): stop it first, or give this one its own --state-dir and --socket`);
+      throw new StartupError(`another tapmanager is running on the state dir ${stateDir} (it holds its lock): stop it first, or give this one its own --state-dir and --socket`);
     }
     throw e;
   }
 }
 
 /**
- * Start-up order: lock the state dir, queue the restore of every recorded pod, listen. The socket serves at once:
- * a request for a pod still being restored waits in that pod's queue, the others are served meanwhile.
+ * Start-up order: check the paths (preflight: one line per problem, nothing changed but the state and cache dirs
+ * created), lock the state dir, the HTTP listener (a taken port ends the start here), then listen on the fd socket
+ * and queue the restore of every recorded pod in the same tick. The socket serves at once: a request for a pod still
+ * being restored waits in that pod's queue, the others are served meanwhile. Ready (status, /readyz, READY=1) only
+ * once the restore is done.
  */
-export function runTapmanager(config: TapmanagerConfig, log: Logger): Running {
-  mkdirSync(dirname(config.socket), { recursive: true, mode: 0o755 });
-  mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
+export async function runTapmanager(config: TapmanagerConfig, log: Logger, notifier: SystemdNotifier): Promise<Running> {
+  const problems = preflight(config);
+  if (problems.length > 0) throw new StartupError(problems.join('\n'));
   lockStateDir(config.stateDir); // the fd stays open (CLOEXEC) until the process ends
   // kill -9 leftovers, before anything runs a plugin or reads a record: plugin process groups the dead daemon
   // left running (they would go on changing pod networks), and temporary files of the CNI cache
@@ -59,16 +68,20 @@ export function runTapmanager(config: TapmanagerConfig, log: Logger): Running {
   if (orphans.length > 0) log.warn({ plugins: orphans }, 'killed CNI plugins a previous daemon left running');
   const temps = sweepCacheTemps(config.cniCacheDir);
   if (temps.length > 0) log.info({ files: temps }, 'removed temporary CNI cache files a killed daemon left');
-  const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: execaPluginExec({ pgidDir }), timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
+  // metrics (prom-client) only with --http-listen, the one place they are read: loaded on demand
+  const metrics = config.httpListen ? (await import('../tapmanager/metrics.js')).createMetrics((): Record<string, number> => service.podsByState()) : undefined;
+  const plugins = execaPluginExec({ pgidDir });
+  const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: metrics ? metrics.timedExec(plugins) : plugins, timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
+  const loadConf = () => loadConfList(config.cniConfDir);
   const pods = new PodNetwork({
     stateDir: config.stateDir,
     cni,
-    loadConfList: () => loadConfList(config.cniConfDir),
+    loadConfList: loadConf,
     log,
     enableSriov: config.enableSriov,
     sysfsRoot: config.sysfsRoot,
   });
-  const service = new TapmanagerService(pods, log, { defaultDns: config.defaultDns });
+  const service = new TapmanagerService(pods, log, { defaultDns: config.defaultDns, ...(metrics ? { hooks: { ...metrics.hooks } } : {}) });
   const gid = config.socketGroup ? resolveGid(config.socketGroup) : undefined;
   const server = new FdServer({
     socketPath: config.socket,
@@ -78,20 +91,36 @@ export function runTapmanager(config: TapmanagerConfig, log: Logger): Running {
     maxConnections: config.maxConnections,
     ...(gid !== undefined ? { allowedGids: [gid], socketGid: gid } : {}),
   });
+  service.hooks.readiness = () => checkReadiness({ socketPath: config.socket, listening: () => server.listening, cniConfDir: config.cniConfDir, loadConfList: loadConf });
+  // the HTTP listener before the fd socket: a taken port ends the start before anything is served, and /healthz
+  // answers during a long restore (/readyz says why not yet)
+  let http: HttpListener | undefined;
+  if (config.httpListen && metrics) {
+    try {
+      http = await startHttp(config.httpListen, { readiness: () => service.status(), metrics: () => metrics.render(), log: log.child({ component: 'http' }) });
+    } catch (e) {
+      throw new StartupError((e as Error).message);
+    }
+    log.info({ host: http.host, port: http.port }, 'HTTP listening: /healthz /readyz /metrics');
+  }
   // listen, then queue the restore of every recorded key, in the same tick (both synchronous): the socket is
   // served at once, yet no request can reach a key before its restore is queued. A live socket (another daemon)
   // makes start() throw before anything is restored.
   try {
     server.start();
   } catch (e) {
+    await http?.close();
     if ((e as { code?: string }).code === 'EADDRINUSE') {
-      throw new Error(`another tapmanager is serving on the socket ${config.socket}: stop it first, or give this one its own --socket`);
+      throw new StartupError(`another tapmanager is serving on the socket ${config.socket}: stop it first, or give this one its own --socket`);
     }
     throw e;
   }
+  let stopping = false;
   const restored = service.restore().then(
     (r) => {
       if (Object.values(r).some((keys) => keys.length > 0)) log.info(r, 'restored pod networks from the state dir');
+      // listening and restored: systemd may now start what depends on us (not once a stop has begun)
+      if (!stopping) notifier.ready(`serving ${pods.keys().length} pod networks on ${config.socket}`);
       return r;
     },
     (e: unknown) => log.error({ err: e }, 'restore failed'),
@@ -99,8 +128,10 @@ export function runTapmanager(config: TapmanagerConfig, log: Logger): Running {
   log.info({ socket: config.socket, cniConfDir: config.cniConfDir, cniBinDirs: config.cniBinDirs, stateDir: config.stateDir }, 'tapmanager listening');
   return {
     stop: async () => {
+      stopping = true;
       await server.stop();
       await service.shutdown();
+      await http?.close();
     },
     busyKeys: () => service.queue.busyKeys,
     restored,
@@ -137,18 +168,24 @@ async function main(): Promise<number> {
   }
   const config = parsed.config;
   const log = createLogger('tapmanager', config.logLevel);
+  const notifier = new SystemdNotifier(notifyConfig(process.env), log);
   let signalled: (sig: NodeJS.Signals) => void = () => undefined;
   const stopRequested = new Promise<NodeJS.Signals>((r) => (signalled = r));
   onStopSignal(log, (sig) => signalled(sig));
   let running: Running;
   try {
-    running = runTapmanager(config, log);
+    running = await runTapmanager(config, log, notifier);
   } catch (e) {
-    log.fatal({ err: e }, 'start failed');
-    process.stderr.write(`tapmanager: ${errorChain(e)}\n`);
+    if (e instanceof StartupError) {
+      for (const line of e.message.split('\n')) process.stderr.write(`tapmanager: ${line}\n`);
+    } else {
+      log.fatal({ err: e }, 'start failed');
+      process.stderr.write(`tapmanager: ${errorChain(e)}\n`);
+    }
     return 1;
   }
   const sig = await stopRequested;
+  notifier.stopping('finishing running requests; pod networks stay in place');
   log.info({ signal: sig, busyKeys: running.busyKeys(), stopTimeoutMs: config.stopTimeoutMs }, 'stopping: no new connections, finishing running requests; pod networks stay in place');
   let timer: NodeJS.Timeout | undefined;
   const bound = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), config.stopTimeoutMs)));
@@ -163,6 +200,7 @@ async function main(): Promise<number> {
     bound,
   ]);
   clearTimeout(timer);
+  notifier.close();
   if (outcome === 'timeout') {
     log.error({ busyKeys: running.busyKeys(), stopTimeoutMs: config.stopTimeoutMs }, 'requests still running at --stop-timeout: exiting; the next start finishes or rolls them back');
     return 1;

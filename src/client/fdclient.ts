@@ -17,6 +17,7 @@ import { decodeHeader, encodeHeader, type Header } from '../protocol/header.js';
 import { validateKey } from '../identity.js';
 import { decodeCsn, decodeGetInfo, encodeGetFDPayload, encodeRecoverPayload } from '../protocol/codec.js';
 import type { ContainerSideNetwork, GetInfo, PodNetworkDesc, RecoverPayload } from '../protocol/payloads.js';
+import type { StatusReport } from '../protocol/status.js';
 
 export interface FdClientOptions {
   /** SO_RCVTIMEO/SO_SNDTIMEO per socket operation, ms (0 = none). Default 120 s: an add waits for CNI. */
@@ -122,6 +123,22 @@ export class FdClient {
     return v;
   }
 
+  /** status (6, ours): whether the server has restored its pods and is ready, with the reasons when not. */
+  status(): StatusReport {
+    const r = this.request(Command.Status, '', null);
+    let v: unknown;
+    try {
+      v = JSON.parse(r.data.toString('utf8'));
+    } catch (e) {
+      throw new VmpodError(ErrorCode.Protocol, `status response is not JSON: ${(e as Error).message}`, { cause: e, op: 'status' });
+    }
+    const o = v as Partial<StatusReport> | null;
+    if (typeof o !== 'object' || o === null || typeof o.ready !== 'boolean' || !Array.isArray(o.reasons)) {
+      throw this.protocolError(Command.Status, '', `payload is not a status report: ${JSON.stringify(v).slice(0, 80)}`);
+    }
+    return o as StatusReport;
+  }
+
   private decode<T>(command: Command, key: string, f: () => T): T {
     try {
       return f();
@@ -177,7 +194,7 @@ export class FdClient {
         throw this.protocolError(command, key, `unexpected response command 0x${resp.header.command.toString(16).padStart(2, '0')} (${commandName(resp.header.command)})`);
       }
       // Virtlet's client checks the echoed key on add; we check it on every keyed command
-      if (command !== Command.List && resp.header.key !== key) {
+      if (command !== Command.List && command !== Command.Status && resp.header.key !== key) {
         throw this.protocolError(command, key, `response is for key ${JSON.stringify(resp.header.key)}`);
       }
       if (!expectFds && fds.length > 0) throw this.protocolError(command, key, `unexpected ${fds.length} fds in the response`);

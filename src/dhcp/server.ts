@@ -228,12 +228,20 @@ export interface DhcpServerOptions {
   declineBackoffMs?: number;
   /** who answers ARP for the declined address (a MAC); default conflictingMac in the pod netns */
   findConflict?: (ip: string) => Promise<string | undefined>;
+  /** told of each datagram: received (its message type, or "malformed"/"ignored") and sent (offer, ack, nak) */
+  onPacket?: (direction: 'received' | 'sent', type: string) => void;
+  /** told when an ACK grants the lease (an answered REQUEST) */
+  onLease?: () => void;
 }
 
 export class DhcpServer {
   readonly stats: DhcpStats = { offers: 0, acks: 0, naks: 0, dropped: 0, ignored: 0, declines: 0 };
   readonly lease: DhcpLease;
+  /** when an ACK last granted the lease (a REQUEST answered), undefined until then */
+  lastLeaseAt: Date | undefined;
   private fd: number;
+  private readonly onPacket: (direction: 'received' | 'sent', type: string) => void;
+  private readonly onLease: () => void;
   private poller: Poller | undefined;
   private readonly io: DhcpSocketIo;
   private readonly log: Logger;
@@ -262,6 +270,8 @@ export class DhcpServer {
     this.clientPort = opts.clientPort ?? DHCP_CLIENT_PORT;
     this.declineBaseMs = opts.declineBackoffMs ?? DECLINE_BACKOFF_MS;
     this.findConflict = opts.findConflict ?? ((ip) => conflictingMac(opts.nsPath, opts.bridge, ip));
+    this.onPacket = opts.onPacket ?? (() => {});
+    this.onLease = opts.onLease ?? (() => {});
     this.log = opts.log.child({ component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
     const port = opts.port ?? DHCP_SERVER_PORT;
     this.fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
@@ -346,6 +356,7 @@ export class DhcpServer {
       decision = { kind: 'drop', why: `internal: ${errorChain(e)}` };
     }
     const from = `${d.address}:${d.port}`;
+    this.onPacket('received', decision.kind === 'drop' ? 'malformed' : decision.kind === 'ignore' ? 'ignored' : decision.request.toLowerCase());
     switch (decision.kind) {
       case 'drop':
         this.stats.dropped++;
@@ -375,6 +386,11 @@ export class DhcpServer {
         if (decision.type === MessageType.Offer) this.stats.offers++;
         else if (decision.type === MessageType.Ack) this.stats.acks++;
         else this.stats.naks++;
+        this.onPacket('sent', messageTypeName(decision.type).toLowerCase());
+        if (decision.type === MessageType.Ack && decision.request === 'REQUEST') {
+          this.lastLeaseAt = new Date();
+          this.onLease();
+        }
         const line = { from, request: decision.request, state: decision.state, ip: this.lease.ip, why: decision.why };
         if (decision.type === MessageType.Nak) this.log.warn(line, 'dhcp: NAK');
         else this.log.info(line, `dhcp: ${messageTypeName(decision.type)}`);

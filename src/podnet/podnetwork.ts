@@ -382,6 +382,18 @@ export class PodNetwork {
     return 'quarantined';
   }
 
+  /**
+   * Every state record with its phase, for list and the pods-by-state metric: "quarantined" when its undo could not
+   * finish (release --force ends it), "corrupt" when unreadable.
+   */
+  records(): { key: string; phase: string; rec?: PodRecord }[] {
+    return this.store.keys().map((key) => {
+      const { rec, corrupt } = this.readRecord(key);
+      if (!rec) return { key, phase: corrupt ? 'corrupt' : 'missing' };
+      return { key, phase: rec.quarantine ? 'quarantined' : rec.phase, rec };
+    });
+  }
+
   /** Keys with a record or in memory, sorted. */
   keys(): string[] {
     return [...new Set([...this.store.keys(), ...this.states.keys()])].sort();

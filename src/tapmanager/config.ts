@@ -25,6 +25,8 @@ export interface TapmanagerConfig {
   maxConnections: number;
   /** SIGTERM/SIGINT: how long running requests may take to finish before the daemon exits anyway (code 1) */
   stopTimeoutMs: number;
+  /** the optional HTTP listener (/healthz, /readyz, /metrics); absent = off */
+  httpListen?: { host: string; port: number };
   help: boolean;
 }
 
@@ -136,6 +138,13 @@ export const FLAGS = {
     kind: 'int',
     help: 'on SIGTERM/SIGINT, ms running requests may take to finish; then the daemon exits with code 1',
   },
+  httpListen: {
+    flag: '--http-listen',
+    env: 'VMPOD_HTTP_LISTEN',
+    def: '',
+    kind: 'string',
+    help: 'ADDR:PORT for /healthz, /readyz and /metrics over HTTP (e.g. 127.0.0.1:9731); off when empty',
+  },
 } as const satisfies Record<string, FlagSpec>;
 
 type Key = keyof typeof FLAGS;
@@ -144,6 +153,15 @@ function parseBool(v: string): boolean | undefined {
   if (/^(1|true|yes|on)$/i.test(v)) return true;
   if (/^(0|false|no|off|)$/i.test(v)) return false;
   return undefined;
+}
+
+/** --http-listen: "ADDR:PORT" or "[v6]:PORT" to host and port (pure); undefined when malformed. */
+export function parseListen(s: string): { host: string; port: number } | undefined {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:[\]]+)):(\d{1,5})$/.exec(s);
+  if (!m) return undefined;
+  const port = Number(m[3]);
+  if (port > 65535) return undefined;
+  return { host: (m[1] ?? m[2])!, port };
 }
 
 export type ParseResult = { ok: true; config: TapmanagerConfig } | { ok: false; errors: string[] };
@@ -211,6 +229,9 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   for (const d of defaultDns) {
     if (!isIpv4(d)) errors.push(`--default-dns ${JSON.stringify(d)} is not an IPv4 address`);
   }
+  const httpRaw = get('httpListen');
+  const http = httpRaw === '' ? undefined : parseListen(httpRaw);
+  if (httpRaw !== '' && !http) errors.push(`--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9731 or [::1]:9731)`);
   if (errors.length > 0) return { ok: false, errors };
   const group = get('socketGroup');
   return {
@@ -230,6 +251,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       requestTimeoutMs,
       maxConnections,
       stopTimeoutMs,
+      ...(http ? { httpListen: http } : {}),
       help,
     },
   };

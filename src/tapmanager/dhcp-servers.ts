@@ -1,6 +1,6 @@
 // The address servers of each pod, per tap interface: DHCPv4 when the guest NIC has IPv4, RA and DHCPv6 when it has
 // IPv6, all rendering one GuestNic (guestFromCni), started before add replies and stopped on release.
-import { DhcpServer, guestFromCni } from '../dhcp/index.js';
+import { DhcpServer, guestFromCni, type DhcpServerOptions } from '../dhcp/index.js';
 import { Dhcp6Server } from '../dhcp6/server.js';
 import { RaServer } from '../ra/server.js';
 import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
@@ -12,10 +12,14 @@ import { VmpodError, ErrorCode } from '../errors.js';
 export class DhcpServers {
   private readonly byKey = new Map<string, (DhcpServer | Dhcp6Server | RaServer)[]>();
 
-  /** defaultDns: the operator's --default-dns, served only when neither the pod nor its CNI result names DNS */
+  /**
+   * defaultDns: the operator's --default-dns, served only when neither the pod nor its CNI result names DNS;
+   * hooks: the metrics hooks, passed to every DHCPv4 server
+   */
   constructor(
     private readonly log: Logger,
     private readonly defaultDns: readonly string[] = [],
+    private readonly hooks: Pick<DhcpServerOptions, 'onPacket' | 'onLease'> = {},
   ) {}
 
   /** Starts (or restarts) the servers of a pod; on a failure stops the ones already started and throws. */
@@ -37,7 +41,7 @@ export class DhcpServers {
           defaultDns: this.defaultDns,
         });
         const log = this.log.child({ key: st.key, bridge: iface.bridgeName });
-        if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log }));
+        if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log, ...this.hooks }));
         if (guest.v6) {
           // records written before IPv6 support carry no bridgeMac: the planner's rule (the veth's new MAC) applies
           const mac = iface.bridgeMac ?? iface.vethMacNew;
@@ -57,6 +61,13 @@ export class DhcpServers {
   stop(key: string): void {
     for (const s of this.byKey.get(key) ?? []) s.stop();
     this.byKey.delete(key);
+  }
+
+  /** The latest DHCPv4 lease granted on any interface of the pod, undefined when none since this process started. */
+  lastLease(key: string): Date | undefined {
+    let last: Date | undefined;
+    for (const s of this.byKey.get(key) ?? []) if (s instanceof DhcpServer && s.lastLeaseAt && (!last || s.lastLeaseAt > last)) last = s.lastLeaseAt;
+    return last;
   }
 
   running(key: string): boolean {

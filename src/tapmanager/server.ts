@@ -209,6 +209,11 @@ export class FdServer {
     await Promise.all([...this.conns].map((c) => c.finish()));
   }
 
+  /** True between start() and stop(): the listening socket is open. */
+  get listening(): boolean {
+    return this.listenFd >= 0 && !this.stopping;
+  }
+
   get connectionCount(): number {
     return this.conns.size;
   }

@@ -11,29 +11,52 @@ import type { GetInfo } from '../protocol/payloads.js';
 import { InterfaceType } from '../protocol/payloads.js';
 import { KeyQueue } from './keyqueue.js';
 import type { PodNetwork, PodNetworkState } from '../podnet/index.js';
+import type { PodSummary, StatusReport } from '../protocol/status.js';
 import { DhcpServers } from './dhcp-servers.js';
 import { VmpodError, ErrorCode, errorChain } from '../errors.js';
 
-/** One entry of list's (4) reply. */
-export interface PodSummary {
-  key: string;
-  podName: string;
-  podNs: string;
-  nsPath: string;
-  interfaces: { name: string; type: 'tap' | 'vf'; mac: string; tap: string; bridge: string; mtu: number; pciAddress: string; ip?: string }[];
-  dhcp: boolean;
+export type { PodSummary, StatusReport };
+
+/**
+ * What the daemon wires in from outside (metrics, readiness): plain callbacks, so this module never loads
+ * prom-client. All optional; set before the first request.
+ */
+export interface ServiceHooks {
+  /** each request: command name, "ok" or the error code (lower case), duration in seconds */
+  onRequest?: (command: string, result: string, seconds: number) => void;
+  /** DHCP datagrams of every pod's servers */
+  onDhcpPacket?: (direction: 'received' | 'sent', type: string) => void;
+  /** a DHCP ACK granted a pod its lease */
+  onDhcpLease?: () => void;
+  /** restore finished after this many seconds */
+  onRestored?: (seconds: number) => void;
+  /** status (6): the readiness the daemon computes (socket, CNI config); without it, restored alone decides */
+  readiness?: () => Promise<{ ready: boolean; reasons: string[] }>;
 }
 
 export class TapmanagerService implements Handler {
   readonly queue = new KeyQueue();
   readonly dhcp: DhcpServers;
+  readonly hooks: ServiceHooks;
+  private restoreState: 'pending' | 'running' | 'done' = 'pending';
+  private readonly started = Date.now();
 
+  /** defaultDns: --default-dns for DHCP; hooks: metrics and readiness (ServiceHooks) */
   constructor(
     private readonly pods: PodNetwork,
     private readonly log: Logger,
-    opts: { defaultDns?: readonly string[] } = {},
+    opts: { defaultDns?: readonly string[]; hooks?: ServiceHooks } = {},
   ) {
-    this.dhcp = new DhcpServers(log, opts.defaultDns);
+    this.hooks = opts.hooks ?? {};
+    this.dhcp = new DhcpServers(log, opts.defaultDns, {
+      onPacket: (dir, type) => this.hooks.onDhcpPacket?.(dir, type),
+      onLease: () => this.hooks.onDhcpLease?.(),
+    });
+  }
+
+  /** True once restore() has run to its end: every key recorded before a restart is restored, rolled back or kept. */
+  isRestored(): boolean {
+    return this.restoreState === 'done';
   }
 
   async handle(req: Request, peer: PeerCred): Promise<Reply> {
@@ -42,10 +65,16 @@ export class TapmanagerService implements Handler {
     const t0 = performance.now();
     try {
       const reply = await this.dispatch(req, log);
-      log.info({ durationMs: Math.round((performance.now() - t0) * 10) / 10, fds: reply.fds.length }, `${op} done`);
+      const ms = performance.now() - t0;
+      this.hooks.onRequest?.(op, 'ok', ms / 1000);
+      // list and status are polled by probes and scripts: one line each would drown the log
+      const quiet = req.command === Command.List || req.command === Command.Status;
+      log[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds: reply.fds.length }, `${op} done`);
       return reply;
     } catch (e) {
-      log.error({ durationMs: Math.round((performance.now() - t0) * 10) / 10, err: e, error: errorChain(e) }, `${op} failed`);
+      const ms = performance.now() - t0;
+      this.hooks.onRequest?.(op, e instanceof VmpodError ? e.code.toLowerCase() : 'internal', ms / 1000);
+      log.error({ durationMs: Math.round(ms * 10) / 10, err: e, error: errorChain(e) }, `${op} failed`);
       throw e;
     }
   }
@@ -110,14 +139,10 @@ export class TapmanagerService implements Handler {
           return { payload: null, fds: [] };
         });
       }
-      case Command.List: {
-        const list = this.pods
-          .keys()
-          .map((k) => this.pods.state(k))
-          .filter((s): s is PodNetworkState => s !== undefined)
-          .map((s) => this.summary(s));
-        return { payload: Buffer.from(JSON.stringify(list)), fds: [] };
-      }
+      case Command.List:
+        return { payload: Buffer.from(JSON.stringify(this.list())), fds: [] };
+      case Command.Status:
+        return { payload: Buffer.from(JSON.stringify(await this.status())), fds: [] };
       default:
         throw new VmpodError(ErrorCode.BadRequest, `unknown command ${req.command}`);
     }
@@ -127,10 +152,13 @@ export class TapmanagerService implements Handler {
    * After a daemon restart: reattach pods left ready (and start their DHCP servers), undo pods left halfway.
    * Every recorded key is queued at once, synchronously, so a request for a key still being restored waits in
    * that key's queue while other keys are served; the work itself runs at most RESTORE_PARALLEL keys at a time.
-   * Call it before the server accepts; the returned promise settles when every key is done.
+   * Call it before the server accepts; the returned promise settles when every key is done, and from then on
+   * isRestored() is true (readiness: status, /readyz, READY=1).
    */
   restore(): Promise<RestoreOutcome> {
     const out: RestoreOutcome = { restored: [], rolledBack: [], netnsMissing: [], quarantined: [], kept: [] };
+    this.restoreState = 'running';
+    const t0 = performance.now();
     this.pods.sweepTemps();
     const slots = new Slots(RESTORE_PARALLEL);
     const one = async (key: string): Promise<void> => {
@@ -152,7 +180,11 @@ export class TapmanagerService implements Handler {
         this.log.error({ key, op: 'restore', err: e }, 'restore failed: the record stays');
       }),
     );
-    return Promise.all(all).then(() => out);
+    return Promise.all(all).then(() => {
+      this.restoreState = 'done';
+      this.hooks.onRestored?.((performance.now() - t0) / 1000);
+      return out;
+    });
   }
 
   /** SIGTERM: let running requests finish, stop DHCP, close our copies of the fds; pod networks stay. */
@@ -162,27 +194,59 @@ export class TapmanagerService implements Handler {
     this.pods.closeAll();
   }
 
-  private summary(s: PodNetworkState): PodSummary {
-    const ips = s.csn.Result?.ips ?? [];
+  /** Every pod network: the ready ones from memory, the ones mid-operation (or unreadable) from their records. */
+  list(): PodSummary[] {
+    return this.pods.records().map(({ key, phase, rec }) => {
+      const st = this.pods.state(key);
+      const lastLease = this.dhcp.lastLease(key);
+      const ips = (st?.csn ?? rec?.csn)?.Result?.ips ?? [];
+      const desc = st?.desc ?? rec?.desc;
+      return {
+        key,
+        podName: desc?.podName ?? '',
+        podNs: desc?.podNs ?? '',
+        nsPath: st?.nsPath ?? rec?.nsPath ?? '',
+        state: phase,
+        createdAt: rec?.createdAt ?? '',
+        interfaces: (st?.interfaces ?? rec?.interfaces ?? []).map((i) => {
+          const ip = ips.find((x) => (x.interface ?? 0) === i.index)?.address;
+          return {
+            name: i.cniName,
+            type: i.type,
+            mac: i.vmMac,
+            tap: i.tapName,
+            bridge: i.bridgeName,
+            mtu: i.mtu,
+            pciAddress: i.pciAddress ?? '',
+            ...(ip ? { ip } : {}),
+          };
+        }),
+        dhcp: this.dhcp.running(key),
+        lastLease: lastLease ? lastLease.toISOString() : null,
+      };
+    });
+  }
+
+  /** Pods by record state (adding, ready, releasing, quarantined, corrupt), for the metrics. */
+  podsByState(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const r of this.pods.records()) out[r.phase] = (out[r.phase] ?? 0) + 1;
+    return out;
+  }
+
+  /** status (6): ready when restored and the daemon's own checks pass. */
+  async status(): Promise<StatusReport> {
+    const reasons: string[] = [];
+    if (!this.isRestored()) reasons.push(this.restoreState === 'running' ? 'restoring the pods recorded in the state dir' : 'pods not restored yet');
+    const r = await this.hooks.readiness?.();
+    if (r) reasons.push(...r.reasons);
     return {
-      key: s.key,
-      podName: s.desc.podName,
-      podNs: s.desc.podNs,
-      nsPath: s.nsPath,
-      interfaces: s.interfaces.map((i) => {
-        const ip = ips.find((x) => (x.interface ?? 0) === i.index)?.address;
-        return {
-          name: i.cniName,
-          type: i.type,
-          mac: i.vmMac,
-          tap: i.tapName,
-          bridge: i.bridgeName,
-          mtu: i.mtu,
-          pciAddress: i.pciAddress ?? '',
-          ...(ip ? { ip } : {}),
-        };
-      }),
-      dhcp: this.dhcp.running(s.key),
+      ready: reasons.length === 0,
+      reasons,
+      restored: this.isRestored(),
+      pods: this.pods.keys().length,
+      pid: process.pid,
+      uptimeSeconds: Math.round((Date.now() - this.started) / 1000),
     };
   }
 }

@@ -2,6 +2,7 @@
 // capabilities; the args go to the default emulator untouched, with the fds libvirt gave us. This module and fds.ts
 // are all a probe loads (no client, no qemu argv builder, no logger): the start path is run.ts, loaded on demand.
 import { inheritableFds, fdsNamedInArgv, isOpenFd } from './fds.js';
+import type { CgroupPlan } from './cgroup.js';
 
 export const DEFAULTS = {
   emulator: '/usr/bin/qemu-system-x86_64',
@@ -16,6 +17,8 @@ export interface ExecPlan {
   keepFds: number[];
   /** written by applyPlan (run.ts), only once the whole plan is built and valid */
   cpuset?: { file: string; list: string };
+  /** VMPOD_VM_CGROUP: the move applyPlan (run.ts) makes, before the cpuset */
+  cgroup?: CgroupPlan;
   /** for the log line */
   summary: Record<string, unknown>;
 }

@@ -7,7 +7,9 @@ import { InterfaceType } from '../protocol/payloads.js';
 import { buildQemuArgv, type TapNet, type VfioDev } from '../qemu/index.js';
 import { collectDevices, devicesOrThrow, hostRoot, Sysfs, sysfsRoot } from '../devices/index.js';
 import { DEFAULTS, envArray, inheritedFds, isProbe, probePlan, type Env, type ExecPlan } from './probe.js';
-import { planCpuset, writeCpuset } from './cpuset.js';
+import { readFileSync } from 'node:fs';
+import { parseCpuset, planCpuset, writeCpuset } from './cpuset.js';
+import { planCgroupMove, applyCgroupMove, removeStaleLeaves, leafName } from './cgroup.js';
 
 export { DEFAULTS, isProbe, probePlan, type Env, type ExecPlan };
 
@@ -15,7 +17,7 @@ export { DEFAULTS, isProbe, probePlan, type Env, type ExecPlan };
  * Builds the exec plan. `args` are libvirt's arguments (argv without node and script).
  * Probe (VIRTLET_EMULATOR empty): probePlan (the bin file takes that path without loading this module).
  * Start: the fds of VIRTLET_NET_KEY from tapmanager, the VFIO devices of every device input (src/devices/collect.ts),
- * VIRTLET_CPUSETS applied. Async only because kubelet's PodResources API is asked over gRPC where configured.
+ * VMPOD_VM_CGROUP's move planned, VIRTLET_CPUSETS applied. Async only because kubelet's PodResources API is asked over gRPC where configured.
  */
 export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
   if (isProbe(env)) return probePlan(args, env);
@@ -43,13 +45,29 @@ export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
   const report = await collectDevices(env, { sysfs: new Sysfs(sysfsRoot(env)), hostRoot: hostRoot(env), vfs });
   const vfio: VfioDev[] = devicesOrThrow(report);
 
-  const cpuset = env.VIRTLET_CPUSETS ? planCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot }) : undefined;
+  // VMPOD_VM_CGROUP: leave libvirt's cgroups (planned and validated here, applied by applyPlan); the cpuset then
+  // goes to the VM's own leaf
+  const cgroup = env.VMPOD_VM_CGROUP
+    ? planCgroupMove({
+        target: env.VMPOD_VM_CGROUP,
+        leaf: leafName(args, process.pid),
+        procCgroup: readFileSync('/proc/self/cgroup', 'utf8'),
+        mountinfo: readFileSync('/proc/self/mountinfo', 'utf8'),
+        cpuset: Boolean(env.VIRTLET_CPUSETS),
+      })
+    : undefined;
+  const cpuset = env.VIRTLET_CPUSETS
+    ? cgroup?.cpusetFile
+      ? { file: cgroup.cpusetFile, list: parseCpuset(env.VIRTLET_CPUSETS) }
+      : planCpuset(env.VIRTLET_CPUSETS, { cgroupRoot: env.VMPOD_CGROUP_ROOT || DEFAULTS.cgroupRoot })
+    : undefined;
 
   // the argv is built (and validated) before anything on the host changes: a failing plan changes nothing
   const argv = [emulator, ...buildQemuArgv(args, taps, vfio)];
   return {
     path: emulator,
     ...(cpuset ? { cpuset } : {}),
+    ...(cgroup ? { cgroup } : {}),
     argv,
     env: envArray(env),
     keepFds: [...keep].sort((a, b) => a - b),
@@ -59,12 +77,17 @@ export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
       key,
       taps: taps.map((t) => ({ fd: t.fds[0], mac: t.mac })),
       vfio: vfio.map((d) => `${d.address} (${d.source})`),
+      ...(cgroup ? { cgroup: cgroup.path } : {}),
       ...(cpuset ? { cpusetFile: cpuset.file } : {}),
     },
   };
 }
 
-/** Applies a valid plan's host changes (today: the cpuset), right before the exec. */
+/** Applies a valid plan's host changes (the VM cgroup move, then the cpuset), right before the exec. */
 export function applyPlan(plan: ExecPlan): void {
+  if (plan.cgroup) {
+    applyCgroupMove(plan.cgroup, process.pid);
+    removeStaleLeaves(plan.cgroup);
+  }
   if (plan.cpuset) writeCpuset(plan.cpuset);
 }

@@ -10,6 +10,10 @@ export const STUB_EMULATOR = join(REPO, 'test/fixtures/stub-emulator');
 
 export interface StubReport {
   pid: number;
+  /** /proc/self/cgroup of the stub */
+  cgroup: string;
+  /** Cpus_allowed_list of the stub */
+  cpusAllowed: string;
   argv: string[];
   fds: Record<string, { target: string; info: string }>;
   sigIgn: string;

@@ -156,6 +156,31 @@ describe('DhcpServer (recording fake socket)', () => {
     server.stop();
   });
 
+  it('tells its hooks each packet by direction and type, and each lease granted; remembers the last lease', () => {
+    const packets: string[] = [];
+    let leases = 0;
+    const { io, server } = start(new FakeIo(), { onPacket: (d, t) => packets.push(`${d} ${t}`), onLease: () => void leases++ });
+    expect(server.lastLeaseAt).toBeUndefined();
+    io.deliver(request(MessageType.Discover));
+    expect(server.lastLeaseAt).toBeUndefined();
+    io.deliver(
+      request(MessageType.Request, { options: [{ code: Opt.ServerId, data: ip(SERVER) }, { code: Opt.RequestedIp, data: ip('10.1.90.5') }] }),
+      request(MessageType.Inform, { ciaddr: '10.1.90.5' }),
+      request(MessageType.Request, { ciaddr: '10.1.90.77' }),
+      Buffer.from('garbage'),
+    );
+    expect(packets).toEqual([
+      'received discover', 'sent offer',
+      'received request', 'sent ack',
+      'received inform', 'sent ack',
+      'received request', 'sent nak',
+      'received malformed',
+    ]);
+    expect(leases).toBe(1); // the ACK to INFORM and the NAK grant nothing
+    expect(Date.now() - server.lastLeaseAt!.getTime()).toBeLessThan(60_000);
+    server.stop();
+  });
+
   it('answers INFORM with an ACK without yiaddr and without lease times', () => {
     const { io, server } = start();
     io.deliver(request(MessageType.Inform, { ciaddr: '10.1.90.5' }));

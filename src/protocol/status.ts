@@ -1,0 +1,28 @@
+// Replies of our own commands list (4) and status (6): JSON shapes shared by tapmanager and tapctl (types only).
+
+/** One entry of list's reply: a pod network tapmanager holds, ready or mid-operation. */
+export interface PodSummary {
+  key: string;
+  podName: string;
+  podNs: string;
+  nsPath: string;
+  /** the state record's phase: adding, ready or releasing; quarantined (undo incomplete: release --force), corrupt */
+  state: string;
+  /** when the record was created (ISO 8601) */
+  createdAt: string;
+  interfaces: { name: string; type: 'tap' | 'vf'; mac: string; tap: string; bridge: string; mtu: number; pciAddress: string; ip?: string }[];
+  dhcp: boolean;
+  /** the last DHCP ACK that granted the lease (ISO 8601), null when none since tapmanager started */
+  lastLease: string | null;
+}
+
+/** status (6): is tapmanager ready, and if not, why. */
+export interface StatusReport {
+  ready: boolean;
+  /** one sentence per unmet condition, empty when ready */
+  reasons: string[];
+  restored: boolean;
+  pods: number;
+  pid: number;
+  uptimeSeconds: number;
+}

@@ -1,0 +1,130 @@
+// Prometheus metrics (prom-client): tapmanager only. Imported by src/bin/tapmanager.ts and nothing else, so the
+// vmwrapper and tapctl bundles never contain prom-client (test/unit/bundle-deps.test.ts checks). The rest of the
+// daemon reports through plain callbacks (ServiceHooks, the CNI exec wrapper below).
+// docs/operations.md lists every metric and what an alert on it means.
+import { basename } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { PluginExec } from '../cni/index.js';
+import type { ServiceHooks } from './service.js';
+
+export const PREFIX = 'vmpod_';
+
+/** Requests are fast (get, list) or wait on CNI plugins (add, release): buckets from 1 ms to 2 min. */
+const REQUEST_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+const PLUGIN_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+const RESTORE_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300];
+
+export interface Metrics {
+  registry: Registry;
+  /** hooks for TapmanagerService */
+  hooks: Required<Pick<ServiceHooks, 'onRequest' | 'onDhcpPacket' | 'onDhcpLease' | 'onRestored'>>;
+  /** wraps a CNI PluginExec so that each plugin run is timed by plugin and command */
+  timedExec(inner: PluginExec): PluginExec;
+  /** the text exposition and its content type */
+  render(): Promise<{ contentType: string; body: string }>;
+}
+
+/** `podsByState` is read at scrape time (a gauge with collect). */
+export function createMetrics(podsByState: () => Record<string, number>): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: PREFIX });
+  const requests = new Counter({
+    name: `${PREFIX}requests_total`,
+    help: 'fd-protocol requests served, by command and result ("ok" or the error code)',
+    labelNames: ['command', 'result'],
+    registers: [registry],
+  });
+  const duration = new Histogram({
+    name: `${PREFIX}request_duration_seconds`,
+    help: 'time from a complete request to its reply, by command',
+    labelNames: ['command'],
+    buckets: REQUEST_BUCKETS,
+    registers: [registry],
+  });
+  const plugin = new Histogram({
+    name: `${PREFIX}cni_plugin_duration_seconds`,
+    help: 'CNI plugin run time, by plugin, CNI command and result (ok or error)',
+    labelNames: ['plugin', 'command', 'result'],
+    buckets: PLUGIN_BUCKETS,
+    registers: [registry],
+  });
+  new Gauge({
+    name: `${PREFIX}pods`,
+    help: 'pod networks by state record phase (adding, ready, releasing, corrupt)',
+    labelNames: ['state'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const counts = { adding: 0, ready: 0, releasing: 0, ...podsByState() };
+      for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
+    },
+  });
+  const dhcp = new Counter({
+    name: `${PREFIX}dhcp_packets_total`,
+    help: 'DHCP datagrams by direction (received, sent) and message type (received: discover, request, inform, release, decline, malformed, ignored; sent: offer, ack, nak)',
+    labelNames: ['direction', 'type'],
+    registers: [registry],
+  });
+  const leases = new Counter({
+    name: `${PREFIX}dhcp_leases_served_total`,
+    help: 'DHCP ACKs that granted a pod its lease (answers to REQUEST)',
+    registers: [registry],
+  });
+  const restore = new Histogram({
+    name: `${PREFIX}restore_duration_seconds`,
+    help: 'time to restore the pods recorded in the state dir at start-up',
+    buckets: RESTORE_BUCKETS,
+    registers: [registry],
+  });
+  const restoredAt = new Gauge({
+    name: `${PREFIX}restored`,
+    help: '1 once the pods recorded in the state dir are restored, 0 before',
+    registers: [registry],
+  });
+  restoredAt.set(0);
+  // known label values start at 0 so a rate() sees the first increment
+  for (const type of ['discover', 'request']) dhcp.inc({ direction: 'received', type }, 0);
+  for (const type of ['offer', 'ack', 'nak']) dhcp.inc({ direction: 'sent', type }, 0);
+  leases.inc(0);
+
+  return {
+    registry,
+    hooks: {
+      onRequest(command, result, seconds) {
+        requests.inc({ command, result });
+        duration.observe({ command }, seconds);
+      },
+      onDhcpPacket(direction, type) {
+        dhcp.inc({ direction, type });
+      },
+      onDhcpLease() {
+        leases.inc();
+      },
+      onRestored(seconds) {
+        restore.observe(seconds);
+        restoredAt.set(1);
+      },
+    },
+    timedExec(inner) {
+      return {
+        ...(inner.findInPath ? { findInPath: inner.findInPath.bind(inner) } : {}),
+        async run(opts) {
+          const labels = { plugin: basename(opts.pluginPath), command: (opts.env.CNI_COMMAND ?? 'unknown').toLowerCase() };
+          const t0 = performance.now();
+          try {
+            const out = await inner.run(opts);
+            plugin.observe({ ...labels, result: 'ok' }, (performance.now() - t0) / 1000);
+            return out;
+          } catch (e) {
+            plugin.observe({ ...labels, result: 'error' }, (performance.now() - t0) / 1000);
+            throw e;
+          }
+        },
+      };
+    },
+    async render() {
+      return { contentType: registry.contentType, body: await registry.metrics() };
+    },
+  };
+}
