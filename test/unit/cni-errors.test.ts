@@ -49,7 +49,8 @@ describe('pluginFailure', () => {
     [{ timedOut: true, timeoutMs: 500, signal: 'SIGKILL' }, 'plugin bridge ADD timed out after 500 ms (killed with SIGKILL)'],
     [{ aborted: true, signal: 'SIGTERM' }, 'plugin bridge ADD aborted (killed with SIGTERM)'],
     [{ spawnError: new Error('spawn /x/bridge EACCES') }, 'plugin bridge ADD could not be run: spawn /x/bridge EACCES'],
-    [{ outputTooLarge: true, exitCode: 0 }, 'plugin bridge ADD failed: its output exceeded the size limit'],
+    [{ outputTooLarge: true, exitCode: 0 }, 'plugin bridge ADD failed: its output exceeded the size limit (killed)'],
+    [{ outputTooLarge: true, outputLimitBytes: 1024, exitCode: 0 }, 'plugin bridge ADD failed: its output exceeded the size limit of 1024 bytes (killed)'],
   ])('message for %j', (f, msg) => {
     expect(pluginFailure({ ...base, ...f }).message).toBe(msg);
   });

@@ -108,7 +108,8 @@ describe('leaseFromCni', () => {
     expect((err as { code: string }).code).toBe('CONFIG');
     expect((err as Error).message).toMatch(/no IPv4 address for interface 1 \(veth1234\)/);
     expect(() =>
-      leaseFromCni({ result: { ...bridgeResult, ips: [{ address: 'fd00::5/64', interface: 2 }] }, ifIndex: 2, mac: '02:00:00:00:00:01' }),
+      // IPv6 only (with the gateway its ::/0 route needs): a lease for DHCPv6, none for DHCPv4
+      leaseFromCni({ result: { ...bridgeResult, ips: [{ address: 'fd00::5/64', gateway: 'fd00::1', interface: 2 }] }, ifIndex: 2, mac: '02:00:00:00:00:01' }),
     ).toThrow(/no IPv4 address for interface 2 \(eth0\)/);
   });
 });
