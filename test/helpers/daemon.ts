@@ -7,6 +7,7 @@ import { execa } from 'execa';
 import { expect } from 'vitest';
 import type { CniTestNet } from './cniconf.js';
 import { native } from '../../src/native.js';
+import { FdClient } from '../../src/client/fdclient.js';
 
 export const REPO = resolve(import.meta.dirname, '../..');
 export const BIN = {
@@ -126,6 +127,18 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     },
     fdCount: () => readdirSync(`/proc/${proc.pid}/fd`).length,
   };
+}
+
+/**
+ * The daemon's first child process (an `ip`, a CNI plugin) makes libuv open its EMFILE reserve fd (/dev/null, once
+ * per process, in uv__stream_init). One pod added and released first, so that an fd count taken after this compares
+ * a test's own requests alone.
+ */
+export function firstPodDone(d: Pick<Daemon, 'socket'>): void {
+  const key = `vmpw-${process.pid}-${Date.now().toString(36)}`;
+  const c = new FdClient(d.socket, { timeoutMs: 60_000 });
+  c.add(key, { podId: key, podNs: 'default', podName: 'warm-up', DNS: null });
+  c.release(key);
 }
 
 export function removeDir(dir: string): void {

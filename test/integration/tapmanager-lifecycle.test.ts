@@ -6,7 +6,7 @@ import { chmodSync, mkdirSync, readFileSync, writeFileSync, existsSync, readdirS
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
-import { startDaemon, removeDir, BIN, REPO, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, removeDir, firstPodDone, BIN, REPO, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, SYSTEM_CNI_BIN, type CniTestNet } from '../helpers/cniconf.js';
 import { connect, exchange, readReply, requestBytes } from '../helpers/rawclient.js';
 import { native } from '../../src/native.js';
@@ -224,6 +224,7 @@ describe('soak', () => {
     const d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--log-level', 'warn'] });
     daemons.push(d);
     const prefix = `vmsk${rand()}`;
+    firstPodDone(d);
     const fdsBefore = d.fdCount();
     const nsBefore = (await netnsList()).filter((n) => n.startsWith(prefix));
     const clients = 8;
@@ -249,7 +250,7 @@ describe('soak', () => {
       execa(process.execPath, ['--input-type=module', '-e', script, d.socket, prefix, String(i * per), String(Math.min(per, total - i * per))], { timeout: 600_000, reject: false }),
     );
     const results = await Promise.all(runs);
-    for (const r of results) expect(r.stdout + r.stderr).toBe('ok');
+    for (const r of results) expect(r.stdout + r.stderr, `client exit ${r.exitCode}, signal ${r.signal}, ${r.shortMessage}`).toBe('ok');
     expect(d.alive()).toBe(true);
     expect(d.fdCount()).toBe(fdsBefore);
     expect((await netnsList()).filter((n) => n.startsWith(prefix))).toEqual(nsBefore);

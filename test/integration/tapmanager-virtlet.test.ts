@@ -7,7 +7,7 @@ import { describe, it, expect, beforeAll, afterAll, vi } from 'vitest';
 import { readlinkSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
-import { startDaemon, removeDir, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, removeDir, firstPodDone, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { exchange, type RawReply } from '../helpers/rawclient.js';
 import { native } from '../../src/native.js';
@@ -52,6 +52,7 @@ afterAll(async () => {
 describe('Virtlet drop-in', () => {
   it('add -> get -> release, as the runtime and vmwrapper do it', async () => {
     const key = `vmpt-${randomBytes(4).toString('hex')}`;
+    firstPodDone(d);
     const fdsBefore = d.fdCount();
     // AddFDs: the reply is the ContainerSideNetwork JSON, no fds, the key echoed
     const add = virtletRequest(d.socket, ADD, key, { podNetworkDesc: podDesc(key) });

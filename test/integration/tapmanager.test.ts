@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
-import { startDaemon, stopDaemonAndNet, removeDir, BIN, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, stopDaemonAndNet, removeDir, firstPodDone, BIN, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet, SYSTEM_CNI_BIN } from '../helpers/cniconf.js';
 import { runVmwrapper, stubTaps, ambientFds, STUB_EMULATOR } from '../helpers/vmwrapper.js';
 import { FdClient } from '../../src/client/fdclient.js';
@@ -94,6 +94,7 @@ describe('tapmanager with bridge + host-local', () => {
 
   it('add builds the pod network, get hands over the tap, release leaves nothing', async () => {
     const key = `vmpt-${rand()}`;
+    firstPodDone(d);
     const fdsBefore = d.fdCount();
     const csn = client.add(key, desc(key));
 
