@@ -76,14 +76,7 @@ export class StateStore {
 
   /** Keys of all records, sorted. A missing dir has none. */
   keys(): string[] {
-    let names: string[];
-    try {
-      names = readdirSync(this.dir);
-    } catch (e) {
-      if (errno(e) === 'ENOENT') return [];
-      throw new VmpodError(ErrorCode.State, `list state dir ${this.dir}`, { cause: e, op: 'state-list' });
-    }
-    return names
+    return this.names()
       .filter((n) => n.endsWith(SUFFIX) && !n.startsWith('.'))
       .map((n) => n.slice(0, -SUFFIX.length))
       .filter((k) => k !== '' && k !== '.' && k !== '..')
@@ -95,16 +88,19 @@ export class StateStore {
    * temporary file never holds the only copy of anything). Returns the names removed.
    */
   sweepTemps(): string[] {
-    let names: string[];
+    const gone = this.names().filter((n) => n.startsWith(TMP_PREFIX));
+    for (const n of gone) rmSync(join(this.dir, n), { force: true });
+    return gone;
+  }
+
+  /** The names in the state dir; a missing dir has none. */
+  private names(): string[] {
     try {
-      names = readdirSync(this.dir);
+      return readdirSync(this.dir);
     } catch (e) {
       if (errno(e) === 'ENOENT') return [];
       throw new VmpodError(ErrorCode.State, `list state dir ${this.dir}`, { cause: e, op: 'state-list' });
     }
-    const gone = names.filter((n) => n.startsWith(TMP_PREFIX));
-    for (const n of gone) rmSync(join(this.dir, n), { force: true });
-    return gone;
   }
 
   private ensureDir(): void {
