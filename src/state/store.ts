@@ -2,10 +2,11 @@
 // in the same dir, fsync, rename over the old one, fsync of the dir (rename is atomic within one filesystem;
 // the dir fsync makes the rename itself durable). A crash leaves the old record or the new one, never half.
 // Synchronous on purpose: records are small, and a record must be on disk before the step it announces runs.
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { ErrorCode, VmpodError } from '../errors.js';
+import { listDir } from '../files.js';
 import { validateKey } from '../identity.js';
 import { parseRecord, type PodRecord } from './record.js';
 
@@ -96,9 +97,8 @@ export class StateStore {
   /** The names in the state dir; a missing dir has none. */
   private names(): string[] {
     try {
-      return readdirSync(this.dir);
+      return listDir(this.dir);
     } catch (e) {
-      if (errno(e) === 'ENOENT') return [];
       throw new VmpodError(ErrorCode.State, `list state dir ${this.dir}`, { cause: e, op: 'state-list' });
     }
   }
