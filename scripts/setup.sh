@@ -25,7 +25,7 @@ PACKAGES=(
   # the images and the podman kube play test of deploy/ (test/deploy/): podman with runc in ONE install (alone, podman
   # pulls crun, which fails on this kernel's cgroup v1/v2 hybrid), debootstrap for the Debian base image where no
   # container registry answers
-  podman runc debootstrap
+  podman runc catatonit debootstrap   # catatonit: podman's pause process for the kube play pod (a Recommends, not pulled with --no-install-recommends)
 )
 
 missing=()

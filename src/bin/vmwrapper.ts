@@ -1,7 +1,8 @@
 // vmwrapper: libvirt's <emulator>. Same PID as qemu: it ends in execve, or exits 1 with one line on stderr.
 // It runs on every VM start and every libvirt capability probe, so it loads only what the path taken uses: a
-// probe loads probe.ts and the addon (no client, no logger) and writes no log line; a start loads run.ts (the
-// client, the qemu argv builder, the device scan) and the logger, on demand.
+// probe loads probe.ts and the addon (no client) and writes no log line; a start loads run.ts (the client, the qemu
+// argv builder, the device scan) on demand, and writes one JSON line by hand (no logger library).
+import { writeSync } from 'node:fs';
 import { native } from '../native.js';
 import { isProbe, probePlan } from '../vmwrapper/probe.js';
 import { errorChain } from '../errors.js';
@@ -15,12 +16,13 @@ function fail(e: unknown): never {
 }
 
 async function start(): Promise<void> {
-  const [{ planExec, applyPlan }, { createLogger }] = await Promise.all([import('../vmwrapper/run.js'), import('../log.js')]);
-  const log = createLogger('vmwrapper', env.VMPOD_LOG_LEVEL === 'silent' ? 'silent' : 'info');
+  const [{ planExec, applyPlan }, { logLine }] = await Promise.all([import('../vmwrapper/run.js'), import('../vmwrapper/logline.js')]);
   const plan = await planExec(args, env);
   applyPlan(plan);
-  // the destination is synchronous (fd 2), so this line is on disk before the exec
-  log.info({ ...plan.summary, keepFds: plan.keepFds, argv: plan.argv }, 'exec emulator');
+  // written synchronously to fd 2, so the line is out before the exec
+  if (env.VMPOD_LOG_LEVEL !== 'silent') {
+    writeSync(2, logLine({ ...plan.summary, keepFds: plan.keepFds, argv: plan.argv }, 'exec emulator', process.pid, new Date()));
+  }
   native().execve(plan.path, plan.argv, plan.env, plan.keepFds);
 }
 

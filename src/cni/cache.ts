@@ -2,8 +2,9 @@
 // <cacheDir>/results/<network>-<containerId>-<ifName>, mode 0600, a JSON record of kind "cniCacheV1".
 // Being libcni's own format, cnitool and other libcni users can read our records and we theirs.
 import { randomBytes } from 'node:crypto';
-import { readdirSync, rmSync } from 'node:fs';
-import { mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { rmSync } from 'node:fs';
+import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import { listDir } from '../files.js';
 import { join } from 'node:path';
 import type { NetworkConfigList, RuntimeConf } from './config.js';
 
@@ -33,14 +34,7 @@ const TMP_NAME = /\.tmp-\d+-[0-9a-f]{8}$/;
  */
 export function sweepCacheTemps(cacheDir: string): string[] {
   const dir = join(cacheDir, 'results');
-  let names: string[];
-  try {
-    names = readdirSync(dir);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
-    throw e;
-  }
-  const gone = names.filter((n) => TMP_NAME.test(n));
+  const gone = listDir(dir).filter((n) => TMP_NAME.test(n));
   for (const n of gone) rmSync(join(dir, n), { force: true });
   return gone;
 }
@@ -52,15 +46,8 @@ export function sweepCacheTemps(cacheDir: string): string[] {
  */
 export async function cachedRecordsOf(cacheDir: string, containerId: string, ifName: string): Promise<CacheRecord[]> {
   const dir = join(cacheDir, 'results');
-  let names: string[];
-  try {
-    names = await readdir(dir);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
-    throw e;
-  }
   const out: CacheRecord[] = [];
-  for (const n of names) {
+  for (const n of listDir(dir)) {
     if (!n.endsWith(`-${containerId}-${ifName}`) || TMP_NAME.test(n)) continue;
     const networkName = n.slice(0, -`-${containerId}-${ifName}`.length);
     const read = await readCacheRecord(join(dir, n), { networkName, containerId, ifName });

@@ -6,6 +6,7 @@ import { basename, join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { execa } from 'execa';
 import { ErrorCode, VmpodError } from '../errors.js';
+import { listDir } from '../files.js';
 import { pluginFailure } from './errors.js';
 
 export interface PluginRunOptions {
@@ -103,15 +104,8 @@ function groupMembers(pgid: number, sinceTicks: number): number[] {
  * records. A pgid reused by an unrelated later process is told apart by its start time. Returns what was killed.
  */
 export function killOrphanPlugins(pgidDir: string): (PgidRecord & { pids: number[] })[] {
-  let names: string[];
-  try {
-    names = readdirSync(pgidDir);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
-    throw e;
-  }
   const killed: (PgidRecord & { pids: number[] })[] = [];
-  for (const name of names) {
+  for (const name of listDir(pgidDir)) {
     const path = join(pgidDir, name);
     let rec: PgidRecord | undefined;
     try {

@@ -5,7 +5,8 @@
 import { execa } from 'execa';
 import { isIpv4 } from '../net/ip.js';
 
-const TIMEOUT_MS = 5_000;
+// generous: it runs only on a DECLINE, off the answer path, and on a loaded node a spawn alone can take seconds
+const TIMEOUT_MS = 15_000;
 
 async function inNetns(nsPath: string, argv: string[]): Promise<{ ok: boolean; stdout: string }> {
   const r = await execa('nsenter', [`--net=${nsPath}`, '--', ...argv], { reject: false, timeout: TIMEOUT_MS, stdin: 'ignore' });
@@ -18,7 +19,7 @@ export async function conflictingMac(nsPath: string, bridge: string, ip: string)
   const route = ['ip', 'route', 'add', `${ip}/32`, 'dev', bridge, 'scope', 'link'];
   const added = (await inNetns(nsPath, route)).ok;
   try {
-    await inNetns(nsPath, ['ping', '-c', '1', '-W', '1', '-I', bridge, ip]);
+    await inNetns(nsPath, ['ping', '-c', '1', '-W', '2', '-I', bridge, ip]);
     const { stdout } = await inNetns(nsPath, ['ip', '-j', 'neigh', 'show', 'to', ip, 'dev', bridge]);
     const entries = JSON.parse(stdout.trim() || '[]') as { lladdr?: string }[];
     return entries.find((e) => e.lladdr)?.lladdr;

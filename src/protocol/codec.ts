@@ -284,36 +284,31 @@ function csn(v: unknown, path: string, p: Problems): ContainerSideNetwork {
 
 // ---- public decoders ----
 
-/** add (0) request payload: {"podNetworkDesc": {...}}. */
-export function decodeGetFDPayload(buf: Buffer): GetFDPayload {
-  const what = 'add payload';
+/** Parses a JSON object payload, builds the result from it, and throws once with every problem found. */
+function decodeObject<T>(buf: Buffer, what: string, build: (v: Obj, p: Problems) => T): T {
   const v = parseJson(buf, what);
   const p = new Problems();
   if (!isObj(v)) {
     p.add('payload', 'must be an object', v);
     fail(what, p);
   }
-  const out = { podNetworkDesc: podNetworkDesc(v.podNetworkDesc, 'podNetworkDesc', p) };
+  const out = build(v, p);
   if (p.list.length) fail(what, p);
   return out;
 }
 
+/** add (0) request payload: {"podNetworkDesc": {...}}. */
+export function decodeGetFDPayload(buf: Buffer): GetFDPayload {
+  return decodeObject(buf, 'add payload', (v, p) => ({ podNetworkDesc: podNetworkDesc(v.podNetworkDesc, 'podNetworkDesc', p) }));
+}
+
 /** recover (3) request payload: {"podNetworkDesc", "csn", "HaveRunningContainers"}. */
 export function decodeRecoverPayload(buf: Buffer): RecoverPayload {
-  const what = 'recover payload';
-  const v = parseJson(buf, what);
-  const p = new Problems();
-  if (!isObj(v)) {
-    p.add('payload', 'must be an object', v);
-    fail(what, p);
-  }
-  const out: RecoverPayload = {
+  return decodeObject(buf, 'recover payload', (v, p) => ({
     podNetworkDesc: podNetworkDesc(v.podNetworkDesc, 'podNetworkDesc', p),
     csn: csn(v.csn, 'csn', p),
     HaveRunningContainers: optBool(v, 'HaveRunningContainers', '', p) ?? false,
-  };
-  if (p.list.length) fail(what, p);
-  return out;
+  }));
 }
 
 /** A ContainerSideNetwork (add's response payload). */

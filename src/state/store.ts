@@ -2,10 +2,11 @@
 // in the same dir, fsync, rename over the old one, fsync of the dir (rename is atomic within one filesystem;
 // the dir fsync makes the rename itself durable). A crash leaves the old record or the new one, never half.
 // Synchronous on purpose: records are small, and a record must be on disk before the step it announces runs.
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { ErrorCode, VmpodError } from '../errors.js';
+import { listDir } from '../files.js';
 import { validateKey } from '../identity.js';
 import { parseRecord, type PodRecord } from './record.js';
 
@@ -76,14 +77,7 @@ export class StateStore {
 
   /** Keys of all records, sorted. A missing dir has none. */
   keys(): string[] {
-    let names: string[];
-    try {
-      names = readdirSync(this.dir);
-    } catch (e) {
-      if (errno(e) === 'ENOENT') return [];
-      throw new VmpodError(ErrorCode.State, `list state dir ${this.dir}`, { cause: e, op: 'state-list' });
-    }
-    return names
+    return this.names()
       .filter((n) => n.endsWith(SUFFIX) && !n.startsWith('.'))
       .map((n) => n.slice(0, -SUFFIX.length))
       .filter((k) => k !== '' && k !== '.' && k !== '..')
@@ -95,16 +89,18 @@ export class StateStore {
    * temporary file never holds the only copy of anything). Returns the names removed.
    */
   sweepTemps(): string[] {
-    let names: string[];
-    try {
-      names = readdirSync(this.dir);
-    } catch (e) {
-      if (errno(e) === 'ENOENT') return [];
-      throw new VmpodError(ErrorCode.State, `list state dir ${this.dir}`, { cause: e, op: 'state-list' });
-    }
-    const gone = names.filter((n) => n.startsWith(TMP_PREFIX));
+    const gone = this.names().filter((n) => n.startsWith(TMP_PREFIX));
     for (const n of gone) rmSync(join(this.dir, n), { force: true });
     return gone;
+  }
+
+  /** The names in the state dir; a missing dir has none. */
+  private names(): string[] {
+    try {
+      return listDir(this.dir);
+    } catch (e) {
+      throw new VmpodError(ErrorCode.State, `list state dir ${this.dir}`, { cause: e, op: 'state-list' });
+    }
   }
 
   private ensureDir(): void {

@@ -177,7 +177,7 @@ describe('deploy/ under podman kube play', () => {
     // the netns made in the container is a real netns on the host, with the pod's bridge and tap in it
     expect(await listNetns()).toContain(key);
     expect(readFileSync('/proc/self/mountinfo', 'utf8')).toMatch(new RegExp(` /run/netns/${key} [^\\n]* - nsfs `));
-    const links = (JSON.parse(await run(['ip', '-n', key, '-j', 'link', 'show'])) as { ifname: string; linkinfo?: { info_kind?: string } }[]);
+    const links = (JSON.parse(await run(['ip', '-n', key, '-d', '-j', 'link', 'show'])) as { ifname: string; linkinfo?: { info_kind?: string } }[]);
     expect(links.map((l) => l.linkinfo?.info_kind)).toEqual(expect.arrayContaining(['bridge', 'tun']));
 
     // libvirtd answers in its container (the liveness probe's command, as kube play made it a healthcheck)

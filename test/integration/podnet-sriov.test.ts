@@ -360,7 +360,7 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
     ctx.events.length = 0;
 
     const pn2 = ctx.make();
-    expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [] });
+    expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [], netnsMissing: [], quarantined: [] });
     const st2 = await pn2.ensureFds(ctx.key);
     expect(st2.fds).toHaveLength(1);
     expect(isDevNull(st2.fds[0]!)).toBe(true);

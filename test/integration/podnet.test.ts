@@ -293,7 +293,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect((await ctx.net.leftovers()).allocations).toHaveLength(1);
 
     const pn = ctx.make();
-    expect(await pn.restore()).toEqual({ restored: [], rolledBack: [ctx.key] });
+    expect(await pn.restore()).toEqual({ restored: [], rolledBack: [ctx.key], netnsMissing: [], quarantined: [] });
     await expectNothingLeft(ctx, []);
   });
 
@@ -308,7 +308,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(shape(await netnsState(ctx.key))).toEqual(before);
 
     const pn2 = ctx.make();
-    expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [] });
+    expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [], netnsMissing: [], quarantined: [] });
     const st2 = pn2.state(ctx.key)!;
     expect(st2.fds).toHaveLength(1);
     expect(fdinfo(st2.fds[0]!)).toContain('iff:\ttap0');
@@ -327,7 +327,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const st1 = await pn1.add(ctx.key, desc(ctx.key));
     // pn1 keeps its fd open, as qemu would keep the one it was handed
     const pn2 = ctx.make();
-    expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [] });
+    expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [], netnsMissing: [], quarantined: [] });
     expect(pn2.state(ctx.key)!.fds).toEqual([]);
     await expect(pn2.ensureFds(ctx.key)).rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('EBUSY') });
     pn1.closeAll();

@@ -62,3 +62,16 @@ describe('planExec: the whole plan first, then the host', () => {
     }
   });
 });
+
+describe('logLine: vmwrapper one hand-written JSON line', () => {
+  it('is one JSON line with the daemon log shape, the fields and the message', async () => {
+    const { logLine } = await import('../../src/vmwrapper/logline.js');
+    const line = logLine({ emulator: '/usr/bin/qemu-system-x86_64', argv: ['qemu', '-name', 'a"b\nc'] }, 'exec emulator', 42, new Date(0));
+    expect(line.endsWith('\n')).toBe(true);
+    expect(line.slice(0, -1)).not.toContain('\n');
+    expect(JSON.parse(line)).toEqual({
+      level: 30, time: '1970-01-01T00:00:00.000Z', pid: 42, name: 'vmwrapper',
+      emulator: '/usr/bin/qemu-system-x86_64', argv: ['qemu', '-name', 'a"b\nc'], msg: 'exec emulator',
+    });
+  });
+});
