@@ -7,6 +7,7 @@ import { decodeCsn } from '../protocol/codec.js';
 import { base64ToMac } from '../protocol/mac.js';
 import type { PodNetworkDesc } from '../protocol/payloads.js';
 import { errorChain } from '../errors.js';
+import { DEFAULT_SOCKET, parseTapctlArgs, tapctlUsage, type TapctlArgs } from './tapctl-options.js';
 import { collectDevices, hostRoot, Sysfs, sysfsRoot } from '../devices/index.js';
 import { deviceReportJson, formatDeviceReport, parseEnvFile } from '../devices/report.js';
 import { InterfaceType } from '../protocol/payloads.js';
@@ -14,74 +15,11 @@ import { buildQemuArgv } from '../qemu/index.js';
 import { podTable } from '../client/podtable.js';
 import type { PodSummary, StatusReport } from '../protocol/status.js';
 
-const USAGE = `Usage: tapctl [--socket PATH] [--timeout MS] COMMAND ...
-
-Commands:
-  add KEY --pod-name NAME --pod-namespace NS [--pod-id ID] [--dns JSON]
-                          set up the pod network; prints the ContainerSideNetwork JSON
-  get KEY                 prints the interface descriptions (fds are received and closed)
-  get KEY --exec -- CMD [ARG...]
-                          runs CMD with the tap fds inherited; {fd0}, {fd1}... in ARGs become their numbers
-  release KEY             tears the pod network down
-  release --force KEY     the same, and forgets the pod even when undo steps fail (a quarantined key);
-                          prints what could not be undone
-  recover KEY --csn FILE [--pod-name NAME] [--pod-namespace NS] [--pod-id ID] [--running]
-                          re-attaches to an existing pod network (FILE: ContainerSideNetwork JSON, - for stdin)
-  list [--json]           a table of every pod network tapmanager holds (key, pod, namespace, IPs, MAC, state,
-                          age, last DHCP lease); --json prints the full JSON array for scripts
-  status [--ready]        says whether tapmanager answers and is ready (JSON); --ready prints one line and
-                          exits 0 only when tapmanager has restored its pods and serves (an exec probe)
-  devices [--env-file FILE] [--json] [--machine TYPE]
-                          what a VM started with this environment would get: each VFIO function, its IOMMU group,
-                          driver and source, the qemu arguments, and every refusal. Reads what vmwrapper reads
-                          (device-plugin env, VMPOD_CRI_DEVICES, VMPOD_CDI_DEVICES, kubelet PodResources, the VFs of
-                          VIRTLET_NET_KEY from tapmanager); FILE: K=V lines or NUL-separated (/proc/<pid>/environ),
-                          used instead of tapctl's own environment. Exit 1 when anything is refused.
-
-Options:
-  --socket PATH           tapmanager's socket (default $VIRTLET_FD_SERVER_SOCKET_PATH or /var/lib/virtlet/tapfdserver.sock)
-  --timeout MS            give up on a reply after MS milliseconds (default 120000; 5000 for status --ready)
-  --help                  show this text`;
+const USAGE = tapctlUsage();
 
 class UsageError extends Error {}
 
-interface Parsed {
-  positional: string[];
-  opts: Map<string, string | true>;
-  rest: string[];
-}
-
-const VALUE_OPTS = new Set(['--socket', '--timeout', '--pod-name', '--pod-namespace', '--pod-id', '--dns', '--csn', '--env-file', '--machine']);
-const BOOL_OPTS = new Set(['--exec', '--running', '--help', '--force', '--json', '--ready']);
-
-export function parseArgs(argv: string[]): Parsed {
-  const positional: string[] = [];
-  const opts = new Map<string, string | true>();
-  let rest: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '--') {
-      rest = argv.slice(i + 1);
-      break;
-    }
-    if (a.startsWith('--')) {
-      const eq = a.indexOf('=');
-      const name = eq >= 0 ? a.slice(0, eq) : a;
-      if (VALUE_OPTS.has(name)) {
-        const v = eq >= 0 ? a.slice(eq + 1) : argv[++i];
-        if (v === undefined) throw new UsageError(`${name} needs a value`);
-        opts.set(name, v);
-      } else if (BOOL_OPTS.has(name) && eq < 0) {
-        opts.set(name, true);
-      } else {
-        throw new UsageError(`unknown option ${a}`);
-      }
-    } else {
-      positional.push(a);
-    }
-  }
-  return { positional, opts, rest };
-}
+type Parsed = TapctlArgs;
 
 function str(p: Parsed, name: string): string | undefined {
   const v = p.opts.get(name);
@@ -154,7 +92,8 @@ async function devices(p: Parsed, socket: string, timeout: number): Promise<numb
 async function main(argv: string[]): Promise<number> {
   let p: Parsed;
   try {
-    p = parseArgs(argv);
+    p = parseTapctlArgs(argv);
+    if (p.errors.length > 0) throw new UsageError(p.errors.join('; '));
   } catch (e) {
     process.stderr.write(`tapctl: ${(e as Error).message}\n${USAGE}\n`);
     return 2;
@@ -163,7 +102,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  const socket = str(p, '--socket') ?? (process.env.VIRTLET_FD_SERVER_SOCKET_PATH || '/var/lib/virtlet/tapfdserver.sock');
+  const socket = str(p, '--socket') ?? (process.env.VIRTLET_FD_SERVER_SOCKET_PATH || DEFAULT_SOCKET);
   // a probe must answer within its own timeout: status --ready gives up after 5 s unless told otherwise
   const timeout = Number(str(p, '--timeout') ?? (p.opts.has('--ready') ? 5000 : 120000));
   const out = (v: unknown) => process.stdout.write(`${JSON.stringify(v, null, 2)}\n`);

@@ -1,5 +1,7 @@
 // tapmanager's configuration: flags over env over defaults, all in one table (pino's defaultOptions habit).
-// Pure: parseConfig(argv, env) returns a config or a list of every problem found.
+// Pure: parseConfig(argv, env) returns a config or a list of every problem found (argv through node:util parseArgs,
+// src/cliargs.ts).
+import { parseCli, type OptionSpec } from '../cliargs.js';
 import { isLogLevel } from '../log.js';
 import { isIpv4 } from '../net/ip.js';
 import type { LevelWithSilent } from 'pino';
@@ -149,6 +151,13 @@ export const FLAGS = {
 
 type Key = keyof typeof FLAGS;
 
+/** The parseArgs options, from FLAGS: `--cni-timeout` is option `cni-timeout`; bool flags are switches. */
+const CLI_OPTIONS: Record<string, OptionSpec> = {
+  ...Object.fromEntries((Object.values(FLAGS) as FlagSpec[]).map((s) => [s.flag.slice(2), { type: s.kind === 'bool' ? 'boolean' : 'string' } as OptionSpec])),
+  help: { type: 'boolean', short: 'h' },
+};
+const BY_NAME = new Map<string, Key>((Object.keys(FLAGS) as Key[]).map((k) => [FLAGS[k].flag.slice(2), k]));
+
 function parseBool(v: string): boolean | undefined {
   if (/^(1|true|yes|on)$/i.test(v)) return true;
   if (/^(0|false|no|off|)$/i.test(v)) return false;
@@ -167,41 +176,19 @@ export function parseListen(s: string): { host: string; port: number } | undefin
 export type ParseResult = { ok: true; config: TapmanagerConfig } | { ok: false; errors: string[] };
 
 export function parseConfig(argv: string[], env: Record<string, string | undefined>): ParseResult {
-  const errors: string[] = [];
   const raw = new Map<Key, string>();
-  let help = false;
-  const byFlag = new Map<string, Key>(Object.entries(FLAGS).map(([k, s]) => [s.flag, k as Key]));
-
   for (const k of Object.keys(FLAGS) as Key[]) {
     const spec: FlagSpec = FLAGS[k];
     const v = spec.env ? env[spec.env] : undefined;
     if (v !== undefined && v !== '') raw.set(k, v);
   }
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === '--help' || arg === '-h') {
-      help = true;
-      continue;
-    }
-    const eq = arg.indexOf('=');
-    const name = eq >= 0 ? arg.slice(0, eq) : arg;
-    const k = byFlag.get(name);
-    if (!k) {
-      errors.push(`unknown argument ${JSON.stringify(arg)}`);
-      continue;
-    }
-    const spec: FlagSpec = FLAGS[k];
-    if (spec.kind === 'bool' && eq < 0) {
-      raw.set(k, 'true');
-      continue;
-    }
-    const value = eq >= 0 ? arg.slice(eq + 1) : argv[++i];
-    if (value === undefined) {
-      errors.push(`${name} needs a value`);
-      continue;
-    }
-    raw.set(k, value);
+  const args = parseCli(argv, CLI_OPTIONS, false);
+  const errors = args.errors;
+  for (const [name, value] of args.values) {
+    const k = BY_NAME.get(name);
+    if (k) raw.set(k, value === true ? 'true' : value);
   }
+  const help = args.values.has('help');
   const get = (k: Key): string => raw.get(k) ?? FLAGS[k].def;
 
   const logLevel = get('logLevel');
