@@ -3,7 +3,7 @@
 # out, so it is built here from Debian's own busybox source package (upstream's tarball, no Debian patches needed):
 # a static busybox with the applets sh and udhcpc6 (DNS, FQDN options on), nothing else.
 #   test/guest/udhcpc6.sh [OUTDIR]      default <repo>/.cache/udhcpc6; prints OUTDIR/busybox
-# Used by the IPv6 client tests (`busybox udhcpc6` in a netns) and by test/guest/build.sh (the guest's DHCPv6 client).
+# Used by the IPv6 client tests (`busybox udhcpc6` in a netns, test/helpers/guest.ts ensureUdhcpc6).
 # Idempotent (OUTDIR/stamp = this script); a flock on OUTDIR/.lock serialises parallel callers. Takes 2 to 7 minutes
 # on a busy 2-core machine, once.
 # Needs (Debian): apt, gcc, libc6-dev (static libc), make, bzip2, util-linux (flock).
