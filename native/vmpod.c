@@ -1482,6 +1482,9 @@ out:
 // DHCPv6 servers read the frames the VM sends into its tap and write theirs straight back into the tap, so a
 // reply can reach no other MAC and needs no route or neighbour entry in the pod netns. PACKET_IGNORE_OUTGOING:
 // only frames received on the link (from the VM), not the bridge's own transmissions towards it.
+// Bound with ETH_P_ALL, not ETH_P_IPV6: the tap is a bridge port, and the bridge's rx_handler consumes every frame
+// before protocol-specific handlers run, so a socket bound to ETH_P_IPV6 on a port receives nothing; ETH_P_ALL
+// sockets see the frame first. The BPF filter keeps everything but the wanted IPv6 frames out.
 // filter: a classic BPF program (struct sock_filter[], 8 bytes each) attached before the socket is bound, so no
 // frame the program refuses is ever queued (the socket is made with protocol 0 and receives nothing until bind).
 static napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info) {
@@ -1521,7 +1524,7 @@ static napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info) 
     goto out;
   }
   if (fd < 0) {
-    throw_errno(env, err, "socket(AF_PACKET, SOCK_RAW, ETH_P_IPV6) in %s", ns_path);
+    throw_errno(env, err, "socket(AF_PACKET, SOCK_RAW) in %s", ns_path);
     goto out;
   }
   int one = 1;
@@ -1537,7 +1540,7 @@ static napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info) 
   struct sockaddr_ll sll;
   memset(&sll, 0, sizeof(sll));
   sll.sll_family = AF_PACKET;
-  sll.sll_protocol = htons(ETH_P_IPV6);
+  sll.sll_protocol = htons(ETH_P_ALL);
   sll.sll_ifindex = (int)ifindex;
   if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
     throw_errno(env, errno, "bind AF_PACKET to %s in %s", ifname, ns_path);

@@ -10,7 +10,8 @@ PACKAGES=(
   ebtables util-linux           # DHCP kept off the CNI link (ebtables inside the pod netns, entered with nsenter)
   procps                        # sysctl: the tests read sysctls inside pod netns
   qemu-system-x86               # the emulator (TCG where KVM is unusable)
-  busybox-static                # the tiny guest's userland, and udhcpc / udhcpc6 for DHCP and DHCPv6 tests
+  busybox-static                # the tiny guest's userland, and udhcpc for the DHCP tests
+  bzip2                         # test/guest/udhcpc6.sh unpacks busybox's source (Debian's busybox has no udhcpc6)
   isc-dhcp-client               # dhclient -6: a real DHCPv6 client in the IPv6 tests
   dhcpcd-base                   # dhcpcd: a real DHCPv6/RA client (IPv6 tests)
   systemd                       # systemd-networkd: a real RA + DHCPv6 client (IPv6 tests)

@@ -124,11 +124,12 @@ export interface Native {
    */
   sysctlInNetns(nsPath: string, settings: string[]): void;
   /**
-   * an AF_PACKET socket (SOCK_RAW, ETH_P_IPV6) made inside the netns at nsPath and bound to ifname there,
-   * NONBLOCK|CLOEXEC, PACKET_IGNORE_OUTGOING: read() gives the whole Ethernet frames the link receives,
-   * writeAll() transmits one frame on it (on a tap: to the VM).
+   * an AF_PACKET socket (SOCK_RAW, bound with ETH_P_ALL: on a bridge port that is the only way to see received
+   * frames) made inside the netns at nsPath and bound to ifname there, NONBLOCK|CLOEXEC, PACKET_IGNORE_OUTGOING,
+   * with the classic BPF program `filter` (struct sock_filter[]) attached before the bind: read() gives the whole
+   * Ethernet frames the link receives that the filter passes, writeAll() transmits one frame on it (on a tap: to the VM).
    */
-  packetSocketInNetns(nsPath: string, ifname: string): number;
+  packetSocketInNetns(nsPath: string, ifname: string, filter: Buffer): number;
   /** recvfrom on a nonblocking UDP socket; null on EAGAIN. */
   recvFrom(fd: number, max: number): RecvFromResult | null;
   /** sendto(address:port) on a UDP socket. */

@@ -115,7 +115,9 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
   for (const d of [confDir, binDir, cacheDir, dataDir]) mkdirSync(d, { recursive: true });
   // a unique ULA /64 per network (fd + 40 random bits, RFC 4193)
   const p6 = randomBytes(5).toString('hex');
-  const subnet6 = opts.ipv6 ? `fd${p6.slice(0, 2)}:${p6.slice(2, 6)}:${p6.slice(6, 10)}::/64` : undefined;
+  // canonical text (RFC 5952: no leading zeros in a group), as ip and the clients print it
+  const group = (h: string) => parseInt(h, 16).toString(16);
+  const subnet6 = opts.ipv6 ? `fd${p6.slice(0, 2)}:${group(p6.slice(2, 6))}:${group(p6.slice(6, 10))}::/64` : undefined;
   const gateway6 = subnet6 ? subnet6.replace('::/64', '::1') : undefined;
   const ranges: Record<string, string>[][] = [];
   const routes: { dst: string }[] = [];

@@ -58,6 +58,31 @@ async function buildGuest(): Promise<GuestImages> {
   return { kernel, initrd };
 }
 
+export const UDHCPC6_BUILD_SCRIPT = resolve(REPO_ROOT, 'test/guest/udhcpc6.sh');
+/** udhcpc6.sh's output directory (git-ignored); VMPOD_UDHCPC6_DIR overrides. */
+export const UDHCPC6_DIR = process.env['VMPOD_UDHCPC6_DIR'] ?? resolve(REPO_ROOT, '.cache/udhcpc6');
+// a cold build compiles busybox: minutes on a busy 2-core machine
+export const UDHCPC6_BUILD_TIMEOUT_MS = 900_000;
+
+/**
+ * A static busybox with udhcpc6 (test/guest/udhcpc6.sh: Debian's busybox packages leave udhcpc6 out), built once
+ * per machine; returns its path. Serialised across processes by the script's flock.
+ */
+export async function ensureUdhcpc6(): Promise<string> {
+  try {
+    const { stdout } = await execa('bash', [UDHCPC6_BUILD_SCRIPT, UDHCPC6_DIR], { timeout: UDHCPC6_BUILD_TIMEOUT_MS, stdin: 'ignore' });
+    const path = stdout.trim().split('\n').pop() ?? '';
+    if (!existsSync(path)) throw new Error(`unexpected output ${JSON.stringify(stdout)}`);
+    return path;
+  } catch (e) {
+    const stderr = (e as { stderr?: unknown }).stderr;
+    throw new VmpodError(ErrorCode.Internal, `build busybox udhcpc6 into ${UDHCPC6_DIR}${typeof stderr === 'string' && stderr ? `: ${stderr.trim().split('\n').slice(-5).join(' | ')}` : ''}`, {
+      cause: e,
+      op: 'build-udhcpc6',
+    });
+  }
+}
+
 export const Accel = { Kvm: 'kvm', Tcg: 'tcg' } as const;
 export type Accel = (typeof Accel)[keyof typeof Accel];
 

@@ -1,4 +1,4 @@
-// Dual-stack and IPv6-only pods against real IPv6 clients (ISC dhclient -6, busybox udhcpc6), each in its own
+// Dual-stack and IPv6-only pods against real IPv6 clients (ISC dhclient -6, busybox udhcpc6, dhcpcd, systemd-networkd), each in its own
 // netns relayed to the pod's tap (the fd tapmanager hands a VM): the guest must end with exactly the CNI result's
 // address, lifetimes, DNS and search list, a default route that reaches beyond the CNI gateway, and for dual-stack
 // the IPv4 lease too; renewals keep the address across a tapmanager restart.
@@ -10,9 +10,10 @@ import { execa, type ResultPromise } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FdClient } from '../../src/client/fdclient.js';
 import { native } from '../../src/native.js';
-import { formatIpv6, linkLocalFromMac } from '../../src/net/ipv6.js';
+import { formatIpv6, linkLocalFromMac, normaliseIpv6 } from '../../src/net/ipv6.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
+import { ensureUdhcpc6, UDHCPC6_BUILD_TIMEOUT_MS } from '../helpers/guest.js';
 import { guestOnTap, type GuestNetns } from '../helpers/taprelay.js';
 
 const rand = () => randomBytes(3).toString('hex');
@@ -50,18 +51,34 @@ async function addrs(ns: string, dev: string): Promise<Addr[]> {
 /** A hook script recording each event's environment into dir, then applying the IPv6 address as a guest would. */
 function hook(dir: string, apply: string): string {
   const p = join(dir, 'hook.sh');
-  writeFileSync(p, `#!/bin/sh\nenv > "${dir}/ev.$(cat /proc/sys/kernel/random/uuid)"\n${apply}\nexit 0\n`);
+  // one file per event, named by the time (ordered), with the event's first argument (udhcpc6: bound, renew, ...)
+  writeFileSync(p, `#!/bin/sh\nf="${dir}/ev.$(date +%s%N)"\n{ env; echo "event=$1"; } > "$f.tmp" && mv "$f.tmp" "$f"\n${apply}\nexit 0\n`);
   chmodSync(p, 0o755);
   return p;
 }
 
 function events(dir: string): Record<string, string>[] {
   return readdirSync(dir)
-    .filter((f) => f.startsWith('ev.'))
+    .filter((f) => f.startsWith('ev.') && !f.endsWith('.tmp'))
+    .sort()
     .map((f) => Object.fromEntries(readFileSync(join(dir, f), 'utf8').split('\n').filter((l) => l.includes('=')).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)])));
 }
 
+/** udhcpc6's events after its first bound (it starts with a deconfig) */
+const afterBound = (dir: string): string[] => {
+  const ev = events(dir).map((e) => e.event ?? '');
+  return ev.slice(ev.indexOf('bound') + 1);
+};
+/** udhcpc6 passes $ipv6 uncompressed (fd00:0000:...): the canonical text of it */
+const ipv6Of = (e: Record<string, string>): string | undefined => (e.ipv6 === undefined ? undefined : normaliseIpv6(e.ipv6));
+
 const DNS6 = 'fd53::53';
+/** busybox with udhcpc6 (Debian's busybox has none): built once by test/guest/udhcpc6.sh */
+let busybox6 = '';
+
+beforeAll(async () => {
+  busybox6 = await ensureUdhcpc6();
+}, UDHCPC6_BUILD_TIMEOUT_MS);
 const SEARCH = ['default.svc.cluster.local', 'svc.cluster.local'];
 
 describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clients', (mode) => {
@@ -146,9 +163,14 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     );
     // the far address on the host's CNI bridge: only the default route (via the pod bridge, forwarded to the CNI gateway) reaches it
     await execa('ip', ['addr', 'add', `${far}/128`, 'dev', net.bridge, 'nodad']);
+    // dhclient -6 binds to the link-local address: started while it is still in DAD it exits ("Cannot assign
+    // requested address"); Debian's ifupdown waits for it the same way (/lib/ifupdown/wait-for-ll6.sh)
+    await waitFor('the guest link-local out of DAD', async () => (await addrs(p.guest.ns, 'eth0')).some((a) => a.scope === 'link' && !a.tentative), 20_000);
     const dh = execa('ip', ['netns', 'exec', p.guest.ns, 'dhclient', '-6', '-1', '-v', '-d', '-lf', join(dir, 'lease6'), '-pf', join(dir, 'pid'), '-sf', script, 'eth0'], { reject: false, all: true, timeout: 60_000 });
     children.push(dh);
-    await waitFor('dhclient BOUND6', () => events(dir).some((e) => e.reason === 'BOUND6'), 40_000);
+    await waitFor('dhclient BOUND6', () => events(dir).some((e) => e.reason === 'BOUND6'), 40_000).catch((e: Error) => {
+      throw new Error(`${e.message}\ndhclient: ${(dh as unknown as { all?: string }).all ?? ''}\n${d.logs().split('\n').filter((l) => l.includes('dhcp6')).slice(-20).join('\n')}`);
+    });
     const bound = events(dir).find((e) => e.reason === 'BOUND6')!;
     expect(bound.new_ip6_address).toBe(p.ip6);
     expect(bound.new_max_life).toBe('86400');
@@ -159,7 +181,8 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     // the kernel's RA handling: on-link prefix, default route via the pod bridge, MTU
     await waitFor('a default route from the RA', async () => (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(`via ${p.router} dev eth0`));
     const onlink = (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show'])).stdout;
-    expect(onlink).toMatch(new RegExp(`^${net.subnet6!.replace('::/64', '::/64')} dev eth0 proto ra`, 'm'));
+    // the kernel files the RA's on-link prefix as proto kernel, expiring with the Prefix Information's valid lifetime
+    expect(onlink).toMatch(new RegExp(`^${net.subnet6!} dev eth0 proto kernel metric \\d+ expires 259\\d{4}sec`, 'm'));
     const ping = async (dst: string) => (await execa('ip', ['netns', 'exec', p.guest.ns, 'ping', '-6', '-c', '2', '-W', '3', dst], { reject: false })).exitCode;
     expect(await ping(net.gateway6!)).toBe(0);
     expect(await ping(far)).toBe(0);
@@ -175,20 +198,113 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     const p = await pod();
     const dir = mkdtempSync(join(work, 'udhcpc6-'));
     const script = hook(dir, `case "$1" in bound|renew) ip -6 addr replace "$ipv6/128" dev "$interface" nodad ;; esac`);
-    const u = execa('ip', ['netns', 'exec', p.guest.ns, 'busybox', 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 60_000 });
+    const u = execa('ip', ['netns', 'exec', p.guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 60_000 });
     children.push(u);
-    await waitFor('udhcpc6 bound', () => events(dir).some((e) => e.ipv6 !== undefined), 30_000);
-    const bound = events(dir).find((e) => e.ipv6 !== undefined)!;
-    expect(bound.ipv6).toBe(p.ip6);
-    expect(bound.dns).toBe(DNS6);
+    await waitFor('udhcpc6 bound', () => events(dir).some((e) => e.event === 'bound'), 30_000);
+    const bound = events(dir).find((e) => e.event === 'bound')!;
+    expect(ipv6Of(bound)).toBe(p.ip6);
+    expect(bound.dns?.trim().split(/\s+/).map((a) => normaliseIpv6(a))).toEqual([DNS6]);
     expect(bound.search?.trim().split(/\s+/)).toEqual(SEARCH);
     const before = events(dir).length;
     // SIGUSR1: renew now (a unicast REQUEST from the leased address to the server's address)
     u.kill('SIGUSR1');
-    await waitFor('udhcpc6 renewed', () => events(dir).length > before && events(dir).slice(-1)[0]!.ipv6 === p.ip6, 20_000);
-    expect(events(dir).filter((e) => e.ipv6 !== undefined).every((e) => e.ipv6 === p.ip6)).toBe(true);
+    await waitFor('udhcpc6 renewed', () => events(dir).slice(before).some((e) => e.event === 'renew'), 20_000);
+    expect(ipv6Of(events(dir).slice(before).find((e) => e.event === 'renew')!)).toBe(p.ip6);
+    // never deconfigured: the renewal was answered (a REQUEST to the server's address, answered from it)
+    expect(afterBound(dir)).not.toContain('deconfig');
+    expect(d.lines().some((l) => l.msg === 'dhcp6: REPLY' && String(l.from).startsWith(`[${p.ip6}]`))).toBe(true);
     u.kill('SIGTERM');
   }, 60_000);
+
+  /** The guest's IPv6 state a client left: exactly the CNI address (a /128, as these clients apply it) and routes. */
+  async function expectLeased(p: { guest: GuestNetns; ip6: string; router: string }): Promise<void> {
+    const global = (await addrs(p.guest.ns, 'eth0')).filter((a) => a.family === 'inet6' && a.scope === 'global');
+    expect(global.map((a) => `${a.local}/${a.prefixlen}`)).toEqual([`${p.ip6}/128`]);
+    // the lease's lifetimes (86400 s, a few seconds spent)
+    expect(global[0]!.valid_life_time).toBeGreaterThan(86_000);
+    expect(global[0]!.valid_life_time).toBeLessThanOrEqual(86_400);
+    expect(global[0]!.preferred_life_time).toBeGreaterThan(86_000);
+    const routes = (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show'])).stdout;
+    expect(routes).toMatch(new RegExp(`^default via ${p.router} dev eth0 proto ra`, 'm'));
+    expect(routes).toMatch(new RegExp(`^${net.subnet6!} dev eth0`, 'm'));
+    const ping = async (dst: string) => (await execa('ip', ['netns', 'exec', p.guest.ns, 'ping', '-6', '-c', '2', '-W', '3', dst], { reject: false })).exitCode;
+    expect(await ping(net.gateway6!)).toBe(0);
+  }
+
+  async function expectIpv4Lease(p: { guest: GuestNetns; ip4?: string }): Promise<void> {
+    if (mode !== 'dual') return;
+    await waitFor('the IPv4 lease', async () => (await addrs(p.guest.ns, 'eth0')).some((a) => a.family === 'inet' && a.local === p.ip4), 30_000);
+    const v4 = (await addrs(p.guest.ns, 'eth0')).filter((a) => a.family === 'inet');
+    expect(v4.map((a) => `${a.local}/${a.prefixlen}`)).toEqual([`${p.ip4}/24`]);
+    expect((await execa('ip', ['-n', p.guest.ns, '-4', 'route', 'show', 'default'])).stdout).toContain(`via ${net.gateway} dev eth0`);
+  }
+
+  it('dhcpcd (handles RAs itself) gets the address, lifetimes, route, DNS and search list', async () => {
+    const p = await pod();
+    const dir = mkdtempSync(join(work, 'dhcpcd-'));
+    const script = hook(dir, 'true');
+    writeFileSync(join(dir, 'dhcpcd.conf'), 'option rapid_commit\n');
+    // dhcpcd keeps its pid files, control sockets and leases in /run/dhcpcd and /var/lib/dhcpcd: private tmpfs
+    // mounts in the mount namespace `ip netns exec` makes, so clients in other netns do not see each other
+    const cmd = `mkdir -p /run/dhcpcd /var/lib/dhcpcd && mount -t tmpfs tmpfs /run/dhcpcd && mount -t tmpfs tmpfs /var/lib/dhcpcd && exec dhcpcd -B -d ${mode === 'only' ? '-6 ' : ''}-f ${dir}/dhcpcd.conf -c ${script} eth0`;
+    const c = execa('ip', ['netns', 'exec', p.guest.ns, 'sh', '-c', cmd], { reject: false, all: true, timeout: 80_000 });
+    children.push(c);
+    await waitFor('dhcpcd BOUND6', () => events(dir).some((e) => e.reason === 'BOUND6'), 40_000).catch((e: Error) => {
+      throw new Error(`${e.message}\n${d.logs().split('\n').filter((l) => l.includes('dhcp6') || l.includes('"ra"')).slice(-20).join('\n')}`);
+    });
+    const bound = events(dir).find((e) => e.reason === 'BOUND6')!;
+    expect(bound.new_dhcp6_ia_na1_ia_addr1).toBe(p.ip6);
+    expect(bound.new_dhcp6_ia_na1_ia_addr1_vltime).toBe('86400');
+    expect(bound.new_dhcp6_ia_na1_ia_addr1_pltime).toBe('86400');
+    expect(bound.new_dhcp6_name_servers).toBe(DNS6);
+    expect(bound.new_dhcp6_domain_search).toBe(SEARCH.join(' '));
+    await waitFor('dhcpcd default route', async () => (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(`via ${p.router}`), 30_000);
+    await expectLeased(p);
+    // the RA as dhcpcd read it: managed, the pod prefix on-link without SLAAC, RDNSS and DNSSL, the pod MTU
+    const ra = events(dir).find((e) => e.reason === 'ROUTERADVERT')!;
+    expect(ra).toMatchObject({ nd1_flags: 'MO', nd1_prefix_information1_flags: 'L', nd1_prefix_information1_length: '64', nd1_rdnss1_servers: DNS6, nd1_dnssl1_search: SEARCH.join(' '), nd1_mtu: '1500' });
+    await expectIpv4Lease(p);
+    c.kill('SIGTERM');
+    await c;
+  }, 120_000);
+
+  it('systemd-networkd (solicits after the RA) gets the address, lifetimes, route, DNS and search list', async () => {
+    const p = await pod();
+    const dir = mkdtempSync(join(work, 'networkd-'));
+    writeFileSync(join(dir, '10-vmpod-test.network'), `[Match]\nName=eth0\n[Network]\nDHCP=${mode === 'dual' ? 'yes' : 'ipv6'}\nIPv6AcceptRA=yes\n` +
+        // search domains are used only when asked for (networkd's default UseDomains=no)
+        '[DHCPv4]\nUseDomains=yes\n[DHCPv6]\nUseDomains=yes\n[IPv6AcceptRA]\nUseDomains=yes\n');
+    // networkd outside systemd, in the mount namespace `ip netns exec` makes: a private /run/systemd (its state
+    // and our .network file), and /sys read-only, which tells networkd there is no udev to wait for
+    const cmd = `mount -t tmpfs tmpfs /run/systemd && mkdir -p /run/systemd/network && cp ${dir}/10-vmpod-test.network /run/systemd/network/ && mount -o remount,ro /sys && exec /lib/systemd/systemd-networkd`;
+    const c = execa('ip', ['netns', 'exec', p.guest.ns, 'sh', '-c', cmd], { reject: false, all: true, timeout: 80_000, env: { SYSTEMD_LOG_LEVEL: 'debug' } });
+    children.push(c);
+    const ifindex = (await ipJson<{ ifindex: number }[]>(p.guest.ns, 'link', 'show', 'dev', 'eth0'))[0]!.ifindex;
+    // the link's state file, as networkd wrote it in its mount namespace (the same pid: sh and ip exec'd it)
+    const state = () => {
+      try {
+        return readFileSync(`/proc/${c.pid}/root/run/systemd/netif/links/${ifindex}`, 'utf8');
+      } catch {
+        return '';
+      }
+    };
+    await waitFor(
+      'networkd configured',
+      async () => state().includes('ADMIN_STATE=configured') && (await addrs(p.guest.ns, 'eth0')).some((a) => a.local === p.ip6 && !a.tentative),
+      50_000,
+    ).catch((e: Error) => {
+      throw new Error(`${e.message}\nstate:\n${state()}\nnetworkd:\n${(c as unknown as { all?: string }).all ?? ''}`);
+    });
+    await waitFor('networkd default route', async () => (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(`via ${p.router}`), 30_000);
+    await expectLeased(p);
+    // DNS from DHCPv6 and the RA's RDNSS/DNSSL, merged by networkd (IPv4's DNS too, on dual-stack)
+    const st = Object.fromEntries(state().split('\n').filter((l) => l.includes('=')).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+    expect(st.DNS?.split(' ')).toContain(DNS6);
+    expect(st.DOMAINS?.split(' ')).toEqual(expect.arrayContaining(SEARCH));
+    await expectIpv4Lease(p);
+    c.kill('SIGTERM');
+    await c;
+  }, 120_000);
 
   if (mode === 'dual') {
     it('dual-stack: busybox udhcpc gets the IPv4 lease beside IPv6', async () => {
@@ -205,17 +321,17 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     const p = await pod();
     const dir = mkdtempSync(join(work, 'restart-'));
     const script = hook(dir, `case "$1" in bound|renew) ip -6 addr replace "$ipv6/128" dev "$interface" nodad ;; esac`);
-    const u = execa('ip', ['netns', 'exec', p.guest.ns, 'busybox', 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 80_000 });
+    const u = execa('ip', ['netns', 'exec', p.guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 80_000 });
     children.push(u);
-    await waitFor('udhcpc6 bound', () => events(dir).some((e) => e.ipv6 !== undefined), 30_000);
+    await waitFor('udhcpc6 bound', () => events(dir).some((e) => e.event === 'bound'), 30_000);
     expect(await d.stop()).toBe(0);
     d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, reuse: d });
     client = new FdClient(d.socket, { timeoutMs: 60_000 });
     const before = events(dir).length;
     u.kill('SIGUSR1');
-    await waitFor('udhcpc6 renewed after restart', () => events(dir).length > before, 20_000);
-    const last = events(dir).slice(-1)[0]!;
-    expect(last.ipv6).toBe(p.ip6);
+    await waitFor('udhcpc6 renewed after restart', () => events(dir).slice(before).some((e) => e.event === 'renew'), 20_000);
+    expect(ipv6Of(events(dir).slice(before).find((e) => e.event === 'renew')!)).toBe(p.ip6);
+    expect(afterBound(dir)).not.toContain('deconfig');
     expect(d.lines().some((l) => l.msg === 'dhcp6: REPLY')).toBe(true);
     u.kill('SIGTERM');
   }, 90_000);
