@@ -224,7 +224,7 @@ describe('soak', () => {
     const d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--log-level', 'warn'] });
     daemons.push(d);
     const prefix = `vmsk${rand()}`;
-    firstPodDone(d);
+    await firstPodDone(d);
     const fdsBefore = d.fdCount();
     const nsBefore = (await netnsList()).filter((n) => n.startsWith(prefix));
     const clients = 8;

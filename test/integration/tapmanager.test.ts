@@ -94,7 +94,7 @@ describe('tapmanager with bridge + host-local', () => {
 
   it('add builds the pod network, get hands over the tap, release leaves nothing', async () => {
     const key = `vmpt-${rand()}`;
-    firstPodDone(d);
+    await firstPodDone(d);
     const fdsBefore = d.fdCount();
     const csn = client.add(key, desc(key));
 
