@@ -1,6 +1,6 @@
 // Starts the built tapmanager (dist/bundle/tapmanager.js) as a child process, as an operator would.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readlinkSync, rmSync, readdirSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
@@ -131,24 +131,28 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 
 /**
  * The daemon's first child process (an `ip`, a CNI plugin) makes libuv open its EMFILE reserve fd (/dev/null, once
- * per process, in uv__stream_init). One pod added and released first (and its connections closed by the daemon), so
- * that an fd count taken after this compares a test's own requests alone.
+ * per process, in uv__stream_init). One pod added and released first, then the daemon's fds left to settle (it
+ * closes connections and child pipes as it notices they ended), so that an fd count taken after this compares a
+ * test's own requests alone.
  */
-export async function firstPodDone(d: Pick<Daemon, 'socket' | 'pid'>): Promise<void> {
-  const sockets = () =>
-    readdirSync(`/proc/${d.pid}/fd`).filter((f) => {
-      try {
-        return readlinkSync(`/proc/${d.pid}/fd/${f}`).startsWith('socket:');
-      } catch {
-        return false;
-      }
-    }).length;
-  const before = sockets();
+export async function firstPodDone(d: Pick<Daemon, 'socket' | 'fdCount'>): Promise<void> {
   const key = `vmpw-${process.pid}-${Date.now().toString(36)}`;
   const c = new FdClient(d.socket, { timeoutMs: 60_000 });
   c.add(key, { podId: key, podNs: 'default', podName: 'warm-up', DNS: null });
   c.release(key);
-  for (let i = 0; i < 200 && sockets() > before; i++) await new Promise((r) => setTimeout(r, 25));
+  await fdsSettled(d);
+}
+
+/** Waits (at most 20 s) until the daemon's fd count has not changed for 250 ms. */
+export async function fdsSettled(d: Pick<Daemon, 'fdCount'>): Promise<number> {
+  let prev = d.fdCount();
+  for (let i = 0, same = 0; i < 400 && same < 5; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    const n = d.fdCount();
+    same = n === prev ? same + 1 : 0;
+    prev = n;
+  }
+  return prev;
 }
 
 export function removeDir(dir: string): void {
