@@ -131,14 +131,28 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 
 /**
  * The daemon's first child process (an `ip`, a CNI plugin) makes libuv open its EMFILE reserve fd (/dev/null, once
- * per process, in uv__stream_init). One pod added and released first, so that an fd count taken after this compares
- * a test's own requests alone.
+ * per process, in uv__stream_init). One pod added and released first, then the daemon's fds left to settle (it
+ * closes connections and child pipes as it notices they ended), so that an fd count taken after this compares a
+ * test's own requests alone.
  */
-export function firstPodDone(d: Pick<Daemon, 'socket'>): void {
+export async function firstPodDone(d: Pick<Daemon, 'socket' | 'fdCount'>): Promise<void> {
   const key = `vmpw-${process.pid}-${Date.now().toString(36)}`;
   const c = new FdClient(d.socket, { timeoutMs: 60_000 });
   c.add(key, { podId: key, podNs: 'default', podName: 'warm-up', DNS: null });
   c.release(key);
+  await fdsSettled(d);
+}
+
+/** Waits (at most 20 s) until the daemon's fd count has not changed for 250 ms. */
+export async function fdsSettled(d: Pick<Daemon, 'fdCount'>): Promise<number> {
+  let prev = d.fdCount();
+  for (let i = 0, same = 0; i < 400 && same < 5; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    const n = d.fdCount();
+    same = n === prev ? same + 1 : 0;
+    prev = n;
+  }
+  return prev;
 }
 
 export function removeDir(dir: string): void {

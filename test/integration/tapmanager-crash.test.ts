@@ -56,6 +56,9 @@ describe('tapmanager killed with SIGKILL mid-add', () => {
       d2 = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d1 });
       await waitFor('the orphaned plugin to die', () => !alive(plugin), 10_000);
       expect(d2.lines().some((l) => l.msg === 'killed CNI plugins a previous daemon left running')).toBe(true);
+      // the socket answers at once, the rollback runs in the background (its CNI DEL is a plugin too): ready once done
+      const socket2 = d2.socket;
+      await waitFor('the restore (status --ready)', async () => (await tapctl(socket2, 'status', '--ready')).exitCode === 0);
       expect(readdirSync(join(d1.stateDir, 'plugins'))).toEqual([]);
       expect(readdirSync(d1.stateDir).filter((n) => n.startsWith('.tmp-'))).toEqual([]);
       expect(existsSync(join(net.cacheDir, 'results', `x-${key}-eth0.tmp-1-deadbeef`))).toBe(false);

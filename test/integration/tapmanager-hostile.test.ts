@@ -2,10 +2,10 @@
 // drip-fed bytes, pipelining without end, too many connections, no fds left, garbage after a good request.
 // Each asserts what a user notices: the reply arrives (or the clear error), the others are served, the daemon stays.
 import { describe, it, expect, beforeAll, afterAll, vi } from 'vitest';
-import { readFileSync, readlinkSync } from 'node:fs';
+import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
-import { startDaemon, removeDir, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, removeDir, firstPodDone, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { connect, exchange, readFull, readReply, readUntilEof, requestBytes, HEADER } from '../helpers/rawclient.js';
 import { native } from '../../src/native.js';
@@ -56,6 +56,15 @@ function addPod(): string {
   return k;
 }
 
+/** The RLIMIT_NOFILE that leaves exactly n fd numbers free in the process. */
+function limitLeaving(pid: number, n: number): number {
+  const used = new Set(readdirSync(`/proc/${pid}/fd`).map(Number));
+  let free = 0;
+  let limit = 0;
+  for (; free < n; limit++) if (!used.has(limit)) free++;
+  return limit;
+}
+
 /** Waits (at most 12 s) for a condition on the daemon; the caller asserts it afterwards. */
 async function settled(what: () => boolean): Promise<void> {
   for (let i = 0; i < 480 && !what(); i++) await sleep(25);
@@ -63,6 +72,7 @@ async function settled(what: () => boolean): Promise<void> {
 
 describe('replies own their fds', () => {
   it('a get reply waiting for a slow reader keeps its fds while a release queued behind it closes the pod', async () => {
+    await firstPodDone(d);
     const fdsBefore = d.fdCount();
     const key = addPod();
     // one connection: a request whose 1 MiB error reply fills the socket, then a get; nothing is read yet
@@ -175,7 +185,13 @@ describe('every connection ends', () => {
 
   it('out of fds (EMFILE): a newcomer is closed, not left to spin the daemon; it serves again once fds are free', async () => {
     await settled(() => d.fdCount() < 40);
-    const limit = d.fdCount() + 3;
+    // the daemon closes the connections earlier tests left as it notices them: wait until its fds stop changing
+    for (let prev = -1, i = 0; i < 60 && d.fdCount() !== prev; i++) {
+      prev = d.fdCount();
+      await sleep(250);
+    }
+    // the limit bounds fd numbers, not their count: closed fds leave gaps below the highest, which a newcomer fills
+    const limit = limitLeaving(d.pid, 3);
     // the soft limit only: lowering the hard limit could not be undone without CAP_SYS_RESOURCE
     const soft = (await execa('prlimit', ['--pid', String(d.pid), '--nofile', '--raw', '--noheadings', '--output=SOFT'])).stdout.trim();
     await execa('prlimit', ['--pid', String(d.pid), `--nofile=${limit}:`]);

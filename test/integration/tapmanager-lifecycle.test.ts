@@ -160,7 +160,7 @@ describe('one daemon per state dir and socket', () => {
 });
 
 describe('serving during restore', () => {
-  it('listens at once; a request for the pod being restored waits for it, another pod is served meanwhile', async () => {
+  it('listens at once; a request for the pod being restored waits for it, another pod is served meanwhile; ready only once restored', async () => {
     net = await makeCniConf();
     const gate = join(net.root, 'release-the-del');
     const binDirs = chainSlowPlugin(net, 5, gate);
@@ -179,33 +179,61 @@ describe('serving during restore', () => {
     native().close(addFd);
     await new Promise((r) => setTimeout(r, 5500)); // the orphaned plugin finishes its sleep
 
-    const d2 = await startDaemon({ confDir: net.confDir, binDirs, reuse: d });
-    daemons.push(d2);
-    // the socket answers while the slow pod is still being rolled back
-    const getSlow = send(d2.socket, GET, slow);
-    const addFast = send(d2.socket, ADD, fast, desc(fast));
-    expect(replyOf(addFast)).toBe(0x80);
-    // the slow pod's restore is still held in its CNI DEL: nothing for it has been answered
-    expect(d2.lines().some((l) => l.msg === 'restored pod networks from the state dir')).toBe(false);
-    writeFileSync(gate, '');
-    // the get waited in the slow key's queue for the rollback, then found nothing
-    const g = connectReply(getSlow);
-    expect(g.command).toBe(0xff);
-    expect(g.text).toMatch(new RegExp(`no pod network for key ${slow}`));
-    const lines = await logLines(d2, (ls) => ls.some((l) => l.msg === 'restored pod networks from the state dir'));
-    const idx = (pred: (l: Record<string, unknown>) => boolean) => lines.findIndex(pred);
-    const fastDone = idx((l) => l.msg === 'add done' && l.key === fast);
-    const restoreDone = idx((l) => l.msg === 'restored pod networks from the state dir');
-    const getDone = idx((l) => l.msg === 'get failed' && l.key === slow);
-    expect(fastDone).toBeGreaterThanOrEqual(0);
-    expect(fastDone).toBeLessThan(restoreDone);
-    // sent before the add, answered after it: the get waited (had it not, it would have found the record mid-rollback)
-    expect(fastDone).toBeLessThan(getDone);
-    expect(lines[restoreDone]).toMatchObject({ rolledBack: [slow] });
-    expect(exchange(d2.socket, RELEASE, fast).command).toBe(0x81);
-    expect(await d2.stop()).toBe(0);
-    expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
-    expect((await netnsList()).filter((n) => n === slow || n === fast)).toEqual([]);
+    // systemd's notify socket, stood in for by a receiver on an abstract name of this test's own
+    const notifySocket = `@vmpod-notify-${rand()}`;
+    const rx = spawn('/usr/bin/python3', [join(REPO, 'test/fixtures/notify-receiver.py'), notifySocket], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let notified = '';
+    rx.stdout!.on('data', (b) => (notified += b));
+    try {
+      for (let i = 0; i < 400 && !notified.startsWith('ready'); i++) await new Promise((r) => setTimeout(r, 25));
+      const d2 = await startDaemon({ confDir: net.confDir, binDirs, reuse: d, extraArgs: ['--http-listen', '127.0.0.1:0'], env: { NOTIFY_SOCKET: notifySocket } });
+      daemons.push(d2);
+      // the socket answers while the slow pod is still being rolled back
+      const getSlow = send(d2.socket, GET, slow);
+      const addFast = send(d2.socket, ADD, fast, desc(fast));
+      expect(replyOf(addFast)).toBe(0x80);
+      // the slow pod's restore is still held in its CNI DEL: nothing for it has been answered
+      expect(d2.lines().some((l) => l.msg === 'restored pod networks from the state dir')).toBe(false);
+      // answering is not ready: the exec probe, /readyz and systemd all wait for the restore, and say so
+      const statusReady = () => execa(process.execPath, [BIN.tapctl, '--socket', d2.socket, 'status', '--ready'], { reject: false, timeout: 60_000 });
+      const port = d2.lines().find((l) => l.msg === 'HTTP listening: /healthz /readyz /metrics')!.port as number;
+      const readyz = async () => {
+        const r = await fetch(`http://127.0.0.1:${port}/readyz`);
+        return [r.status, await r.text()];
+      };
+      const restoring = 'not ready: restoring the pods recorded in the state dir';
+      const early = await statusReady();
+      expect([early.exitCode, early.stdout]).toEqual([1, restoring]);
+      expect(await readyz()).toEqual([503, `${restoring}\n`]);
+      expect(notified).not.toMatch(/READY=1/);
+      writeFileSync(gate, '');
+      // the get waited in the slow key's queue for the rollback, then found nothing
+      const g = connectReply(getSlow);
+      expect(g.command).toBe(0xff);
+      expect(g.text).toMatch(new RegExp(`no pod network for key ${slow}`));
+      const lines = await logLines(d2, (ls) => ls.some((l) => l.msg === 'restored pod networks from the state dir'));
+      const idx = (pred: (l: Record<string, unknown>) => boolean) => lines.findIndex(pred);
+      const fastDone = idx((l) => l.msg === 'add done' && l.key === fast);
+      const restoreDone = idx((l) => l.msg === 'restored pod networks from the state dir');
+      const getDone = idx((l) => l.msg === 'get failed' && l.key === slow);
+      expect(fastDone).toBeGreaterThanOrEqual(0);
+      expect(fastDone).toBeLessThan(restoreDone);
+      // sent before the add, answered after it: the get waited (had it not, it would have found the record mid-rollback)
+      expect(fastDone).toBeLessThan(getDone);
+      expect(lines[restoreDone]).toMatchObject({ rolledBack: [slow] });
+      // restored: ready everywhere
+      for (let i = 0; i < 400 && !notified.includes('READY=1'); i++) await new Promise((r) => setTimeout(r, 25));
+      expect(notified).toMatch(/READY=1\\nSTATUS=serving 1 pod networks on /);
+      const late = await statusReady();
+      expect([late.exitCode, late.stdout]).toEqual([0, expect.stringMatching(/^ready: 1 pod networks, up \d+s$/)]);
+      expect(await readyz()).toEqual([200, 'ready\n']);
+      expect(exchange(d2.socket, RELEASE, fast).command).toBe(0x81);
+      expect(await d2.stop()).toBe(0);
+      expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
+      expect((await netnsList()).filter((n) => n === slow || n === fast)).toEqual([]);
+    } finally {
+      rx.kill();
+    }
   });
 });
 
@@ -224,7 +252,7 @@ describe('soak', () => {
     const d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--log-level', 'warn'] });
     daemons.push(d);
     const prefix = `vmsk${rand()}`;
-    firstPodDone(d);
+    await firstPodDone(d);
     const fdsBefore = d.fdCount();
     const nsBefore = (await netnsList()).filter((n) => n.startsWith(prefix));
     const clients = 8;

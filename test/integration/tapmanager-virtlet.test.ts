@@ -52,7 +52,7 @@ afterAll(async () => {
 describe('Virtlet drop-in', () => {
   it('add -> get -> release, as the runtime and vmwrapper do it', async () => {
     const key = `vmpt-${randomBytes(4).toString('hex')}`;
-    firstPodDone(d);
+    await firstPodDone(d);
     const fdsBefore = d.fdCount();
     // AddFDs: the reply is the ContainerSideNetwork JSON, no fds, the key echoed
     const add = virtletRequest(d.socket, ADD, key, { podNetworkDesc: podDesc(key) });

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
-import { startDaemon, stopDaemonAndNet, removeDir, firstPodDone, BIN, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, stopDaemonAndNet, removeDir, firstPodDone, fdsSettled, BIN, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet, SYSTEM_CNI_BIN } from '../helpers/cniconf.js';
 import { runVmwrapper, stubTaps, ambientFds, STUB_EMULATOR } from '../helpers/vmwrapper.js';
 import { FdClient } from '../../src/client/fdclient.js';
@@ -94,7 +94,7 @@ describe('tapmanager with bridge + host-local', () => {
 
   it('add builds the pod network, get hands over the tap, release leaves nothing', async () => {
     const key = `vmpt-${rand()}`;
-    firstPodDone(d);
+    await firstPodDone(d);
     const fdsBefore = d.fdCount();
     const csn = client.add(key, desc(key));
 
@@ -137,7 +137,7 @@ describe('tapmanager with bridge + host-local', () => {
     expect(await netnsExists(key)).toBe(false);
     expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
     expect(readdirSync(d.stateDir).filter((f) => f.includes(key))).toEqual([]);
-    expect(d.fdCount()).toBe(fdsBefore);
+    expect(await fdsSettled(d)).toBe(fdsBefore);
     expect((client.list() as { key: string }[]).some((p) => p.key === key)).toBe(false);
 
     // every request line carries key, op and duration
