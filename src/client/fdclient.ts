@@ -112,31 +112,30 @@ export class FdClient {
 
   /** list (4, ours): the server's pods, a JSON array. The request key is empty (all spaces). */
   list(): unknown[] {
-    const r = this.request(Command.List, '', null);
-    let v: unknown;
-    try {
-      v = JSON.parse(r.data.toString('utf8'));
-    } catch (e) {
-      throw new VmpodError(ErrorCode.Protocol, `list response is not JSON: ${(e as Error).message}`, { cause: e, op: 'list' });
-    }
+    const v = this.jsonReply(Command.List);
     if (!Array.isArray(v)) throw this.protocolError(Command.List, '', `payload is not an array: ${JSON.stringify(v).slice(0, 80)}`);
     return v;
   }
 
   /** status (6, ours): whether the server has restored its pods and is ready, with the reasons when not. */
   status(): StatusReport {
-    const r = this.request(Command.Status, '', null);
-    let v: unknown;
-    try {
-      v = JSON.parse(r.data.toString('utf8'));
-    } catch (e) {
-      throw new VmpodError(ErrorCode.Protocol, `status response is not JSON: ${(e as Error).message}`, { cause: e, op: 'status' });
-    }
+    const v = this.jsonReply(Command.Status);
     const o = v as Partial<StatusReport> | null;
     if (typeof o !== 'object' || o === null || typeof o.ready !== 'boolean' || !Array.isArray(o.reasons)) {
       throw this.protocolError(Command.Status, '', `payload is not a status report: ${JSON.stringify(v).slice(0, 80)}`);
     }
     return o as StatusReport;
+  }
+
+  /** A keyless request of ours whose reply is JSON. */
+  private jsonReply(command: Command): unknown {
+    const r = this.request(command, '', null);
+    try {
+      return JSON.parse(r.data.toString('utf8'));
+    } catch (e) {
+      const op = commandName(command);
+      throw new VmpodError(ErrorCode.Protocol, `${op} response is not JSON: ${(e as Error).message}`, { cause: e, op });
+    }
   }
 
   private decode<T>(command: Command, key: string, f: () => T): T {

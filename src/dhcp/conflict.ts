@@ -19,6 +19,8 @@ export async function conflictingMac(nsPath: string, bridge: string, ip: string)
   const route = ['ip', 'route', 'add', `${ip}/32`, 'dev', bridge, 'scope', 'link'];
   const added = (await inNetns(nsPath, route)).ok;
   try {
+    // a stale entry (the VM itself held the address before) would be read back as the answer: ask afresh
+    await inNetns(nsPath, ['ip', 'neigh', 'flush', 'to', ip, 'dev', bridge]);
     await inNetns(nsPath, ['ping', '-c', '1', '-W', '2', '-I', bridge, ip]);
     const { stdout } = await inNetns(nsPath, ['ip', '-j', 'neigh', 'show', 'to', ip, 'dev', bridge]);
     const entries = JSON.parse(stdout.trim() || '[]') as { lladdr?: string }[];

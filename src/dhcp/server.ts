@@ -45,6 +45,7 @@
 import { errorChain } from '../errors.js';
 import type { Logger } from '../log.js';
 import { native, type Poller, type RecvFromResult } from '../native.js';
+import { SocketWatch } from '../net/watch.js';
 import type { DhcpLease } from './lease.js';
 import { conflictingMac } from './conflict.js';
 import { buildOptions, type BuiltOptions, LEASE_ONLY_OPTIONS, orderByRequest } from './options.js';
@@ -73,7 +74,6 @@ export const DHCP_CLIENT_PORT = 68;
 const BROADCAST = '255.255.255.255';
 const RECV_MAX = 2048;
 /** datagrams handled per poll wake-up; the poll is level-triggered, so the rest wait for the next turn of the loop */
-const BURST = 64;
 
 /** The socket calls the server makes; native() by default, a recording fake in unit tests. */
 export interface DhcpSocketIo {
@@ -239,10 +239,9 @@ export class DhcpServer {
   readonly lease: DhcpLease;
   /** when an ACK last granted the lease (a REQUEST answered), undefined until then */
   lastLeaseAt: Date | undefined;
-  private fd: number;
+  private readonly watch: SocketWatch;
   private readonly onPacket: (direction: 'received' | 'sent', type: string) => void;
   private readonly onLease: () => void;
-  private poller: Poller | undefined;
   private readonly io: DhcpSocketIo;
   private readonly log: Logger;
   private readonly ctx: AnswerContext;
@@ -274,14 +273,8 @@ export class DhcpServer {
     this.onLease = opts.onLease ?? (() => {});
     this.log = opts.log.child({ component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
     const port = opts.port ?? DHCP_SERVER_PORT;
-    this.fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
-    try {
-      this.poller = this.io.pollReadable(this.fd, (err) => this.onReadable(err));
-    } catch (e) {
-      this.io.close(this.fd);
-      this.fd = -1;
-      throw e;
-    }
+    const fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
+    this.watch = new SocketWatch(this.io, fd, (f) => this.readOne(f), this.log, 'dhcp server');
     this.log.info(
       { nsPath: opts.nsPath, port, serverId: built.serverId, ip: `${opts.lease.ip}/${opts.lease.prefixLength}`, routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`) },
       'dhcp server listening',
@@ -290,25 +283,16 @@ export class DhcpServer {
 
   /** the socket fd, -1 once stopped */
   get socketFd(): number {
-    return this.fd;
+    return this.watch.fd;
   }
 
   get running(): boolean {
-    return this.fd >= 0;
+    return this.watch.fd >= 0;
   }
 
   /** Idempotent: stops watching and closes the socket. */
   stop(): void {
-    if (this.fd < 0) return;
-    const fd = this.fd;
-    this.fd = -1;
-    this.poller?.stop();
-    this.poller = undefined;
-    try {
-      this.io.close(fd);
-    } catch (e) {
-      this.log.warn({ err: errorChain(e), fd }, 'dhcp server: closing the socket failed');
-    }
+    if (!this.watch.stop()) return;
     this.log.info({ stats: this.stats }, 'dhcp server stopped');
   }
 
@@ -326,24 +310,12 @@ export class DhcpServer {
     this.findConflict(address).then(warn, () => warn(undefined));
   }
 
-  private onReadable(err: Error | null): void {
-    if (this.fd < 0) return;
-    if (err) {
-      // the poll reports an error on the socket itself (e.g. the bridge went away); keep the server, log it
-      this.log.error({ err: errorChain(err) }, 'dhcp server: poll error on the socket');
-      return;
-    }
-    for (let n = 0; n < BURST && this.fd >= 0; n++) {
-      let d: RecvFromResult | null;
-      try {
-        d = this.io.recvFrom(this.fd, RECV_MAX);
-      } catch (e) {
-        this.log.warn({ err: errorChain(e) }, 'dhcp server: recvfrom failed');
-        return;
-      }
-      if (!d) return;
-      this.handle(d);
-    }
+  /** One datagram read and handled; false when none is waiting. */
+  private readOne(fd: number): boolean {
+    const d = this.io.recvFrom(fd, RECV_MAX);
+    if (!d) return false;
+    this.handle(d);
+    return true;
   }
 
   /** One datagram; never throws. */
@@ -378,7 +350,7 @@ export class DhcpServer {
         }
         if (decision.type === MessageType.Ack && decision.request === 'REQUEST') this.backoffMs = 0;
         try {
-          this.io.sendTo(this.fd, decision.data, BROADCAST, this.clientPort);
+          this.io.sendTo(this.watch.fd, decision.data, BROADCAST, this.clientPort);
         } catch (e) {
           this.log.warn({ from, err: errorChain(e) }, `dhcp: sending ${messageTypeName(decision.type)} failed`);
           return;

@@ -28,7 +28,8 @@
 import { errorChain } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
-import { native, type Poller } from '../native.js';
+import { native } from '../native.js';
+import { SocketWatch } from '../net/watch.js';
 import { type PacketIo, RateLimit } from '../net/packetio.js';
 import { bpfIpv6Filter, decodeFrame6, decodeUdp6, encodeUdp6Frame, NH_UDP } from '../net/frame6.js';
 import { inSubnet6, normaliseIpv6 } from '../net/ipv6.js';
@@ -243,13 +244,11 @@ export interface Dhcp6ServerOptions {
 }
 
 const RECV_MAX = 65536;
-const BURST_READS = 64;
 
 export class Dhcp6Server {
   readonly stats: Dhcp6Stats = { advertises: 0, replies: 0, dropped: 0, ignored: 0, limited: 0 };
   readonly lease: Lease6;
-  private fd: number;
-  private poller: Poller | undefined;
+  private readonly watch: SocketWatch;
   private readonly io: PacketIo;
   private readonly log: Logger;
   private readonly ctx: Answer6Context;
@@ -270,52 +269,26 @@ export class Dhcp6Server {
     this.serverMac = opts.serverMac.toLowerCase();
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'dhcp6', tap: opts.tap, mac: opts.lease.mac });
-    this.fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ udpPort: DHCP6_SERVER_PORT }));
-    try {
-      this.poller = this.io.pollReadable(this.fd, (err) => this.onReadable(err));
-    } catch (e) {
-      this.io.close(this.fd);
-      this.fd = -1;
-      throw e;
-    }
+    const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ udpPort: DHCP6_SERVER_PORT }));
+    this.watch = new SocketWatch(this.io, fd, (f) => this.readOne(f), this.log, 'dhcp6 server');
     this.log.info({ nsPath: opts.nsPath, serverIp: this.serverIp, duid: built.serverDuid.toString('hex'), ip: `${opts.lease.ip}/${opts.lease.prefixLength}` }, 'dhcp6 server listening');
   }
 
   get running(): boolean {
-    return this.fd >= 0;
+    return this.watch.fd >= 0;
   }
 
   stop(): void {
-    if (this.fd < 0) return;
-    const fd = this.fd;
-    this.fd = -1;
-    this.poller?.stop();
-    this.poller = undefined;
-    try {
-      this.io.close(fd);
-    } catch (e) {
-      this.log.warn({ err: errorChain(e), fd }, 'dhcp6 server: closing the socket failed');
-    }
+    if (!this.watch.stop()) return;
     this.log.info({ stats: this.stats }, 'dhcp6 server stopped');
   }
 
-  private onReadable(err: Error | null): void {
-    if (this.fd < 0) return;
-    if (err) {
-      this.log.error({ err: errorChain(err) }, 'dhcp6 server: poll error on the socket');
-      return;
-    }
-    for (let n = 0; n < BURST_READS && this.fd >= 0; n++) {
-      let f: Buffer | null;
-      try {
-        f = this.io.read(this.fd, RECV_MAX);
-      } catch (e) {
-        this.log.warn({ err: errorChain(e) }, 'dhcp6 server: read failed');
-        return;
-      }
-      if (!f) return;
-      this.handle(f);
-    }
+  /** One frame read and handled; false when none is waiting. */
+  private readOne(fd: number): boolean {
+    const f = this.io.read(fd, RECV_MAX);
+    if (!f) return false;
+    this.handle(f);
+    return true;
   }
 
   /** One frame; never throws. */
@@ -356,7 +329,7 @@ export class Dhcp6Server {
     }
     try {
       const out = encodeUdp6Frame({ srcMac: this.serverMac, dstMac: f.srcMac, src: this.serverIp, dst: f.src, hopLimit: 64 }, DHCP6_SERVER_PORT, udp.srcPort, d.data);
-      this.io.writeAll(this.fd, out);
+      this.io.writeAll(this.watch.fd, out);
     } catch (e) {
       this.log.warn({ from, err: errorChain(e) }, `dhcp6: sending ${msgName(d.type)} failed`);
       return;

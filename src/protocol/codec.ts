@@ -101,6 +101,16 @@ function optStrArr(o: Obj, f: string, path: string, p: Problems): string[] | und
   return out;
 }
 
+/** An optional array field whose items are objects: each built with its path prefix, a non-object is a problem. */
+function objArr<T>(o: Obj, f: string, pre: string, p: Problems, empty: T, build: (e: Obj, itemPre: string) => T): T[] | undefined {
+  return optArr(o, f, pre, p)?.map((e, i) => {
+    const path = `${pre}${f}[${i}]`;
+    if (isObj(e)) return build(e, `${path}.`);
+    p.add(path, 'must be an object', e);
+    return empty;
+  });
+}
+
 function interfaceType(o: Obj, f: string, path: string, p: Problems): InterfaceType {
   const v = o[f];
   if (v === undefined || v === null) return InterfaceType.Tap;
@@ -191,64 +201,43 @@ function cniResult(v: unknown, path: string, p: Problems): CniResultV031 {
   const cniVersion = optStr(v, 'cniVersion', pre, p);
   if (cniVersion !== undefined) out.cniVersion = cniVersion;
 
-  const ifs = optArr(v, 'interfaces', pre, p);
-  if (ifs) {
-    out.interfaces = ifs.map((e, i) => {
-      const ip = `${pre}interfaces[${i}]`;
-      if (!isObj(e)) {
-        p.add(ip, 'must be an object', e);
-        return { name: '' };
-      }
-      const r: { name: string; mac?: string; sandbox?: string } = { name: reqStr(e, 'name', `${ip}.`, p) };
-      const mac = optStr(e, 'mac', `${ip}.`, p);
-      if (mac) r.mac = macField(e, 'mac', `${ip}.`, p);
-      const sandbox = optStr(e, 'sandbox', `${ip}.`, p);
-      if (sandbox !== undefined) r.sandbox = sandbox;
-      return r;
-    });
-  }
+  const ifs = objArr(v, 'interfaces', pre, p, { name: '' }, (e, ip) => {
+    const r: { name: string; mac?: string; sandbox?: string } = { name: reqStr(e, 'name', ip, p) };
+    const mac = optStr(e, 'mac', ip, p);
+    if (mac) r.mac = macField(e, 'mac', ip, p);
+    const sandbox = optStr(e, 'sandbox', ip, p);
+    if (sandbox !== undefined) r.sandbox = sandbox;
+    return r;
+  });
+  if (ifs) out.interfaces = ifs;
 
-  const ips = optArr(v, 'ips', pre, p);
-  if (ips) {
-    out.ips = ips.map((e, i) => {
-      const ip = `${pre}ips[${i}]`;
-      if (!isObj(e)) {
-        p.add(ip, 'must be an object', e);
-        return { version: '4' as const, address: '' };
-      }
-      let version: '4' | '6' = '4';
-      if (e.version === '4' || e.version === '6') version = e.version;
-      else p.add(`${ip}.version`, 'must be "4" or "6"', e.version);
-      const iface = optInt(e, 'interface', `${ip}.`, p, 0, 0xffff);
-      const address = reqStr(e, 'address', `${ip}.`, p);
-      if (typeof e.address === 'string') checkCidr(address, `${ip}.address`, p);
-      const gateway = optStr(e, 'gateway', `${ip}.`, p);
-      checkIp(gateway, `${ip}.gateway`, p);
-      // Go's field order: version, interface, address, gateway
-      return {
-        version,
-        ...(iface !== undefined ? { interface: iface } : {}),
-        address,
-        ...(gateway !== undefined ? { gateway } : {}),
-      };
-    });
-  }
+  const ips = objArr(v, 'ips', pre, p, { version: '4' as const, address: '' }, (e, ip) => {
+    let version: '4' | '6' = '4';
+    if (e.version === '4' || e.version === '6') version = e.version;
+    else p.add(`${ip}version`, 'must be "4" or "6"', e.version);
+    const iface = optInt(e, 'interface', ip, p, 0, 0xffff);
+    const address = reqStr(e, 'address', ip, p);
+    if (typeof e.address === 'string') checkCidr(address, `${ip}address`, p);
+    const gateway = optStr(e, 'gateway', ip, p);
+    checkIp(gateway, `${ip}gateway`, p);
+    // Go's field order: version, interface, address, gateway
+    return {
+      version,
+      ...(iface !== undefined ? { interface: iface } : {}),
+      address,
+      ...(gateway !== undefined ? { gateway } : {}),
+    };
+  });
+  if (ips) out.ips = ips;
 
-  const routes = optArr(v, 'routes', pre, p);
-  if (routes) {
-    out.routes = routes.map((e, i) => {
-      const rp = `${pre}routes[${i}]`;
-      if (!isObj(e)) {
-        p.add(rp, 'must be an object', e);
-        return { dst: '' };
-      }
-      const dst = reqStr(e, 'dst', `${rp}.`, p);
-      if (typeof e.dst === 'string') checkCidr(dst, `${rp}.dst`, p);
-      const gw = optStr(e, 'gw', `${rp}.`, p);
-      checkIp(gw, `${rp}.gw`, p);
-      return gw !== undefined ? { dst, gw } : { dst };
-    });
-  }
+  const routes = objArr(v, 'routes', pre, p, { dst: '' } as { dst: string; gw?: string }, (e, rp) => {
+    const dst = reqStr(e, 'dst', rp, p);
+    if (typeof e.dst === 'string') checkCidr(dst, `${rp}dst`, p);
+    const gw = optStr(e, 'gw', rp, p);
+    checkIp(gw, `${rp}gw`, p);
+    return gw !== undefined ? { dst, gw } : { dst };
+  });
+  if (routes) out.routes = routes;
 
   if (v.dns !== undefined && v.dns !== null) out.dns = dns(v.dns, `${pre}dns`, p);
   return out;

@@ -17,7 +17,8 @@
 import { errorChain } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
-import { native, type Poller } from '../native.js';
+import { native } from '../native.js';
+import { SocketWatch } from '../net/watch.js';
 import { bpfIpv6Filter, decodeFrame6, encodeIcmp6Frame, NH_ICMPV6 } from '../net/frame6.js';
 import { normaliseIpv6 } from '../net/ipv6.js';
 import { type PacketIo, RateLimit } from '../net/packetio.js';
@@ -73,12 +74,10 @@ export function answerRs(frameBuf: Buffer, vmMac: string, routerIp: string): RsD
 }
 
 const RECV_MAX = 65536;
-const BURST_READS = 64;
 
 export class RaServer {
   readonly stats: RaStats = { periodic: 0, solicited: 0, dropped: 0, ignored: 0, limited: 0 };
-  private fd: number;
-  private poller: Poller | undefined;
+  private readonly watch: SocketWatch;
   private timer: NodeJS.Timeout | undefined;
   private sentInitial = 0;
   private readonly io: PacketIo;
@@ -104,41 +103,27 @@ export class RaServer {
     this.intervals = opts.intervals ?? { min: MIN_RTR_ADV_INTERVAL, max: MAX_RTR_ADV_INTERVAL, initial: MAX_INITIAL_RTR_ADVERT_INTERVAL };
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'ra', tap: opts.tap, mac: this.vmMac });
-    this.fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ icmpType: ICMP6_RS }));
-    try {
-      this.poller = this.io.pollReadable(this.fd, (err) => this.onReadable(err));
-    } catch (e) {
-      this.io.close(this.fd);
-      this.fd = -1;
-      throw e;
-    }
+    const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ icmpType: ICMP6_RS }));
+    this.watch = new SocketWatch(this.io, fd, (f) => this.readOne(f), this.log, 'ra');
     this.log.info({ router: this.routerIp, prefix: `${opts.lease.prefix}/${opts.lease.prefixLength}`, defaultRouter: opts.lease.defaultRoute, mtu: opts.lease.mtu }, 'router advertisements on');
     this.advertise();
   }
 
   get running(): boolean {
-    return this.fd >= 0;
+    return this.watch.fd >= 0;
   }
 
   stop(): void {
-    if (this.fd < 0) return;
-    const fd = this.fd;
-    this.fd = -1;
+    if (this.watch.fd < 0) return;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
-    this.poller?.stop();
-    this.poller = undefined;
-    try {
-      this.io.close(fd);
-    } catch (e) {
-      this.log.warn({ err: errorChain(e), fd }, 'ra: closing the socket failed');
-    }
+    this.watch.stop();
     this.log.info({ stats: this.stats }, 'router advertisements off');
   }
 
   /** One unsolicited multicast RA, and the next one scheduled. */
   private advertise(): void {
-    if (this.fd < 0) return;
+    if (this.watch.fd < 0) return;
     if (this.send(ALL_NODES, '33:33:00:00:00:01')) this.stats.periodic++;
     this.sentInitial++;
     const { min, max, initial } = this.intervals;
@@ -150,7 +135,7 @@ export class RaServer {
 
   private send(dst: string, dstMac: string): boolean {
     try {
-      this.io.writeAll(this.fd, encodeIcmp6Frame({ srcMac: this.routerMac, dstMac, src: this.routerIp, dst, hopLimit: 255 }, this.ra));
+      this.io.writeAll(this.watch.fd, encodeIcmp6Frame({ srcMac: this.routerMac, dstMac, src: this.routerIp, dst, hopLimit: 255 }, this.ra));
       return true;
     } catch (e) {
       // a tap nobody holds, or a full queue: the next one goes later, the guest's RS gets its own answer
@@ -159,23 +144,12 @@ export class RaServer {
     }
   }
 
-  private onReadable(err: Error | null): void {
-    if (this.fd < 0) return;
-    if (err) {
-      this.log.error({ err: errorChain(err) }, 'ra: poll error on the socket');
-      return;
-    }
-    for (let n = 0; n < BURST_READS && this.fd >= 0; n++) {
-      let f: Buffer | null;
-      try {
-        f = this.io.read(this.fd, RECV_MAX);
-      } catch (e) {
-        this.log.warn({ err: errorChain(e) }, 'ra: read failed');
-        return;
-      }
-      if (!f) return;
-      this.handle(f);
-    }
+  /** One frame read and handled; false when none is waiting. */
+  private readOne(fd: number): boolean {
+    const f = this.io.read(fd, RECV_MAX);
+    if (!f) return false;
+    this.handle(f);
+    return true;
   }
 
   /** One frame; never throws. */
