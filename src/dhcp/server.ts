@@ -239,7 +239,7 @@ export class DhcpServer {
   readonly lease: DhcpLease;
   /** when an ACK last granted the lease (a REQUEST answered), undefined until then */
   lastLeaseAt: Date | undefined;
-  private readonly watch: SocketWatch;
+  private readonly watch: SocketWatch<RecvFromResult>;
   private readonly onPacket: (direction: 'received' | 'sent', type: string) => void;
   private readonly onLease: () => void;
   private readonly io: DhcpSocketIo;
@@ -274,7 +274,7 @@ export class DhcpServer {
     this.log = opts.log.child({ component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
     const port = opts.port ?? DHCP_SERVER_PORT;
     const fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
-    this.watch = new SocketWatch(this.io, fd, (f) => this.readOne(f), this.log, 'dhcp server');
+    this.watch = new SocketWatch(this.io, fd, (f) => this.io.recvFrom(f, RECV_MAX), (d) => this.handle(d), this.log, 'dhcp server');
     this.log.info(
       { nsPath: opts.nsPath, port, serverId: built.serverId, ip: `${opts.lease.ip}/${opts.lease.prefixLength}`, routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`) },
       'dhcp server listening',
@@ -308,14 +308,6 @@ export class DhcpServer {
         'dhcp: DECLINE: the guest found its address in use on the wire; its DISCOVERs are not answered during the back-off',
       );
     this.findConflict(address).then(warn, () => warn(undefined));
-  }
-
-  /** One datagram read and handled; false when none is waiting. */
-  private readOne(fd: number): boolean {
-    const d = this.io.recvFrom(fd, RECV_MAX);
-    if (!d) return false;
-    this.handle(d);
-    return true;
   }
 
   /** One datagram; never throws. */

@@ -248,7 +248,7 @@ const RECV_MAX = 65536;
 export class Dhcp6Server {
   readonly stats: Dhcp6Stats = { advertises: 0, replies: 0, dropped: 0, ignored: 0, limited: 0 };
   readonly lease: Lease6;
-  private readonly watch: SocketWatch;
+  private readonly watch: SocketWatch<Buffer>;
   private readonly io: PacketIo;
   private readonly log: Logger;
   private readonly ctx: Answer6Context;
@@ -270,7 +270,7 @@ export class Dhcp6Server {
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'dhcp6', tap: opts.tap, mac: opts.lease.mac });
     const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ udpPort: DHCP6_SERVER_PORT }));
-    this.watch = new SocketWatch(this.io, fd, (f) => this.readOne(f), this.log, 'dhcp6 server');
+    this.watch = new SocketWatch(this.io, fd, (f) => this.io.read(f, RECV_MAX), (b) => this.handle(b), this.log, 'dhcp6 server');
     this.log.info({ nsPath: opts.nsPath, serverIp: this.serverIp, duid: built.serverDuid.toString('hex'), ip: `${opts.lease.ip}/${opts.lease.prefixLength}` }, 'dhcp6 server listening');
   }
 
@@ -281,14 +281,6 @@ export class Dhcp6Server {
   stop(): void {
     if (!this.watch.stop()) return;
     this.log.info({ stats: this.stats }, 'dhcp6 server stopped');
-  }
-
-  /** One frame read and handled; false when none is waiting. */
-  private readOne(fd: number): boolean {
-    const f = this.io.read(fd, RECV_MAX);
-    if (!f) return false;
-    this.handle(f);
-    return true;
   }
 
   /** One frame; never throws. */

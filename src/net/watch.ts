@@ -1,5 +1,5 @@
 // One socket watched for the DHCPv4, DHCPv6 and RA servers: the fd, its uv_poll, a bounded burst of reads per wake-up,
-// and an idempotent stop. The server gives the read (one datagram or frame, handled; false when none is left).
+// and an idempotent stop. The server gives the read (one datagram or frame, null when none is waiting) and the handler.
 import { errorChain } from '../errors.js';
 import type { Poller } from '../native.js';
 
@@ -16,18 +16,19 @@ interface WatchLog {
 /** reads per wake-up: a flood cannot hold the event loop longer than this many packets */
 const BURST = 64;
 
-export class SocketWatch {
+export class SocketWatch<T> {
   #fd: number;
   #poller: Poller | undefined;
 
   /**
-   * Watches `fd` (already open); `readOne` reads and handles one packet and says whether there was one. When the
+   * Watches `fd` (already open): on each wake-up, `read` packets (null: none left) and `handle` each. When the
    * poll cannot be set up, the fd is closed and the error thrown.
    */
   constructor(
     private readonly io: WatchIo,
     fd: number,
-    private readonly readOne: (fd: number) => boolean,
+    private readonly read: (fd: number) => T | null,
+    private readonly handle: (packet: T) => void,
     private readonly log: WatchLog,
     private readonly name: string,
   ) {
@@ -69,12 +70,15 @@ export class SocketWatch {
       return;
     }
     for (let n = 0; n < BURST && this.#fd >= 0; n++) {
+      let packet: T | null;
       try {
-        if (!this.readOne(this.#fd)) return;
+        packet = this.read(this.#fd);
       } catch (e) {
         this.log.warn({ err: errorChain(e) }, `${this.name}: read failed`);
         return;
       }
+      if (packet === null) return;
+      this.handle(packet);
     }
   }
 }

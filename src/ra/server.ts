@@ -77,7 +77,7 @@ const RECV_MAX = 65536;
 
 export class RaServer {
   readonly stats: RaStats = { periodic: 0, solicited: 0, dropped: 0, ignored: 0, limited: 0 };
-  private readonly watch: SocketWatch;
+  private readonly watch: SocketWatch<Buffer>;
   private timer: NodeJS.Timeout | undefined;
   private sentInitial = 0;
   private readonly io: PacketIo;
@@ -104,7 +104,7 @@ export class RaServer {
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'ra', tap: opts.tap, mac: this.vmMac });
     const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ icmpType: ICMP6_RS }));
-    this.watch = new SocketWatch(this.io, fd, (f) => this.readOne(f), this.log, 'ra');
+    this.watch = new SocketWatch(this.io, fd, (f) => this.io.read(f, RECV_MAX), (b) => this.handle(b), this.log, 'ra');
     this.log.info({ router: this.routerIp, prefix: `${opts.lease.prefix}/${opts.lease.prefixLength}`, defaultRouter: opts.lease.defaultRoute, mtu: opts.lease.mtu }, 'router advertisements on');
     this.advertise();
   }
@@ -142,14 +142,6 @@ export class RaServer {
       this.log.debug({ dst, err: errorChain(e) }, 'ra: sending failed');
       return false;
     }
-  }
-
-  /** One frame read and handled; false when none is waiting. */
-  private readOne(fd: number): boolean {
-    const f = this.io.read(fd, RECV_MAX);
-    if (!f) return false;
-    this.handle(f);
-    return true;
   }
 
   /** One frame; never throws. */
