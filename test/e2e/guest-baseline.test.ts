@@ -26,7 +26,7 @@ describe('baseline guest (no vmpod code)', () => {
 
   it('boots, takes the static lease from dnsmasq, answers ping and HTTP, and leaves nothing behind', async () => {
     net = await setupBaselineNet({ prefix: 'vme', mtu: 1400 });
-    const vm = await bootBaselineVm(net, guest, { timeoutMs: 45_000 });
+    const vm = await bootBaselineVm(net, guest, { timeoutMs: 120_000 });
 
     expect(vm.lease.event).toBe('VMPOD-LEASE');
     expect(vm.lease.ip).toBe(net.guestIp);
@@ -54,7 +54,7 @@ describe('baseline guest (no vmpod code)', () => {
     net = undefined;
     await done.teardown.run();
     expect(await baselineLeftovers(done, pids)).toEqual({ netns: [], links: [], pids: [] });
-  });
+  }, 300_000);
 });
 
 describe('parseLeaseLine', () => {

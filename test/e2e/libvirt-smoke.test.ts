@@ -56,7 +56,7 @@ describe('libvirt harness smoke', () => {
     expect((await v.virsh(['domstate', domain])).trim()).toBe('running');
 
     // The guest's init writes on ttyS0, which libvirt sends to the file (no NIC here, so no lease).
-    const boot = await waitForSerialLine(serialLog, /VMPOD-BOOT kernel=/, 45_000);
+    const boot = await waitForSerialLine(serialLog, /VMPOD-BOOT kernel=/, 120_000);
     expect(boot).toMatch(/^VMPOD-BOOT kernel=\S+/);
 
     // <qemu:env> arrives in the emulator's environment, XML escapes undone.
@@ -72,7 +72,7 @@ describe('libvirt harness smoke', () => {
     // libvirt keeps the domain's log after undefine: it is ours, remove it
     await rm(`/var/log/libvirt/qemu/${domain}.log`, { force: true });
     domain = undefined;
-  });
+  }, 300_000);
 });
 
 describe('domainXml', () => {

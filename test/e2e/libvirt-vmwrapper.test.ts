@@ -119,7 +119,7 @@ describe('libvirtd + vmwrapper + tapmanager', () => {
     });
     let line: string;
     try {
-      line = await waitForSerialLine(serialLog, LEASE_LINE_RE, 45_000, { intervalMs: 10 });
+      line = await waitForSerialLine(serialLog, LEASE_LINE_RE, 120_000, { intervalMs: 10 });
     } catch (e) {
       throw new Error(`${(e as Error).message}\ndomain log:\n${await domainLog(domain)}`);
     }
@@ -151,5 +151,5 @@ describe('libvirtd + vmwrapper + tapmanager', () => {
     client.release(key);
     podKey = undefined;
     expect(await podLeftovers(cni, daemon.stateDir, key)).toEqual(NOTHING_LEFT);
-  }, 120_000);
+  }, 400_000);
 });

@@ -82,7 +82,7 @@ describe('tapmanager + vmwrapper + qemu', () => {
   }
 
   async function boot(key: string, name: string): Promise<PairVm> {
-    const vm = await bootPairVm({ socket: (d as Daemon).socket, key, guest, dir, name, timeoutMs: 45_000 });
+    const vm = await bootPairVm({ socket: (d as Daemon).socket, key, guest, dir, name, timeoutMs: 120_000 });
     vms.push(vm);
     return vm;
   }
@@ -137,7 +137,7 @@ describe('tapmanager + vmwrapper + qemu', () => {
     pods.delete(key);
     expect(await podLeftovers(net, (d as Daemon).stateDir, key)).toEqual(NOTHING_LEFT);
     expect(await net.bridgeExists()).toBe(true); // the CNI bridge is the node's, shared by pods: it stays
-  }, 120_000);
+  }, 400_000);
 
   it('keeps a running VM reachable across a tapmanager restart, then releases it', async () => {
     const { key, desc } = newPod();
@@ -170,5 +170,5 @@ describe('tapmanager + vmwrapper + qemu', () => {
     client().release(key);
     pods.delete(key);
     expect(await podLeftovers(net, d.stateDir, key)).toEqual(NOTHING_LEFT);
-  }, 120_000);
+  }, 400_000);
 });

@@ -144,7 +144,7 @@ export async function bootPairVm(o: BootPairOptions): Promise<PairVm> {
   };
 
   try {
-    const timeoutMs = o.timeoutMs ?? 45_000;
+    const timeoutMs = o.timeoutMs ?? 120_000;
     const waitOpts = { intervalMs: 10, signal: gone.signal };
     await waitForSerialLine(serialLog, /VMPOD-BOOT /, timeoutMs, waitOpts);
     const startToBootMs = performance.now() - t0;
