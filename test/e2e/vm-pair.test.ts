@@ -62,7 +62,8 @@ describe('tapmanager + vmwrapper + qemu', () => {
 
   afterAll(async () => {
     const code = await d?.stop();
-    const stateLeft = d ? readdirSync(d.stateDir) : [];
+    // no pod record and no plugin record left (the plugins dir itself stays: it is where running plugins are recorded)
+    const stateLeft = d ? readdirSync(d.stateDir, { recursive: true }).filter((n) => n !== 'plugins') : [];
     if (d) removeDir(d.dir);
     await net?.cleanup();
     if (dir) rmSync(dir, { recursive: true, force: true });
