@@ -1,6 +1,7 @@
 // A "guest" netns wired to a pod's tap the way qemu is: the pod tap's fd (from tapmanager's get) on one side, a tap
 // named eth0 with the VM's MAC in the guest netns on the other, frames copied both ways by this process (both
 // fds with IFF_VNET_HDR, so the 10-byte virtio header goes across unchanged). Real clients run in the guest netns.
+import { execa } from 'execa';
 import { native, type Poller } from '../../src/native.js';
 import { addNetns, delNetns, run, uniqueName } from './netns.js';
 
@@ -62,6 +63,16 @@ export async function guestOnTap(podTapFd: number, mac: string, mtu = 1500): Pro
     async close() {
       for (const p of pollers) p.stop();
       native().close(fd);
+      // what a client forked and left behind in this netns (dhcpcd's privilege-separation helpers outlive its
+      // manager's SIGTERM) ends with it: only processes inside our own test netns
+      const left = await execa('ip', ['netns', 'pids', ns], { reject: false, timeout: 10_000 });
+      for (const pid of String(left.stdout).split('\n').filter(Boolean).map(Number)) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          /* gone already */
+        }
+      }
       await delNetns(ns);
     },
   };
