@@ -13,6 +13,7 @@ import { StateStore } from '../../src/state/store.js';
 import { CniClient, execaPluginExec, loadConfList } from '../../src/cni/index.js';
 import { silentLogger } from '../../src/log.js';
 import { makeCniConf, type CniConfOptions, type CniTestNet } from '../helpers/cniconf.js';
+import { processAlive } from '../helpers/baseline.js';
 
 const NETNS_DIR = '/var/run/netns';
 
@@ -29,15 +30,6 @@ const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function setup(opts: CniConfOptions = { faulty: true }): Promise<Ctx> {
   const net = await makeCniConf(opts);
@@ -60,7 +52,7 @@ async function setup(opts: CniConfOptions = { faulty: true }): Promise<Ctx> {
   cleanups.push(async () => {
     for (const pn of nets) pn.closeAll();
     if (existsSync(join(NETNS_DIR, key))) await execa('ip', ['netns', 'del', key], { reject: false });
-    for (const r of net.faultyRuns()) if (alive(r.pid)) process.kill(r.pid, 'SIGKILL');
+    for (const r of net.faultyRuns()) if (processAlive(r.pid)) process.kill(r.pid, 'SIGKILL');
     await net.cleanup();
     rmSync(stateDir, { recursive: true, force: true });
     expect(existsSync(join(NETNS_DIR, key)), 'netns left').toBe(false);
@@ -75,7 +67,7 @@ async function expectNothingLeft(ctx: Ctx) {
   expect(existsSync(join(NETNS_DIR, ctx.key)), 'netns').toBe(false);
   expect(await ctx.net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   expect(new StateStore(ctx.stateDir).keys(), 'records').toEqual([]);
-  expect(ctx.net.faultyRuns().filter((r) => alive(r.pid)), 'plugin processes still running').toEqual([]);
+  expect(ctx.net.faultyRuns().filter((r) => processAlive(r.pid)), 'plugin processes still running').toEqual([]);
   expect(existsSync(ctx.pgidDir) ? readdirSync(ctx.pgidDir) : [], 'pgid records').toEqual([]);
 }
 

@@ -9,15 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
 import { makeCniConf } from '../helpers/cniconf.js';
 import { BIN, startDaemon, stopDaemonAndNet } from '../helpers/daemon.js';
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+import { processAlive } from '../helpers/baseline.js';
 
 async function waitFor(what: string, cond: () => boolean | Promise<boolean>, ms = 60_000): Promise<void> {
   const end = Date.now() + ms;
@@ -46,7 +38,7 @@ describe('tapmanager killed with SIGKILL mid-add', () => {
       d1.proc.kill('SIGKILL');
       await waitFor('the daemon to die', () => !d1.alive());
       expect((await add).exitCode).toBe(1);
-      expect(alive(plugin), 'the plugin outlives the killed daemon').toBe(true);
+      expect(processAlive(plugin), 'the plugin outlives the killed daemon').toBe(true);
       // what a writer killed mid-write leaves
       writeFileSync(join(d1.stateDir, `.tmp-${key}-1-deadbeef`), '{"half');
       mkdirSync(join(net.cacheDir, 'results'), { recursive: true });
@@ -54,7 +46,7 @@ describe('tapmanager killed with SIGKILL mid-add', () => {
 
       net.setFaults({});
       d2 = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d1 });
-      await waitFor('the orphaned plugin to die', () => !alive(plugin), 10_000);
+      await waitFor('the orphaned plugin to die', () => !processAlive(plugin), 10_000);
       expect(d2.lines().some((l) => l.msg === 'killed CNI plugins a previous daemon left running')).toBe(true);
       // the socket answers at once, the rollback runs in the background (its CNI DEL is a plugin too): ready once done
       const socket2 = d2.socket;
@@ -77,7 +69,7 @@ describe('tapmanager killed with SIGKILL mid-add', () => {
       expect(existsSync(`/var/run/netns/${key}`)).toBe(false);
       expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
     } finally {
-      for (const r of net.faultyRuns()) if (alive(r.pid)) process.kill(r.pid, 'SIGKILL');
+      for (const r of net.faultyRuns()) if (processAlive(r.pid)) process.kill(r.pid, 'SIGKILL');
       if (d2) await stopDaemonAndNet(d2, net, { podKey: key });
       else {
         if (d1.alive()) d1.proc.kill('SIGKILL');
