@@ -274,8 +274,16 @@ export async function pingFromNetns(ns: string, ip: string): Promise<void> {
 }
 
 /** HTTP GET from inside the netns with busybox wget (1.35's `wget -T` segfaults: the spawn timeout bounds it). */
-export function fetchFromNetns(ns: string, url: string): Promise<string> {
-  return run(['ip', 'netns', 'exec', ns, 'busybox', 'wget', '-qO-', url], { timeoutMs: 10_000 });
+/** HTTP GET from a netns. The guest's httpd may start a moment after its lease line: a refused connection is tried again (5 tries, 1 s apart). */
+export async function fetchFromNetns(ns: string, url: string): Promise<string> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run(['ip', 'netns', 'exec', ns, 'busybox', 'wget', '-qO-', url], { timeoutMs: 10_000 });
+    } catch (e) {
+      if (attempt >= 5 || !/Connection refused/.test(String((e as Error & { cause?: unknown }).cause ?? e))) throw e;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
 }
 
 export function processAlive(pid: number): boolean {
