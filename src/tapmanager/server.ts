@@ -74,7 +74,8 @@ export class FdServer {
   private reserveFd = -1;
   private readonly limits: Limits;
   private backoff: NodeJS.Timeout | undefined;
-  private lastRefusalLog = 0;
+  /** When each kind of refusal was last logged: one line per kind per second, one kind never hides another. */
+  private readonly lastRefusalLog = new Map<string, number>();
 
   constructor(private readonly opts: ServerOptions) {
     this.limits = {
@@ -181,11 +182,11 @@ export class FdServer {
     this.logRefusal({ connections: this.conns.size, max: this.limits.maxConnections }, 'connection limit reached: a new connection was refused');
   }
 
-  /** At most one line a second for refusals, which come in floods. */
+  /** At most one line a second for each kind of refusal (they come in floods). */
   private logRefusal(fields: object, msg: string): void {
     const now = Date.now();
-    if (now - this.lastRefusalLog < 1000) return;
-    this.lastRefusalLog = now;
+    if (now - (this.lastRefusalLog.get(msg) ?? -Infinity) < 1000) return;
+    this.lastRefusalLog.set(msg, now);
     this.opts.log.warn(fields, msg);
   }
 

@@ -302,7 +302,10 @@ describe('DHCP server with busybox udhcpc', () => {
     expect(env.serverid).toBe(SERVER_IP);
     // option 121 in wire order: the server's on-link host route first, the default route last
     expect(env.staticroutes.trim()).toBe('169.254.254.2/32 0.0.0.0 10.17.0.0/16 10.1.90.254 0.0.0.0/0 10.1.90.1');
-    expect(server.stats).toMatchObject({ offers: 1, acks: 1, naks: 0, dropped: 0 });
+    // one exchange; a client that retransmits its REQUEST on a loaded machine gets its ACK again, never a NAK
+    expect(server.stats).toMatchObject({ naks: 0, dropped: 0 });
+    expect(server.stats.offers).toBeGreaterThanOrEqual(1);
+    expect(server.stats.acks).toBeGreaterThanOrEqual(1);
     // the hook applied the lease in the guest: address and the on-link route to the server id
     expect(await ip('-n', NS_B1, '-4', 'addr', 'show', 'dev', 'eth0')).toContain('10.1.90.5/24');
     expect(await ip('-n', NS_B1, 'route', 'get', SERVER_IP)).toMatch(/169\.254\.254\.2 dev eth0/);
