@@ -15,6 +15,7 @@
 //   dhcp-filter   ebtables in the pod netns: no DHCP across the veth      undo: delete the rules
 // and when the CNI result gives the interface an IPv6 address (guestFromCni validates it first):
 //   strip-routes/strip-addrs also take its global IPv6 addresses and non-kernel IPv6 routes
+//   veth-mac      also: no link-local on the veth (the one made from the VM's MAC is the VM's), none made again
 //   bridge        also: MAC = the veth's new MAC, no automatic link-local, fe80::<EUI-64 of that MAC>/64 nodad
 //   dhcp-filter   also: no DHCPv6 or RA/RS across the veth, the kernel's copy of DHCPv6 to us dropped
 //   ipv6-forwarding  net.ipv6.conf.all.forwarding=1: the bridge answers NS as a router (R=1) and forwards
@@ -285,8 +286,19 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
         undo: [...link.addrs4.map((a) => ip(...addrRestore(a, v))), ...addrs6.map((a) => ip(...addrRestore(a, v, true)))],
       });
     }
-    if (mac.toLowerCase() !== link.mac.toLowerCase()) {
-      steps.push({ name: StepName.VethMac, target: v, do: [ip('link', 'set', 'dev', v, 'address', mac)], undo: [ip('link', 'set', 'dev', v, 'address', link.mac)] });
+    if (mac.toLowerCase() !== link.mac.toLowerCase() || v6) {
+      // IPv6: a MAC change keeps the link-local made from the old MAC, which is the VM's own link-local now: the
+      // veth gives it up and makes none (its undo puts the kernel's default, EUI-64 of the original MAC, back)
+      const do6 = v6 ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'none'), ip('addr', 'flush', 'dev', v, 'scope', 'link')] : [];
+      const undo6 = v6
+        ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'), ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad')]
+        : [];
+      steps.push({
+        name: StepName.VethMac,
+        target: v,
+        do: [ip('link', 'set', 'dev', v, 'address', mac), ...do6],
+        undo: [ip('link', 'set', 'dev', v, 'address', link.mac), ...undo6],
+      });
     }
     const bridgeMac = mac.toLowerCase();
     const bridgeIp6 = v6 ? formatIpv6(linkLocalFromMac(bridgeMac)) : undefined;

@@ -93,6 +93,26 @@ describe('planContainerSide', () => {
     expect(eb.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
   });
 
+  it('dual-stack: the veth gives up the link-local made from the VM\'s MAC and makes none; undo puts the EUI-64 one back', () => {
+    const observed = observedAfterBridge();
+    observed.links[1]!.addrs6 = [{ local: 'fd00:90::5', prefixlen: 64, scope: 'global' }];
+    const result = bridgeResult();
+    result.ips.push({ address: 'fd00:90::5/64', gateway: 'fd00:90::1', interface: 2 });
+    result.routes.push({ dst: '::/0', gw: 'fd00:90::1' });
+    const plan = planContainerSide({ observed, result, newMac: () => '02:11:22:33:44:55' });
+    const step = plan.steps.find((s) => s.name === 'veth-mac')!;
+    expect(ipLines(step.do)).toEqual([
+      'link set dev virtlet-eth0 address 02:11:22:33:44:55',
+      'link set dev virtlet-eth0 addrgenmode none',
+      'addr flush dev virtlet-eth0 scope link',
+    ]);
+    expect(ipLines(step.undo)).toEqual([
+      'link set dev virtlet-eth0 address 42:a4:a6:22:80:2e',
+      'link set dev virtlet-eth0 addrgenmode eui64',
+      'addr replace fe80::40a4:a6ff:fe22:802e/64 dev virtlet-eth0 nodad',
+    ]);
+  });
+
   it('leaves out steps with nothing to do (no routes, no addresses)', () => {
     const observed = observedAfterBridge();
     observed.links[1]!.addrs4 = [];
