@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ContainerSideNetwork } from '../../src/protocol/payloads.js';
 import { makeCniConf, SYSTEM_CNI_BIN, type CniTestNet } from '../helpers/cniconf.js';
 import { BIN, REPO } from '../helpers/daemon.js';
-import { ensureGuest, GUEST_CMDLINE, LEASE_LINE_RE, parseLeaseLine, waitForSerialLine, type GuestImages } from '../helpers/guest.js';
+import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, GUEST_CMDLINE, LEASE_LINE_RE, parseLeaseLine, waitForSerialLine, type GuestImages } from '../helpers/guest.js';
 import { domainXml } from '../helpers/libvirt.js';
 import { containerImages, kubePlayDocs, kustomize, type KubeDoc } from '../helpers/kubeplay.js';
 import { listNetns, run, runStatus, uniqueName } from '../helpers/netns.js';
@@ -124,7 +124,7 @@ describe('deploy/ under podman kube play', () => {
     copyFileSync(guest.kernel, join(paths['/var/lib/libvirt'] as string, 'vmpod-test', 'vmlinuz'));
     copyFileSync(guest.initrd, join(paths['/var/lib/libvirt'] as string, 'vmpod-test', 'initrd.gz'));
     await ensureSharedNetnsDir();
-  }, BUILD_TIMEOUT_MS + 300_000);
+  }, BUILD_TIMEOUT_MS + GUEST_BUILD_TIMEOUT_MS);
 
   afterAll(async () => {
     // whatever the test did not get to (it tears everything down itself when it passes)

@@ -1,7 +1,7 @@
 // The test guest boots and takes a DHCP lease WITHOUT any vmpod code: a hand-made netns + bridge + tap, dnsmasq,
 // and qemu started inside the netns. Proves test/guest/build.sh and the helpers before vmpod is in the path.
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ensureGuest, parseLeaseLine, type GuestImages } from '../helpers/guest.js';
+import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, parseLeaseLine, type GuestImages } from '../helpers/guest.js';
 import { MAX_LINK_NAME_BYTES, uniqueName } from '../helpers/netns.js';
 import {
   baselineLeftovers,
@@ -18,7 +18,7 @@ describe('baseline guest (no vmpod code)', () => {
 
   beforeAll(async () => {
     guest = await ensureGuest();
-  }, 300_000);
+  }, GUEST_BUILD_TIMEOUT_MS);
 
   afterEach(async () => {
     await net?.teardown.run();

@@ -6,7 +6,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureGuest, GUEST_CMDLINE, QEMU_BINARY, waitForSerialLine, type GuestImages } from '../helpers/guest.js';
+import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, GUEST_CMDLINE, QEMU_BINARY, waitForSerialLine, type GuestImages } from '../helpers/guest.js';
 import { domainXml, startLibvirtd, type Libvirt } from '../helpers/libvirt.js';
 import { uniqueName } from '../helpers/netns.js';
 
@@ -19,7 +19,7 @@ describe('libvirt harness smoke', () => {
   beforeAll(async () => {
     guest = await ensureGuest();
     lv = await startLibvirtd();
-  }, 300_000);
+  }, GUEST_BUILD_TIMEOUT_MS);
 
   afterAll(async () => {
     if (lv !== undefined && domain !== undefined) {

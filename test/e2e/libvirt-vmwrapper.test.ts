@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FdClient } from '../../src/client/fdclient.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { BIN, REPO, removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
-import { ensureGuest, GUEST_CMDLINE, LEASE_LINE_RE, parseLeaseLine, QEMU_BINARY, waitForSerialLine, type GuestImages } from '../helpers/guest.js';
+import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, GUEST_CMDLINE, LEASE_LINE_RE, parseLeaseLine, QEMU_BINARY, waitForSerialLine, type GuestImages } from '../helpers/guest.js';
 import { domainXml, startLibvirtd, type Libvirt } from '../helpers/libvirt.js';
 import { uniqueName } from '../helpers/netns.js';
 import { NOTHING_LEFT, POD_DNS, newPod, pingFromHost, podAddress, podLeftovers, processArgv, processExe } from '../helpers/pairvm.js';
@@ -49,7 +49,7 @@ describe('libvirtd + vmwrapper + tapmanager', () => {
     lv = await startLibvirtd();
     net = await makeCniConf({ mtu: MTU });
     d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir });
-  }, 300_000);
+  }, GUEST_BUILD_TIMEOUT_MS);
 
   afterAll(async () => {
     if (lv !== undefined && domain !== undefined) {

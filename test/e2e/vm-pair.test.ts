@@ -9,7 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FdClient } from '../../src/client/fdclient.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
-import { ensureGuest, QEMU_BINARY, type GuestImages } from '../helpers/guest.js';
+import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, QEMU_BINARY, type GuestImages } from '../helpers/guest.js';
 import {
   NOTHING_LEFT,
   POD_DNS,
@@ -44,7 +44,7 @@ describe('tapmanager + vmwrapper + qemu', () => {
     net = await makeCniConf({ mtu: MTU });
     dir = mkdtempSync(join(tmpdir(), 'vmpod-pair-'));
     d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir });
-  }, 300_000);
+  }, GUEST_BUILD_TIMEOUT_MS);
 
   afterEach(async () => {
     for (const vm of vms.splice(0)) await vm.stop();

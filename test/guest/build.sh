@@ -1,13 +1,16 @@
 #!/bin/bash
 # Build the tiny e2e test guest: OUTDIR/vmlinuz + OUTDIR/initrd.gz (cpio newc, gzip), from Debian packages only.
 #   test/guest/build.sh [OUTDIR]        default <repo>/.cache/guest; prints the two paths, one a line
-# Idempotent: skips when both outputs exist and OUTDIR/stamp matches the inputs (this script, init, hook, the kernel
-# package and version, busybox's version). A flock on OUTDIR/.lock serialises parallel callers; the kernel drops it
+# Idempotent: skips when both outputs exist and OUTDIR/stamp matches the inputs (this script, init, the hooks, the
+# CGIs, the kernel package and version, busybox's version, the udhcpc6 busybox). A flock on OUTDIR/.lock serialises parallel callers; the kernel drops it
 # when a builder dies, so a crash never leaves a stale lock.
 # Env: VMPOD_GUEST_KERNEL_PKG  exact Debian package to use (default: newest linux-image-6.1.0-*-cloud-amd64-unsigned,
 #      else the newest linux-image-*-cloud-amd64-unsigned)
+#      VMPOD_UDHCPC6_DIR  where test/guest/udhcpc6.sh builds (or finds) the busybox with udhcpc6 (default
+#      <repo>/.cache/udhcpc6): Debian's busybox has no DHCPv6 client; the guest runs that one as /sbin/udhcpc6.
 # Needs (Debian): apt, dpkg, busybox-static, cpio, gzip, util-linux (flock); xz-utils or zstd only
-# when the chosen kernel compresses its modules (6.1 does not; 6.12 uses .ko.xz).
+# when the chosen kernel compresses its modules (6.1 does not; 6.12 uses .ko.xz); what udhcpc6.sh needs (gcc,
+# libc6-dev, make, bzip2) the first time it builds.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,7 +49,12 @@ kver=$(apt-cache show --no-all-versions "$kpkg" 2>/dev/null | sed -n 's/^Version
 [ -n "$kver" ] || die "apt-cache knows no version of $kpkg"
 bbver=$(dpkg-query -W -f '${Version}' busybox-static 2>/dev/null || /bin/busybox | head -n 1)
 
-stamp=$( { echo "kernel=$kpkg=$kver busybox=$bbver modules=${modules[*]}"; cat "$0" "$here/init" "$here/udhcpc.script" "$here/status.cgi"; } \
+# The DHCPv6 client: built once per machine (minutes) under its own flock, before ours is taken.
+busybox6=$(bash "$here/udhcpc6.sh" "${VMPOD_UDHCPC6_DIR:-$repo/.cache/udhcpc6}" | tail -n 1) || die "test/guest/udhcpc6.sh failed"
+[ -x "$busybox6" ] || die "test/guest/udhcpc6.sh printed no busybox: $busybox6"
+
+stamp=$( { echo "kernel=$kpkg=$kver busybox=$bbver modules=${modules[*]}"; \
+  cat "$0" "$here/init" "$here/udhcpc.script" "$here/status.cgi" "$here/udhcpc6.script" "$here/net6.cgi" "$busybox6"; } \
   | sha256sum | cut -d' ' -f1)
 
 mkdir -p "$out"
@@ -85,7 +93,7 @@ moddir=$work/pkg/lib/modules/$krel
 [ -d "$moddir/kernel" ] || die "$kpkg has no lib/modules/$krel/kernel"
 
 root=$work/root
-mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc/udhcpc,proc,sys,dev,tmp,www/cgi-bin,lib/modules,root}
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc/udhcpc,etc/udhcpc6,proc,sys,dev,tmp,www/cgi-bin,lib/modules,root}
 cp /bin/busybox "$root/bin/busybox"
 # One symlink per applet at the path busybox itself lists (bin/sh, sbin/ip, usr/bin/wget, ...).
 while read -r applet; do
@@ -114,6 +122,11 @@ done
 install -m 0755 "$here/init" "$root/init"
 install -m 0755 "$here/udhcpc.script" "$root/etc/udhcpc/default.script"
 install -m 0755 "$here/status.cgi" "$root/www/cgi-bin/status"
+install -m 0755 "$here/net6.cgi" "$root/www/cgi-bin/net6"
+# busybox picks the applet from argv[0]: /sbin/udhcpc6 runs that busybox's udhcpc6 (and `pidof udhcpc6` finds it).
+install -m 0755 "$busybox6" "$root/bin/busybox6"
+ln -s /bin/busybox6 "$root/sbin/udhcpc6"
+install -m 0755 "$here/udhcpc6.script" "$root/etc/udhcpc6/default.script"
 echo "vmpod-guest" > "$root/etc/hostname"
 
 # Sorted names, owner 0:0, mtime 0 and cpio --reproducible (inode and device numbers renumbered) make the archive

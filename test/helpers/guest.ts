@@ -6,6 +6,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import { ErrorCode, VmpodError } from '../../src/errors.js';
+import { normaliseIpv6 } from '../../src/net/ipv6.js';
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 export const GUEST_BUILD_SCRIPT = resolve(REPO_ROOT, 'test/guest/build.sh');
@@ -20,8 +21,18 @@ export interface GuestImages {
   initrd: string;
 }
 
-// A cold build downloads the kernel package (about 27 MB) and takes 4 to 10 s; leave room for a slow mirror.
-const BUILD_TIMEOUT_MS = 300_000;
+export const UDHCPC6_BUILD_SCRIPT = resolve(REPO_ROOT, 'test/guest/udhcpc6.sh');
+/** udhcpc6.sh's output directory (git-ignored); VMPOD_UDHCPC6_DIR overrides (build.sh honours it too). */
+export const UDHCPC6_DIR = process.env['VMPOD_UDHCPC6_DIR'] ?? resolve(REPO_ROOT, '.cache/udhcpc6');
+// a cold build compiles busybox: minutes on a busy 2-core machine
+export const UDHCPC6_BUILD_TIMEOUT_MS = 900_000;
+
+// A cold build downloads the kernel package (about 27 MB) and takes 4 to 10 s; leave room for a slow mirror. The
+// first build on a machine also compiles the busybox with udhcpc6 (test/guest/udhcpc6.sh, minutes).
+const BUILD_TIMEOUT_MS = 300_000 + UDHCPC6_BUILD_TIMEOUT_MS;
+/** How long a test's beforeAll gives ensureGuest (a cold build, udhcpc6 included, with a little room). */
+export const GUEST_BUILD_TIMEOUT_MS = BUILD_TIMEOUT_MS + 30_000;
+
 let guestPromise: Promise<GuestImages> | undefined;
 
 /**
@@ -57,12 +68,6 @@ async function buildGuest(): Promise<GuestImages> {
   }
   return { kernel, initrd };
 }
-
-export const UDHCPC6_BUILD_SCRIPT = resolve(REPO_ROOT, 'test/guest/udhcpc6.sh');
-/** udhcpc6.sh's output directory (git-ignored); VMPOD_UDHCPC6_DIR overrides. */
-export const UDHCPC6_DIR = process.env['VMPOD_UDHCPC6_DIR'] ?? resolve(REPO_ROOT, '.cache/udhcpc6');
-// a cold build compiles busybox: minutes on a busy 2-core machine
-export const UDHCPC6_BUILD_TIMEOUT_MS = 900_000;
 
 /**
  * A static busybox with udhcpc6 (test/guest/udhcpc6.sh: Debian's busybox packages leave udhcpc6 out), built once
@@ -171,6 +176,21 @@ function tail(text: string): string {
 export const LeaseEvent = { Lease: 'VMPOD-LEASE', Renew: 'VMPOD-RENEW' } as const;
 export type LeaseEvent = (typeof LeaseEvent)[keyof typeof LeaseEvent];
 
+/** The key=value fields of a VMPOD-* line (values never contain spaces; an empty value means absent; lists are
+ *  comma-joined). */
+function lineFields(text: string): { opt(k: string): string | undefined; list(k: string): string[] } {
+  const fields = new Map<string, string>();
+  for (const tok of text.trim().split(/ +/).filter((t) => t !== '')) {
+    const eq = tok.indexOf('=');
+    fields.set(tok.slice(0, eq), tok.slice(eq + 1));
+  }
+  const opt = (k: string): string | undefined => {
+    const v = fields.get(k);
+    return v === undefined || v === '' ? undefined : v;
+  };
+  return { opt, list: (k) => (opt(k) ?? '').split(',').filter((s) => s !== '') };
+}
+
 /** Matches the guest's first-lease line (printed by test/guest/udhcpc.script on "bound"); not anchored, as
  *  console output without a newline (kernel messages despite `quiet`) can precede it on the same line. */
 export const LEASE_LINE_RE = /VMPOD-LEASE /;
@@ -200,16 +220,7 @@ export function parseLeaseLine(line: string): GuestLease {
   };
   const m = /(VMPOD-LEASE|VMPOD-RENEW)((?: \S+=\S*)*)\s*$/.exec(line);
   if (m === null) return bad('not a VMPOD-LEASE/VMPOD-RENEW line of key=value fields');
-  const fields = new Map<string, string>();
-  for (const tok of (m[2] ?? '').trim().split(/ +/).filter((t) => t !== '')) {
-    const eq = tok.indexOf('=');
-    fields.set(tok.slice(0, eq), tok.slice(eq + 1));
-  }
-  const opt = (k: string): string | undefined => {
-    const v = fields.get(k);
-    return v === undefined || v === '' ? undefined : v;
-  };
-  const list = (k: string): string[] => (opt(k) ?? '').split(',').filter((s) => s !== '');
+  const { opt, list } = lineFields(m[2] ?? '');
   const num = (k: string): number | undefined => {
     const v = opt(k);
     if (v === undefined) return undefined;
@@ -240,6 +251,48 @@ export function parseLeaseLine(line: string): GuestLease {
   if (serverId !== undefined) lease.serverId = serverId;
   const leaseSeconds = num('lease');
   if (leaseSeconds !== undefined) lease.leaseSeconds = leaseSeconds;
+  const iface = opt('iface');
+  if (iface !== undefined) lease.iface = iface;
+  return lease;
+}
+
+export const Lease6Event = { Lease: 'VMPOD-LEASE6', Renew: 'VMPOD-RENEW6' } as const;
+export type Lease6Event = (typeof Lease6Event)[keyof typeof Lease6Event];
+
+/** Matches the guest's first DHCPv6 lease line (printed by test/guest/udhcpc6.script on "bound", once the address is
+ *  out of duplicate address detection); not anchored, as LEASE_LINE_RE. */
+export const LEASE6_LINE_RE = /VMPOD-LEASE6 /;
+
+export interface GuestLease6 {
+  event: Lease6Event;
+  /** canonical text (RFC 5952) */
+  ip: string;
+  prefixLen: number;
+  dns: string[];
+  search: string[];
+  iface?: string;
+}
+
+/**
+ * Parses `VMPOD-LEASE6 ip=fd12:3456:789a::5/128 dns=fd53::53 search=a.example,b.example iface=eth0` (or VMPOD-RENEW6);
+ * addresses come back in canonical text whatever the guest printed.
+ */
+export function parseLease6Line(line: string): GuestLease6 {
+  const bad = (why: string): never => {
+    throw new VmpodError(ErrorCode.Protocol, `guest IPv6 lease line ${JSON.stringify(line)}: ${why}`);
+  };
+  const m = /(VMPOD-LEASE6|VMPOD-RENEW6)((?: \S+=\S*)*)\s*$/.exec(line);
+  if (m === null) return bad('not a VMPOD-LEASE6/VMPOD-RENEW6 line of key=value fields');
+  const { opt, list } = lineFields(m[2] ?? '');
+  const ipField = opt('ip') ?? bad('no ip=');
+  const slash = ipField.lastIndexOf('/');
+  const ip = slash > 0 ? normaliseIpv6(ipField.slice(0, slash)) : undefined;
+  const lenText = ipField.slice(slash + 1);
+  if (ip === undefined || !/^\d{1,3}$/.test(lenText)) return bad(`ip=${ipField} is not <IPv6 address>/<len>`);
+  const prefixLen = Number(lenText);
+  if (prefixLen > 128) bad(`prefix length ${prefixLen} > 128`);
+  const dns = list('dns').map((a) => normaliseIpv6(a) ?? bad(`dns ${a} is not an IPv6 address`));
+  const lease: GuestLease6 = { event: m[1] as Lease6Event, ip, prefixLen, dns, search: list('search') };
   const iface = opt('iface');
   if (iface !== undefined) lease.iface = iface;
   return lease;

@@ -13,13 +13,16 @@ import { BIN } from './daemon.js';
 import type { CniTestNet, Leftovers as CniLeftovers } from './cniconf.js';
 import {
   GUEST_CMDLINE,
+  LEASE6_LINE_RE,
   LEASE_LINE_RE,
   QEMU_BINARY,
+  parseLease6Line,
   parseLeaseLine,
   qemuAccelArgs,
   waitForSerialLine,
   type GuestImages,
   type GuestLease,
+  type GuestLease6,
 } from './guest.js';
 import { listNetns, run } from './netns.js';
 
@@ -61,6 +64,20 @@ export function podAddress(csn: ContainerSideNetwork): PodAddress {
   return { ip: ip as string, prefixLen: Number(len), gateway: ipc.gateway, mac: base64ToMac(nif.HardwareAddr), mtu: nif.MTU };
 }
 
+/** The IPv6 address of a dual-stack or IPv6-only pod, from the add reply (what the guest must get by DHCPv6). */
+export interface PodAddress6 {
+  ip: string;
+  prefixLen: number;
+  gateway: string | undefined;
+}
+
+export function podAddress6(csn: ContainerSideNetwork): PodAddress6 {
+  const ipc = csn.Result?.ips?.find((i) => i.version === '6');
+  if (ipc === undefined) throw new VmpodError(ErrorCode.Protocol, `add reply has no IPv6 address: ${JSON.stringify(csn)}`);
+  const [ip, len] = ipc.address.split('/');
+  return { ip: ip as string, prefixLen: Number(len), gateway: ipc.gateway };
+}
+
 /** qemu's argv as libvirt would give it for a direct-kernel-boot VM, minus the network (vmwrapper appends it). */
 export function qemuArgsWithoutNet(guest: GuestImages, serialLog: string, memoryMiB = 256): string[] {
   return [
@@ -71,12 +88,14 @@ export function qemuArgsWithoutNet(guest: GuestImages, serialLog: string, memory
   ];
 }
 
-export interface PairVm {
+/** The lease lines bootPairVm waits for: VMPOD-LEASE (the default), VMPOD-LEASE6 (an IPv6-only pod), or both. */
+export type LeaseWait = 'ipv4' | 'ipv6' | 'dual';
+
+export interface PairVmBase {
   /** PID spawned for vmwrapper, which is qemu's after the execve. */
   pid: number;
   serialLog: string;
-  lease: GuestLease;
-  /** From spawning vmwrapper to the init's first line (VMPOD-BOOT) and to the VMPOD-LEASE line. */
+  /** From spawning vmwrapper to the init's first line (VMPOD-BOOT) and to the (last) lease line waited for. */
   startToBootMs: number;
   startToLeaseMs: number;
   /** vmwrapper's log line and then qemu's stderr. */
@@ -85,6 +104,11 @@ export interface PairVm {
   /** SIGTERM (qemu quits on it), SIGKILL after 10 s; resolves when the process is gone. Idempotent. */
   stop(): Promise<void>;
 }
+
+/** A booted VM with the leases its LeaseWait asked for. */
+export type PairVmOf<W extends LeaseWait> = PairVmBase &
+  (W extends 'ipv6' ? { lease6: GuestLease6 } : W extends 'dual' ? { lease: GuestLease; lease6: GuestLease6 } : { lease: GuestLease });
+export type PairVm = PairVmOf<'ipv4'>;
 
 export interface BootPairOptions {
   socket: string;
@@ -98,12 +122,17 @@ export interface BootPairOptions {
   timeoutMs?: number;
 }
 
+export interface BootPairLeaseOptions<W extends LeaseWait> extends BootPairOptions {
+  /** which lease lines to wait for (default 'ipv4') */
+  leases?: W;
+}
+
 /**
  * Spawns `node dist/bundle/vmwrapper.cjs <qemu args>` as libvirt would run its <emulator>, with VIRTLET_EMULATOR,
- * VIRTLET_NET_KEY and VIRTLET_FD_SERVER_SOCKET_PATH, and waits for the guest's lease line. On a failure the process
- * is stopped before the error (with its output and the serial tail) is thrown.
+ * VIRTLET_NET_KEY and VIRTLET_FD_SERVER_SOCKET_PATH, and waits for the guest's lease line(s) (o.leases, each within
+ * the timeout). On a failure the process is stopped before the error (with its output and the serial tail) is thrown.
  */
-export async function bootPairVm(o: BootPairOptions): Promise<PairVm> {
+export async function bootPairVm<W extends LeaseWait = 'ipv4'>(o: BootPairLeaseOptions<W>): Promise<PairVmOf<W>> {
   const serialLog = join(o.dir, o.name ?? 'vm.serial.log');
   const env = {
     PATH: process.env['PATH'] ?? '/usr/bin:/bin',
@@ -148,9 +177,25 @@ export async function bootPairVm(o: BootPairOptions): Promise<PairVm> {
     const waitOpts = { intervalMs: 10, signal: gone.signal };
     await waitForSerialLine(serialLog, /VMPOD-BOOT /, timeoutMs, waitOpts);
     const startToBootMs = performance.now() - t0;
-    const line = await waitForSerialLine(serialLog, LEASE_LINE_RE, timeoutMs, waitOpts);
+    const wait: LeaseWait = o.leases ?? 'ipv4';
+    // both lines are printed independently (init starts udhcpc6 in the background): wait for them together
+    const [line4, line6] = await Promise.all([
+      wait === 'ipv6' ? undefined : waitForSerialLine(serialLog, LEASE_LINE_RE, timeoutMs, waitOpts),
+      wait === 'ipv4' ? undefined : waitForSerialLine(serialLog, LEASE6_LINE_RE, timeoutMs, waitOpts),
+    ]);
     const startToLeaseMs = performance.now() - t0;
-    return { pid, serialLog, lease: parseLeaseLine(line), startToBootMs, startToLeaseMs, output: () => out, alive: () => !exited, stop };
+    const vm: PairVmBase & { lease?: GuestLease; lease6?: GuestLease6 } = {
+      pid,
+      serialLog,
+      startToBootMs,
+      startToLeaseMs,
+      output: () => out,
+      alive: () => !exited,
+      stop,
+    };
+    if (line4 !== undefined) vm.lease = parseLeaseLine(line4);
+    if (line6 !== undefined) vm.lease6 = parseLease6Line(line6);
+    return vm as PairVmOf<W>;
   } catch (e) {
     await stop();
     throw new VmpodError(ErrorCode.State, `boot pod ${o.key} through vmwrapper; its output: ${JSON.stringify(out.trim())}`, { cause: e });
