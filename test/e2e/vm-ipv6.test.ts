@@ -131,7 +131,13 @@ describe.each([['dual'], ['only']] as const)('the real guest on an IPv6 (%s-stac
     const router = formatIpv6(linkLocalFromMac(brMac));
 
     // an IPv6-only pod waits for VMPOD-LEASE6 alone; dual-stack for both lease lines
-    const vm = await bootPairVm({ socket: (d as Daemon).socket, key, guest, dir, name: `${key}.serial.log`, timeoutMs: 120_000, leases: a4 ? 'dual' : 'ipv6' });
+    const vm = await bootPairVm({ socket: (d as Daemon).socket, key, guest, dir, name: `${key}.serial.log`, timeoutMs: 120_000, leases: a4 ? 'dual' : 'ipv6' }).catch(
+      (e: Error) => {
+        // what the pod's RA and DHCPv6 servers saw, for the failure message
+        const seen = (d as Daemon).logs().split('\n').filter((l) => /dhcp6|"ra[: ]|router advertisements/.test(l));
+        throw new Error(`${e.message}\ntapmanager's IPv6 lines:\n${seen.slice(-20).join('\n')}`, { cause: e });
+      },
+    );
     vms.push(vm);
     expect(vm.lease6).toEqual({ event: 'VMPOD-LEASE6', ip: a6.ip, prefixLen: 128, dns: [DNS6], search: [...POD_DNS.search], iface: 'eth0' });
     if (a4 !== undefined) {
