@@ -35,6 +35,7 @@ extern unsigned int if_nametoindex(const char *ifname);
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -130,31 +131,35 @@ static const char *errno_name(int err, char *buf, size_t len) {
   return buf;
 }
 
-// Throws Error("<what>: ENAME (strerror)") with code and errno. `what` names the operation and object.
-// Always returns NULL so callers can `return throw_errno(...)`.
-__attribute__((format(printf, 3, 4))) static napi_value throw_errno(napi_env env, int err,
-                                                                     const char *fmt, ...) {
-  char what[512], namebuf[16], msg[768];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof(what), fmt, ap);
-  va_end(ap);
+// Error("<what>: ENAME (strerror)") with code and errno, or NULL when N-API itself fails.
+static napi_value errno_error(napi_env env, int err, const char *what) {
+  char namebuf[16], msg[768];
   const char *name = errno_name(err, namebuf, sizeof(namebuf));
   char sbuf[128];
   const char *s = strerror_r(err, sbuf, sizeof(sbuf));  // GNU variant: returns the message
   snprintf(msg, sizeof(msg), "%s: %s (%s)", what, name, s);
-
   napi_value jmsg, jcode, jerr, jerrno;
   if (napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &jmsg) != napi_ok ||
       napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &jcode) != napi_ok ||
       napi_create_error(env, NULL, jmsg, &jerr) != napi_ok ||
-      napi_create_int32(env, err, &jerrno) != napi_ok) {
-    napi_throw_error(env, name, msg);
+      napi_create_int32(env, err, &jerrno) != napi_ok)
     return NULL;
-  }
   napi_set_named_property(env, jerr, "code", jcode);
   napi_set_named_property(env, jerr, "errno", jerrno);
-  napi_throw(env, jerr);
+  return jerr;
+}
+
+// Throws errno_error for `what` (printf format). Always returns NULL so callers can `return throw_errno(...)`.
+__attribute__((format(printf, 3, 4))) static napi_value throw_errno(napi_env env, int err,
+                                                                     const char *fmt, ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  napi_value jerr = errno_error(env, err, what);
+  if (jerr) napi_throw(env, jerr);
+  else napi_throw_error(env, NULL, what);
   return NULL;
 }
 
@@ -1703,6 +1708,171 @@ static napi_value js_notifyDatagram(napi_env env, napi_callback_info info) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// named netns, as iproute2's `ip netns add` / `ip netns del` make them (the same files, so `ip -n <name>`, CNI
+// plugins and `ip netns list` see them): <dir> is a shared mount point (bound on itself once, so the netns
+// mounts below it propagate to other mount namespaces), <dir>/<name> an empty file with the netns bind-mounted
+// on it. netnsAdd runs on a libuv pool thread: unshare(CLONE_NEWNET) moves only that thread, which binds its new
+// netns and goes back to its own before it runs anything else.
+
+typedef struct {
+  napi_async_work work;
+  napi_deferred deferred;
+  char *dir;
+  char *path;
+  int err;
+  char what[320];
+} netns_add_t;
+
+// Records the failure of `what` (printf format) with err, which the caller took from errno first.
+__attribute__((format(printf, 3, 4))) static void netns_add_fail(netns_add_t *w, int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->what, sizeof(w->what), fmt, ap);
+  va_end(ap);
+  w->err = err;
+}
+
+static void netns_add_execute(napi_env env, void *data) {
+  (void)env;
+  netns_add_t *w = data;
+  int err;
+  if (mkdir(w->dir, 0755) < 0 && (err = errno) != EEXIST) {
+    netns_add_fail(w, err, "netnsAdd: mkdir %s", w->dir);
+    return;
+  }
+  // what `ip netns add` does: make <dir> shared; if it is no mount point (EINVAL), bind it on itself first
+  bool bound = false;
+  while (mount("", w->dir, "none", MS_SHARED | MS_REC, NULL) < 0) {
+    err = errno;
+    if (err != EINVAL || bound) {
+      netns_add_fail(w, err, "netnsAdd: make %s a shared mount", w->dir);
+      return;
+    }
+    if (mount(w->dir, w->dir, "none", MS_BIND | MS_REC, NULL) < 0) {
+      netns_add_fail(w, errno, "netnsAdd: bind %s on itself", w->dir);
+      return;
+    }
+    bound = true;
+  }
+  int fd = open(w->path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0);
+  if (fd < 0) {
+    netns_add_fail(w, errno, "netnsAdd: create %s", w->path);
+    return;
+  }
+  close(fd);
+  const char *step = NULL;
+  err = 0;
+  int orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (orig < 0) {
+    err = errno, step = "open /proc/thread-self/ns/net";
+  } else if (unshare(CLONE_NEWNET) < 0) {
+    err = errno, step = "unshare(CLONE_NEWNET)";
+    close(orig);
+  } else {
+    if (mount("/proc/thread-self/ns/net", w->path, "none", MS_BIND, NULL) < 0) err = errno, step = "bind the new netns";
+    // a pool thread left in the pod's netns would run later work there: abort rather than go on
+    if (setns(orig, CLONE_NEWNET) < 0) {
+      fprintf(stderr, "vmpod_native: setns back after creating %s failed: %s; aborting\n", w->path, strerror(errno));
+      abort();
+    }
+    close(orig);
+  }
+  if (err) {
+    unlink(w->path);
+    netns_add_fail(w, err, "netnsAdd %s: %s", w->path, step);
+  }
+}
+
+static void netns_add_complete(napi_env env, napi_status status, void *data) {
+  netns_add_t *w = data;
+  napi_value v = NULL;
+  if (status != napi_ok) netns_add_fail(w, ECANCELED, "netnsAdd %s: cancelled", w->path);
+  if (w->err) {
+    v = errno_error(env, w->err, w->what);
+    if (!v) napi_create_string_utf8(env, w->what, NAPI_AUTO_LENGTH, &v);
+    napi_reject_deferred(env, w->deferred, v);
+  } else {
+    napi_get_undefined(env, &v);
+    napi_resolve_deferred(env, w->deferred, v);
+  }
+  napi_delete_async_work(env, w->work);
+  free(w->dir);
+  free(w->path);
+  free(w);
+}
+
+// A name for a file in <dir>: 1 to 255 bytes, no '/', not "." or "..".
+static bool netns_name_ok(const char *name) {
+  size_t n = strlen(name);
+  return n > 0 && n < 256 && strchr(name, '/') == NULL && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
+static napi_value js_netnsAdd(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  if (!get_args(env, info, 2, argv, "netnsAdd")) return NULL;
+  netns_add_t *w = calloc(1, sizeof(*w));
+  if (!w) return throw_errno(env, ENOMEM, "netnsAdd");
+  napi_value promise = NULL, name_v;
+  char *name = NULL;
+  w->dir = get_string(env, argv[0], "netnsAdd", "dir");
+  if (!w->dir) goto fail;
+  name = get_string(env, argv[1], "netnsAdd", "name");
+  if (!name) goto fail;
+  if (w->dir[0] != '/' || !netns_name_ok(name)) {
+    throw_type(env, "netnsAdd: dir must be absolute and name 1 to 255 bytes without '/', got \"%s\" and \"%s\"", w->dir, name);
+    goto fail;
+  }
+  size_t plen = strlen(w->dir) + 1 + strlen(name) + 1;
+  w->path = malloc(plen);
+  if (!w->path) {
+    throw_errno(env, ENOMEM, "netnsAdd");
+    goto fail;
+  }
+  snprintf(w->path, plen, "%s/%s", w->dir, name);
+  if (napi_create_promise(env, &w->deferred, &promise) != napi_ok ||
+      napi_create_string_utf8(env, "vmpod.netnsAdd", NAPI_AUTO_LENGTH, &name_v) != napi_ok ||
+      napi_create_async_work(env, NULL, name_v, netns_add_execute, netns_add_complete, w, &w->work) != napi_ok) {
+    throw_napi(env, "netnsAdd: napi async work");
+    goto fail;
+  }
+  if (napi_queue_async_work(env, w->work) != napi_ok) {
+    napi_delete_async_work(env, w->work);
+    throw_napi(env, "netnsAdd: napi_queue_async_work");
+    goto fail;
+  }
+  free(name);
+  return promise;
+fail:
+  // a created promise that is never settled is only garbage: the caller sees the exception
+  free(name);
+  free(w->dir);
+  free(w->path);
+  free(w);
+  return NULL;
+}
+
+// `ip netns del`: detach the netns mount and remove the file. The kernel frees the netns once nothing holds it
+// (a process in it, an open fd such as a tap's). A path that is no mount (EINVAL) is still removed.
+static napi_value js_netnsDel(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  if (!get_args(env, info, 1, argv, "netnsDel")) return NULL;
+  char *path = get_string(env, argv[0], "netnsDel", "path");
+  if (!path) return NULL;
+  napi_value ret = NULL;
+  if (path[0] != '/') {
+    throw_type(env, "netnsDel: path must be absolute, got \"%s\"", path);
+  } else if (umount2(path, MNT_DETACH) < 0 && errno != EINVAL) {
+    throw_errno(env, errno, "netnsDel: umount %s", path);
+  } else if (unlink(path) < 0) {
+    throw_errno(env, errno, "netnsDel: remove %s", path);
+  } else {
+    napi_get_undefined(env, &ret);
+  }
+  free(path);
+  return ret;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 static napi_value Init(napi_env env, napi_value exports) {
   static const struct {
@@ -1732,6 +1902,8 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"recvFrom", js_recvFrom},
       {"sendTo", js_sendTo},
       {"notifyDatagram", js_notifyDatagram},
+      {"netnsAdd", js_netnsAdd},
+      {"netnsDel", js_netnsDel},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
     napi_value f;
