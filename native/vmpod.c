@@ -1287,6 +1287,20 @@ static void netns_leave(netns_guard_t *g, const char *ns_path) {
   close(g->target);
 }
 
+// nsPath and a link name from argv[0..1] (malloc'd, the caller frees both either way). False with a TypeError
+// pending when either is missing or the name is not 1 to IFNAMSIZ-1 bytes.
+static bool get_netns_link(napi_env env, const char *fn, napi_value *argv, char **ns_path, char **name) {
+  *ns_path = get_string(env, argv[0], fn, "nsPath");
+  *name = *ns_path ? get_string(env, argv[1], fn, "ifname") : NULL;
+  if (!*name) return false;
+  size_t nlen = strlen(*name);
+  if (nlen == 0 || nlen >= IFNAMSIZ) {
+    throw_type(env, "%s: ifname must be 1 to %d bytes, got %zu", fn, IFNAMSIZ - 1, nlen);
+    return false;
+  }
+  return true;
+}
+
 static napi_value js_openTap(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   napi_valuetype t;
@@ -1309,15 +1323,8 @@ static napi_value js_openTap(napi_env env, napi_callback_info info) {
   }
   char *ns_path = NULL, *name = NULL;
   napi_value ret = NULL;
-  ns_path = get_string(env, argv[0], "openTap", "nsPath");
-  if (!ns_path) return NULL;
-  name = get_string(env, argv[1], "openTap", "name");
-  if (!name) goto out;
+  if (!get_netns_link(env, "openTap", argv, &ns_path, &name)) goto out;
   size_t nlen = strlen(name);
-  if (nlen == 0 || nlen >= IFNAMSIZ) {
-    throw_type(env, "openTap: name must be 1 to %d bytes, got %zu", IFNAMSIZ - 1, nlen);
-    goto out;
-  }
 
   netns_guard_t g;
   if (!netns_enter(env, "openTap", ns_path, &g)) goto out;
@@ -1420,36 +1427,50 @@ out:
   return ret;
 }
 
+// What both socket makers share: nsPath and ifname (a link name) from argv[0..1], then socket(domain, type)
+// made inside the netns at nsPath, and with want_index the ifindex of ifname there (an ifindex is per netns).
+// Returns the fd, or -1 with an exception pending. The caller frees a->ns_path and a->ifname either way.
+typedef struct {
+  char *ns_path;
+  char *ifname;
+  unsigned int ifindex;
+} netns_socket_t;
+
+static int socket_in_netns(napi_env env, const char *fn, napi_value *argv, int domain, int type, bool want_index,
+                           netns_socket_t *a) {
+  if (!get_netns_link(env, fn, argv, &a->ns_path, &a->ifname)) return -1;
+  netns_guard_t g;
+  if (!netns_enter(env, fn, a->ns_path, &g)) return -1;
+  // The socket belongs to the netns current at socket(); options and bind act in that netns from anywhere, so
+  // only socket() (and the ifindex lookup) runs inside.
+  a->ifindex = want_index ? if_nametoindex(a->ifname) : 0;
+  int err = want_index && a->ifindex == 0 ? errno : 0;
+  int fd = err ? -1 : socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (!err && fd < 0) err = errno;
+  netns_leave(&g, a->ns_path);
+  if (want_index && a->ifindex == 0) throw_errno(env, err, "if_nametoindex %s in %s", a->ifname, a->ns_path);
+  else if (fd < 0) throw_errno(env, err, "socket(%s) in %s", domain == AF_PACKET ? "AF_PACKET, SOCK_RAW" : "AF_INET, SOCK_DGRAM", a->ns_path);
+  return fd;
+}
+
+// The end of both socket makers: the fd as a JS number when `ok`, else closed (its exception is pending).
+static napi_value socket_made(napi_env env, int fd, bool ok, netns_socket_t *a) {
+  napi_value ret = ok ? make_int(env, fd) : NULL;
+  if (!ret && fd >= 0) close(fd);
+  free(a->ns_path);
+  free(a->ifname);
+  return ret;
+}
+
 static napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   int64_t port;
   if (!get_args(env, info, 3, argv, "udpSocketInNetns") ||
       !get_int(env, argv[2], "udpSocketInNetns", "port", 0, 65535, &port))
     return NULL;
-  char *ns_path = NULL, *ifname = NULL;
-  napi_value ret = NULL;
-  int fd = -1;
-  ns_path = get_string(env, argv[0], "udpSocketInNetns", "nsPath");
-  if (!ns_path) return NULL;
-  ifname = get_string(env, argv[1], "udpSocketInNetns", "ifname");
-  if (!ifname) goto out;
-  size_t nlen = strlen(ifname);
-  if (nlen == 0 || nlen >= IFNAMSIZ) {
-    throw_type(env, "udpSocketInNetns: ifname must be 1 to %d bytes, got %zu", IFNAMSIZ - 1, nlen);
-    goto out;
-  }
-
-  netns_guard_t g;
-  if (!netns_enter(env, "udpSocketInNetns", ns_path, &g)) goto out;
-  // The socket belongs to the netns current at socket(); options and bind act in that netns from
-  // anywhere, so only socket() runs inside.
-  fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int err = fd < 0 ? errno : 0;
-  netns_leave(&g, ns_path);
-  if (fd < 0) {
-    throw_errno(env, err, "socket(AF_INET, SOCK_DGRAM) in %s", ns_path);
-    goto out;
-  }
+  netns_socket_t a = {0};
+  int fd = socket_in_netns(env, "udpSocketInNetns", argv, AF_INET, SOCK_DGRAM, false, &a);
+  if (fd < 0) return socket_made(env, fd, false, &a);
   int one = 1;
   const char *what = NULL;
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
@@ -1458,29 +1479,20 @@ static napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info) {
     what = "setsockopt SO_BROADCAST";
   else if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) < 0)
     what = "setsockopt IP_PKTINFO";
-  else if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname, (socklen_t)nlen + 1) < 0)
+  else if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, a.ifname, (socklen_t)strlen(a.ifname) + 1) < 0)
     what = "setsockopt SO_BINDTODEVICE";
   if (what) {
-    throw_errno(env, errno, "%s %s in %s", what, ifname, ns_path);
-    goto fail;
+    throw_errno(env, errno, "%s %s in %s", what, a.ifname, a.ns_path);
+    return socket_made(env, fd, false, &a);
   }
   struct sockaddr_in sa;
   memset(&sa, 0, sizeof(sa));
   sa.sin_family = AF_INET;
   sa.sin_port = htons((uint16_t)port);
   sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-    throw_errno(env, errno, "bind 0.0.0.0:%lld on %s in %s", (long long)port, ifname, ns_path);
-    goto fail;
-  }
-  ret = make_int(env, fd);
-  if (ret) goto out;
-fail:
-  close(fd);
-out:
-  free(ns_path);
-  free(ifname);
-  return ret;
+  bool ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+  if (!ok) throw_errno(env, errno, "bind 0.0.0.0:%lld on %s in %s", (long long)port, a.ifname, a.ns_path);
+  return socket_made(env, fd, ok, &a);
 }
 
 // An AF_PACKET socket for IPv6 frames (ETH_P_IPV6) bound to one link inside the netns at nsPath: the RA and
@@ -1502,63 +1514,27 @@ static napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info) 
   if (prog_len == 0 || prog_len % sizeof(struct sock_filter) != 0 || prog_len / sizeof(struct sock_filter) > BPF_MAXINSNS)
     return throw_type(env, "packetSocketInNetns: filter must be 1 to %d BPF instructions of %zu bytes, got %zu bytes",
                       BPF_MAXINSNS, sizeof(struct sock_filter), prog_len);
-  char *ns_path = NULL, *ifname = NULL;
-  napi_value ret = NULL;
-  int fd = -1;
-  ns_path = get_string(env, argv[0], "packetSocketInNetns", "nsPath");
-  if (!ns_path) return NULL;
-  ifname = get_string(env, argv[1], "packetSocketInNetns", "ifname");
-  if (!ifname) goto out;
-  size_t nlen = strlen(ifname);
-  if (nlen == 0 || nlen >= IFNAMSIZ) {
-    throw_type(env, "packetSocketInNetns: ifname must be 1 to %d bytes, got %zu", IFNAMSIZ - 1, nlen);
-    goto out;
-  }
-  netns_guard_t g;
-  if (!netns_enter(env, "packetSocketInNetns", ns_path, &g)) goto out;
-  // the ifindex is the netns's: look it up inside, with the socket
-  unsigned int ifindex = if_nametoindex(ifname);
-  int err = ifindex == 0 ? errno : 0;
-  if (ifindex != 0) {
-    fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    err = fd < 0 ? errno : 0;
-  }
-  netns_leave(&g, ns_path);
-  if (ifindex == 0) {
-    throw_errno(env, err, "if_nametoindex %s in %s", ifname, ns_path);
-    goto out;
-  }
-  if (fd < 0) {
-    throw_errno(env, err, "socket(AF_PACKET, SOCK_RAW) in %s", ns_path);
-    goto out;
-  }
+  netns_socket_t a = {0};
+  int fd = socket_in_netns(env, "packetSocketInNetns", argv, AF_PACKET, SOCK_RAW, true, &a);
+  if (fd < 0) return socket_made(env, fd, false, &a);
   int one = 1;
   struct sock_fprog fprog = {.len = (unsigned short)(prog_len / sizeof(struct sock_filter)), .filter = (struct sock_filter *)prog};
   if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof(fprog)) < 0) {
-    throw_errno(env, errno, "setsockopt SO_ATTACH_FILTER (%u instructions) on %s in %s", fprog.len, ifname, ns_path);
-    goto fail;
+    throw_errno(env, errno, "setsockopt SO_ATTACH_FILTER (%u instructions) on %s in %s", fprog.len, a.ifname, a.ns_path);
+    return socket_made(env, fd, false, &a);
   }
   if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) {
-    throw_errno(env, errno, "setsockopt PACKET_IGNORE_OUTGOING %s in %s", ifname, ns_path);
-    goto fail;
+    throw_errno(env, errno, "setsockopt PACKET_IGNORE_OUTGOING %s in %s", a.ifname, a.ns_path);
+    return socket_made(env, fd, false, &a);
   }
   struct sockaddr_ll sll;
   memset(&sll, 0, sizeof(sll));
   sll.sll_family = AF_PACKET;
   sll.sll_protocol = htons(ETH_P_ALL);
-  sll.sll_ifindex = (int)ifindex;
-  if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
-    throw_errno(env, errno, "bind AF_PACKET to %s in %s", ifname, ns_path);
-    goto fail;
-  }
-  ret = make_int(env, fd);
-  if (ret) goto out;
-fail:
-  close(fd);
-out:
-  free(ns_path);
-  free(ifname);
-  return ret;
+  sll.sll_ifindex = (int)a.ifindex;
+  bool ok = bind(fd, (struct sockaddr *)&sll, sizeof(sll)) == 0;
+  if (!ok) throw_errno(env, errno, "bind AF_PACKET to %s in %s", a.ifname, a.ns_path);
+  return socket_made(env, fd, ok, &a);
 }
 
 static napi_value js_recvFrom(napi_env env, napi_callback_info info) {
