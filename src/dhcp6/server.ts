@@ -25,7 +25,7 @@
 // top-level status other than Success).
 // Malformed frames and messages, messages breaking RFC 8415 section 16's rules, and anything beyond the rate limit
 // are dropped with a debug line and a counter; nothing a client sends can throw out of the poll callback.
-import { errorChain } from '../errors.js';
+import { errorChain, tryDecode } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
 import { native } from '../native.js';
@@ -120,12 +120,9 @@ function assign(req: Message6, ctx: Answer6Context): Option6[] {
 
 /** Decide the answer to one DHCPv6 message from the lease's MAC. Pure; never throws on client input. */
 export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
-  let req: Message6;
-  try {
-    req = decodeMessage6(buf);
-  } catch (e) {
-    return { kind: 'drop', why: errorChain(e) };
-  }
+  const decoded = tryDecode(decodeMessage6, buf);
+  if (!decoded.ok) return { kind: 'drop', why: decoded.why };
+  const req = decoded.value;
   const name = msgName(req.type);
   const rule = RULES[req.type];
   if (!rule) return { kind: 'drop', why: `${name} is not a message a client sends to a server` };
