@@ -1759,6 +1759,12 @@ static void netns_add_execute(napi_env env, void *data) {
   }
 }
 
+static void netns_add_free(netns_add_t *w) {
+  free(w->dir);
+  free(w->path);
+  free(w);
+}
+
 static void netns_add_complete(napi_env env, napi_status status, void *data) {
   netns_add_t *w = data;
   napi_value v = NULL;
@@ -1772,9 +1778,7 @@ static void netns_add_complete(napi_env env, napi_status status, void *data) {
     napi_resolve_deferred(env, w->deferred, v);
   }
   napi_delete_async_work(env, w->work);
-  free(w->dir);
-  free(w->path);
-  free(w);
+  netns_add_free(w);
 }
 
 // A name for a file in <dir>: 1 to 255 bytes, no '/', not "." or "..".
@@ -1821,20 +1825,16 @@ static napi_value js_netnsAdd(napi_env env, napi_callback_info info) {
 fail:
   // a created promise that is never settled is only garbage: the caller sees the exception
   free(name);
-  free(w->dir);
-  free(w->path);
-  free(w);
+  netns_add_free(w);
   return NULL;
 }
 
 // `ip netns del`: detach the netns mount and remove the file. The kernel frees the netns once nothing holds it
 // (a process in it, an open fd such as a tap's). A path that is no mount (EINVAL) is still removed.
 static napi_value js_netnsDel(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  if (!get_args(env, info, 1, argv, "netnsDel")) return NULL;
-  char *path = get_string(env, argv[0], "netnsDel", "path");
+  napi_value argv[1], ret = NULL;
+  char *path = get_args(env, info, 1, argv, "netnsDel") ? get_string(env, argv[0], "netnsDel", "path") : NULL;
   if (!path) return NULL;
-  napi_value ret = NULL;
   if (path[0] != '/') {
     throw_type(env, "netnsDel: path must be absolute, got \"%s\"", path);
   } else if (umount2(path, MNT_DETACH) < 0 && errno != EINVAL) {
