@@ -11,11 +11,11 @@
 import { parseArgs } from 'node:util';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
-import { Cleanup, mustRun, run } from './lib/cleanup.mjs';
+import { Cleanup, run } from './lib/cleanup.mjs';
 import { podWorld } from './lib/pods.mjs';
 import { figure } from './lib/figure.mjs';
 import { helper } from './lib/cc.mjs';
+import { handMadePod } from './lib/handpod.mjs';
 
 const { values: o } = parseArgs({ options: { runs: { type: 'string', default: '10' } } });
 const runs = Number(o.runs);
@@ -23,47 +23,10 @@ if (process.getuid?.() !== 0) throw new Error('needs root (netns, bridge, tap)')
 const cleanup = new Cleanup();
 cleanup.installGuards('dhcp-first', 600_000);
 
-async function handMadePod(w) {
-  const ns = `vmpbh-${randomBytes(3).toString('hex')}`;
-  await mustRun('ip', ['netns', 'add', ns]);
-  cleanup.push(`delete netns ${ns}`, () => mustRun('ip', ['netns', 'del', ns]));
-  const lines = [
-    'link set dev lo up',
-    'link add name br0 type bridge ageing_time 0',
-    'addr add 169.254.254.2/24 dev br0',
-    'link add name virtlet-eth0 type veth peer name vmpbpeer0',
-    'link set dev virtlet-eth0 master br0',
-    'tuntap add dev tap0 mode tap',
-    'link set dev tap0 master br0',
-    'link set dev virtlet-eth0 up',
-    'link set dev vmpbpeer0 up',
-    'link set dev tap0 up',
-    'link set dev br0 up',
-  ];
-  await run('ip', ['-n', ns, '-batch', '-'], { input: lines.join('\n') + '\n' }).then((r) => {
-    if (r.code !== 0) throw new Error(`hand-made pod: ${r.stderr}`);
-  });
-  const prefix = w.subnet.split('.').slice(0, 3).join('.');
-  const ip = `${prefix}.250`;
-  const mac = '0a:58:0a:f4:07:05';
-  const argv = [
-    '/usr/sbin/dnsmasq', '--keep-in-foreground', '--conf-file=/dev/null', '--port=0', '--no-resolv', '--no-hosts',
-    `--log-facility=${join(w.dir, 'dnsmasq.log')}`, `--pid-file=${join(w.dir, 'dnsmasq.pid')}`, '--leasefile-ro', '--no-ping',
-    '--interface=br0', '--bind-interfaces', '--except-interface=lo',
-    `--shared-network=br0,${prefix}.0`,
-    `--dhcp-range=${ip},static,255.255.252.0,86400`,
-    `--dhcp-host=${mac},${ip},bench-vm`,
-    `--dhcp-option=option:router,${prefix}.1`,
-    `--dhcp-option=121,0.0.0.0/0,${prefix}.1`,
-    '--dhcp-option=option:mtu,1500',
-  ];
-  return { nsPath: `/var/run/netns/${ns}`, mac, argv };
-}
-
 async function main() {
   const w = await podWorld(cleanup);
   await w.start();
-  const pod = await handMadePod(w);
+  const pod = await handMadePod(cleanup, w);
   const probe = helper('dhcp-first');
   const ours = { ready: [], exchange: [], attempts: [] };
   const base = { ready: [], exchange: [], attempts: [] };
@@ -88,8 +51,8 @@ async function main() {
     }
     const d = JSON.parse(b.stdout);
     for (const [side, x] of [[ours, a], [base, d]]) {
-      side.ready.push(x.readyToOfferUs / 1000);
-      side.exchange.push(x.discoverToOfferUs / 1000);
+      side.ready.push(x.readyToAnswerUs / 1000);
+      side.exchange.push(x.requestToAnswerUs / 1000);
       side.attempts.push(x.attempts);
     }
   }

@@ -12,7 +12,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const ALL = ['pods', 'dhcp-first', 'vmwrapper-start', 'dhcp-answer', 'vm-start-pair'];
+const ALL = ['pods', 'dhcp-first', 'dhcp6-first', 'vmwrapper-start', 'dhcp-answer', 'vm-start-pair'];
 const argv = process.argv.slice(2);
 const dash = argv.indexOf('--');
 const own = dash < 0 ? argv : argv.slice(0, dash);
@@ -62,12 +62,12 @@ else {
   say('\n== figures (ours | same-run baseline | ratio; median / p90 / p99)');
   for (const f of all) {
     if (f.value) {
-      say(`${f.figure.padEnd(26)} ${JSON.stringify(f.value)}${f.extra ? ' ' + JSON.stringify(f.extra) : ''}`);
+      say(`${f.figure.padEnd(32)} ${JSON.stringify(f.value)}${f.extra ? ' ' + JSON.stringify(f.extra) : ''}`);
       continue;
     }
     const d = (x) => `${fmt(x.median)} / ${fmt(x.p90)} / ${fmt(x.p99)}`;
     const goal = f.goal === null ? '' : `  goal <= ${f.goal}x${f.goalP99 ? ` (p99 <= ${f.goalP99}x)` : ''}`;
-    say(`${f.figure.padEnd(26)} ${d(f.ours)} ${f.unit} | ${d(f.baseline)} ${f.unit} | x${d(f.ratio)}${goal}`);
+    say(`${f.figure.padEnd(32)} ${d(f.ours)} ${f.unit} | ${d(f.baseline)} ${f.unit} | x${d(f.ratio)}${goal}`);
   }
 }
 process.exit(failed ? 1 : 0);

@@ -35,6 +35,7 @@ extern unsigned int if_nametoindex(const char *ifname);
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -130,31 +131,35 @@ static const char *errno_name(int err, char *buf, size_t len) {
   return buf;
 }
 
-// Throws Error("<what>: ENAME (strerror)") with code and errno. `what` names the operation and object.
-// Always returns NULL so callers can `return throw_errno(...)`.
-__attribute__((format(printf, 3, 4))) static napi_value throw_errno(napi_env env, int err,
-                                                                     const char *fmt, ...) {
-  char what[512], namebuf[16], msg[768];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof(what), fmt, ap);
-  va_end(ap);
+// Error("<what>: ENAME (strerror)") with code and errno, or NULL when N-API itself fails.
+static napi_value errno_error(napi_env env, int err, const char *what) {
+  char namebuf[16], msg[768];
   const char *name = errno_name(err, namebuf, sizeof(namebuf));
   char sbuf[128];
   const char *s = strerror_r(err, sbuf, sizeof(sbuf));  // GNU variant: returns the message
   snprintf(msg, sizeof(msg), "%s: %s (%s)", what, name, s);
-
   napi_value jmsg, jcode, jerr, jerrno;
   if (napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &jmsg) != napi_ok ||
       napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &jcode) != napi_ok ||
       napi_create_error(env, NULL, jmsg, &jerr) != napi_ok ||
-      napi_create_int32(env, err, &jerrno) != napi_ok) {
-    napi_throw_error(env, name, msg);
+      napi_create_int32(env, err, &jerrno) != napi_ok)
     return NULL;
-  }
   napi_set_named_property(env, jerr, "code", jcode);
   napi_set_named_property(env, jerr, "errno", jerrno);
-  napi_throw(env, jerr);
+  return jerr;
+}
+
+// Throws errno_error for `what` (printf format). Always returns NULL so callers can `return throw_errno(...)`.
+__attribute__((format(printf, 3, 4))) static napi_value throw_errno(napi_env env, int err,
+                                                                     const char *fmt, ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  napi_value jerr = errno_error(env, err, what);
+  if (jerr) napi_throw(env, jerr);
+  else napi_throw_error(env, NULL, what);
   return NULL;
 }
 
@@ -1282,6 +1287,20 @@ static void netns_leave(netns_guard_t *g, const char *ns_path) {
   close(g->target);
 }
 
+// nsPath and a link name from argv[0..1] (malloc'd, the caller frees both either way). False with a TypeError
+// pending when either is missing or the name is not 1 to IFNAMSIZ-1 bytes.
+static bool get_netns_link(napi_env env, const char *fn, napi_value *argv, char **ns_path, char **name) {
+  *ns_path = get_string(env, argv[0], fn, "nsPath");
+  *name = *ns_path ? get_string(env, argv[1], fn, "ifname") : NULL;
+  if (!*name) return false;
+  size_t nlen = strlen(*name);
+  if (nlen == 0 || nlen >= IFNAMSIZ) {
+    throw_type(env, "%s: ifname must be 1 to %d bytes, got %zu", fn, IFNAMSIZ - 1, nlen);
+    return false;
+  }
+  return true;
+}
+
 static napi_value js_openTap(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   napi_valuetype t;
@@ -1304,15 +1323,8 @@ static napi_value js_openTap(napi_env env, napi_callback_info info) {
   }
   char *ns_path = NULL, *name = NULL;
   napi_value ret = NULL;
-  ns_path = get_string(env, argv[0], "openTap", "nsPath");
-  if (!ns_path) return NULL;
-  name = get_string(env, argv[1], "openTap", "name");
-  if (!name) goto out;
+  if (!get_netns_link(env, "openTap", argv, &ns_path, &name)) goto out;
   size_t nlen = strlen(name);
-  if (nlen == 0 || nlen >= IFNAMSIZ) {
-    throw_type(env, "openTap: name must be 1 to %d bytes, got %zu", IFNAMSIZ - 1, nlen);
-    goto out;
-  }
 
   netns_guard_t g;
   if (!netns_enter(env, "openTap", ns_path, &g)) goto out;
@@ -1415,36 +1427,50 @@ out:
   return ret;
 }
 
+// What both socket makers share: nsPath and ifname (a link name) from argv[0..1], then socket(domain, type)
+// made inside the netns at nsPath, and with want_index the ifindex of ifname there (an ifindex is per netns).
+// Returns the fd, or -1 with an exception pending. The caller frees a->ns_path and a->ifname either way.
+typedef struct {
+  char *ns_path;
+  char *ifname;
+  unsigned int ifindex;
+} netns_socket_t;
+
+static int socket_in_netns(napi_env env, const char *fn, napi_value *argv, int domain, int type, bool want_index,
+                           netns_socket_t *a) {
+  if (!get_netns_link(env, fn, argv, &a->ns_path, &a->ifname)) return -1;
+  netns_guard_t g;
+  if (!netns_enter(env, fn, a->ns_path, &g)) return -1;
+  // The socket belongs to the netns current at socket(); options and bind act in that netns from anywhere, so
+  // only socket() (and the ifindex lookup) runs inside.
+  a->ifindex = want_index ? if_nametoindex(a->ifname) : 0;
+  int err = want_index && a->ifindex == 0 ? errno : 0;
+  int fd = err ? -1 : socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (!err && fd < 0) err = errno;
+  netns_leave(&g, a->ns_path);
+  if (want_index && a->ifindex == 0) throw_errno(env, err, "if_nametoindex %s in %s", a->ifname, a->ns_path);
+  else if (fd < 0) throw_errno(env, err, "socket(%s) in %s", domain == AF_PACKET ? "AF_PACKET, SOCK_RAW" : "AF_INET, SOCK_DGRAM", a->ns_path);
+  return fd;
+}
+
+// The end of both socket makers: the fd as a JS number when `ok`, else closed (its exception is pending).
+static napi_value socket_made(napi_env env, int fd, bool ok, netns_socket_t *a) {
+  napi_value ret = ok ? make_int(env, fd) : NULL;
+  if (!ret && fd >= 0) close(fd);
+  free(a->ns_path);
+  free(a->ifname);
+  return ret;
+}
+
 static napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   int64_t port;
   if (!get_args(env, info, 3, argv, "udpSocketInNetns") ||
       !get_int(env, argv[2], "udpSocketInNetns", "port", 0, 65535, &port))
     return NULL;
-  char *ns_path = NULL, *ifname = NULL;
-  napi_value ret = NULL;
-  int fd = -1;
-  ns_path = get_string(env, argv[0], "udpSocketInNetns", "nsPath");
-  if (!ns_path) return NULL;
-  ifname = get_string(env, argv[1], "udpSocketInNetns", "ifname");
-  if (!ifname) goto out;
-  size_t nlen = strlen(ifname);
-  if (nlen == 0 || nlen >= IFNAMSIZ) {
-    throw_type(env, "udpSocketInNetns: ifname must be 1 to %d bytes, got %zu", IFNAMSIZ - 1, nlen);
-    goto out;
-  }
-
-  netns_guard_t g;
-  if (!netns_enter(env, "udpSocketInNetns", ns_path, &g)) goto out;
-  // The socket belongs to the netns current at socket(); options and bind act in that netns from
-  // anywhere, so only socket() runs inside.
-  fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int err = fd < 0 ? errno : 0;
-  netns_leave(&g, ns_path);
-  if (fd < 0) {
-    throw_errno(env, err, "socket(AF_INET, SOCK_DGRAM) in %s", ns_path);
-    goto out;
-  }
+  netns_socket_t a = {0};
+  int fd = socket_in_netns(env, "udpSocketInNetns", argv, AF_INET, SOCK_DGRAM, false, &a);
+  if (fd < 0) return socket_made(env, fd, false, &a);
   int one = 1;
   const char *what = NULL;
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
@@ -1453,29 +1479,20 @@ static napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info) {
     what = "setsockopt SO_BROADCAST";
   else if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) < 0)
     what = "setsockopt IP_PKTINFO";
-  else if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname, (socklen_t)nlen + 1) < 0)
+  else if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, a.ifname, (socklen_t)strlen(a.ifname) + 1) < 0)
     what = "setsockopt SO_BINDTODEVICE";
   if (what) {
-    throw_errno(env, errno, "%s %s in %s", what, ifname, ns_path);
-    goto fail;
+    throw_errno(env, errno, "%s %s in %s", what, a.ifname, a.ns_path);
+    return socket_made(env, fd, false, &a);
   }
   struct sockaddr_in sa;
   memset(&sa, 0, sizeof(sa));
   sa.sin_family = AF_INET;
   sa.sin_port = htons((uint16_t)port);
   sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-    throw_errno(env, errno, "bind 0.0.0.0:%lld on %s in %s", (long long)port, ifname, ns_path);
-    goto fail;
-  }
-  ret = make_int(env, fd);
-  if (ret) goto out;
-fail:
-  close(fd);
-out:
-  free(ns_path);
-  free(ifname);
-  return ret;
+  bool ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+  if (!ok) throw_errno(env, errno, "bind 0.0.0.0:%lld on %s in %s", (long long)port, a.ifname, a.ns_path);
+  return socket_made(env, fd, ok, &a);
 }
 
 // An AF_PACKET socket for IPv6 frames (ETH_P_IPV6) bound to one link inside the netns at nsPath: the RA and
@@ -1497,63 +1514,27 @@ static napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info) 
   if (prog_len == 0 || prog_len % sizeof(struct sock_filter) != 0 || prog_len / sizeof(struct sock_filter) > BPF_MAXINSNS)
     return throw_type(env, "packetSocketInNetns: filter must be 1 to %d BPF instructions of %zu bytes, got %zu bytes",
                       BPF_MAXINSNS, sizeof(struct sock_filter), prog_len);
-  char *ns_path = NULL, *ifname = NULL;
-  napi_value ret = NULL;
-  int fd = -1;
-  ns_path = get_string(env, argv[0], "packetSocketInNetns", "nsPath");
-  if (!ns_path) return NULL;
-  ifname = get_string(env, argv[1], "packetSocketInNetns", "ifname");
-  if (!ifname) goto out;
-  size_t nlen = strlen(ifname);
-  if (nlen == 0 || nlen >= IFNAMSIZ) {
-    throw_type(env, "packetSocketInNetns: ifname must be 1 to %d bytes, got %zu", IFNAMSIZ - 1, nlen);
-    goto out;
-  }
-  netns_guard_t g;
-  if (!netns_enter(env, "packetSocketInNetns", ns_path, &g)) goto out;
-  // the ifindex is the netns's: look it up inside, with the socket
-  unsigned int ifindex = if_nametoindex(ifname);
-  int err = ifindex == 0 ? errno : 0;
-  if (ifindex != 0) {
-    fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    err = fd < 0 ? errno : 0;
-  }
-  netns_leave(&g, ns_path);
-  if (ifindex == 0) {
-    throw_errno(env, err, "if_nametoindex %s in %s", ifname, ns_path);
-    goto out;
-  }
-  if (fd < 0) {
-    throw_errno(env, err, "socket(AF_PACKET, SOCK_RAW) in %s", ns_path);
-    goto out;
-  }
+  netns_socket_t a = {0};
+  int fd = socket_in_netns(env, "packetSocketInNetns", argv, AF_PACKET, SOCK_RAW, true, &a);
+  if (fd < 0) return socket_made(env, fd, false, &a);
   int one = 1;
   struct sock_fprog fprog = {.len = (unsigned short)(prog_len / sizeof(struct sock_filter)), .filter = (struct sock_filter *)prog};
   if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof(fprog)) < 0) {
-    throw_errno(env, errno, "setsockopt SO_ATTACH_FILTER (%u instructions) on %s in %s", fprog.len, ifname, ns_path);
-    goto fail;
+    throw_errno(env, errno, "setsockopt SO_ATTACH_FILTER (%u instructions) on %s in %s", fprog.len, a.ifname, a.ns_path);
+    return socket_made(env, fd, false, &a);
   }
   if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) {
-    throw_errno(env, errno, "setsockopt PACKET_IGNORE_OUTGOING %s in %s", ifname, ns_path);
-    goto fail;
+    throw_errno(env, errno, "setsockopt PACKET_IGNORE_OUTGOING %s in %s", a.ifname, a.ns_path);
+    return socket_made(env, fd, false, &a);
   }
   struct sockaddr_ll sll;
   memset(&sll, 0, sizeof(sll));
   sll.sll_family = AF_PACKET;
   sll.sll_protocol = htons(ETH_P_ALL);
-  sll.sll_ifindex = (int)ifindex;
-  if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
-    throw_errno(env, errno, "bind AF_PACKET to %s in %s", ifname, ns_path);
-    goto fail;
-  }
-  ret = make_int(env, fd);
-  if (ret) goto out;
-fail:
-  close(fd);
-out:
-  free(ns_path);
-  free(ifname);
-  return ret;
+  sll.sll_ifindex = (int)a.ifindex;
+  bool ok = bind(fd, (struct sockaddr *)&sll, sizeof(sll)) == 0;
+  if (!ok) throw_errno(env, errno, "bind AF_PACKET to %s in %s", a.ifname, a.ns_path);
+  return socket_made(env, fd, ok, &a);
 }
 
 static napi_value js_recvFrom(napi_env env, napi_callback_info info) {
@@ -1703,6 +1684,171 @@ static napi_value js_notifyDatagram(napi_env env, napi_callback_info info) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// named netns, as iproute2's `ip netns add` / `ip netns del` make them (the same files, so `ip -n <name>`, CNI
+// plugins and `ip netns list` see them): <dir> is a shared mount point (bound on itself once, so the netns
+// mounts below it propagate to other mount namespaces), <dir>/<name> an empty file with the netns bind-mounted
+// on it. netnsAdd runs on a libuv pool thread: unshare(CLONE_NEWNET) moves only that thread, which binds its new
+// netns and goes back to its own before it runs anything else.
+
+typedef struct {
+  napi_async_work work;
+  napi_deferred deferred;
+  char *dir;
+  char *path;
+  int err;
+  char what[320];
+} netns_add_t;
+
+// Records the failure of `what` (printf format) with err, which the caller took from errno first.
+__attribute__((format(printf, 3, 4))) static void netns_add_fail(netns_add_t *w, int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->what, sizeof(w->what), fmt, ap);
+  va_end(ap);
+  w->err = err;
+}
+
+static void netns_add_execute(napi_env env, void *data) {
+  (void)env;
+  netns_add_t *w = data;
+  int err;
+  if (mkdir(w->dir, 0755) < 0 && (err = errno) != EEXIST) {
+    netns_add_fail(w, err, "netnsAdd: mkdir %s", w->dir);
+    return;
+  }
+  // what `ip netns add` does: make <dir> shared; if it is no mount point (EINVAL), bind it on itself first
+  bool bound = false;
+  while (mount("", w->dir, "none", MS_SHARED | MS_REC, NULL) < 0) {
+    err = errno;
+    if (err != EINVAL || bound) {
+      netns_add_fail(w, err, "netnsAdd: make %s a shared mount", w->dir);
+      return;
+    }
+    if (mount(w->dir, w->dir, "none", MS_BIND | MS_REC, NULL) < 0) {
+      netns_add_fail(w, errno, "netnsAdd: bind %s on itself", w->dir);
+      return;
+    }
+    bound = true;
+  }
+  int fd = open(w->path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0);
+  if (fd < 0) {
+    netns_add_fail(w, errno, "netnsAdd: create %s", w->path);
+    return;
+  }
+  close(fd);
+  const char *step = NULL;
+  err = 0;
+  int orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (orig < 0) {
+    err = errno, step = "open /proc/thread-self/ns/net";
+  } else if (unshare(CLONE_NEWNET) < 0) {
+    err = errno, step = "unshare(CLONE_NEWNET)";
+    close(orig);
+  } else {
+    if (mount("/proc/thread-self/ns/net", w->path, "none", MS_BIND, NULL) < 0) err = errno, step = "bind the new netns";
+    // a pool thread left in the pod's netns would run later work there: abort rather than go on
+    if (setns(orig, CLONE_NEWNET) < 0) {
+      fprintf(stderr, "vmpod_native: setns back after creating %s failed: %s; aborting\n", w->path, strerror(errno));
+      abort();
+    }
+    close(orig);
+  }
+  if (err) {
+    unlink(w->path);
+    netns_add_fail(w, err, "netnsAdd %s: %s", w->path, step);
+  }
+}
+
+static void netns_add_free(netns_add_t *w) {
+  free(w->dir);
+  free(w->path);
+  free(w);
+}
+
+static void netns_add_complete(napi_env env, napi_status status, void *data) {
+  netns_add_t *w = data;
+  napi_value v = NULL;
+  if (status != napi_ok) netns_add_fail(w, ECANCELED, "netnsAdd %s: cancelled", w->path);
+  if (w->err) {
+    v = errno_error(env, w->err, w->what);
+    if (!v) napi_create_string_utf8(env, w->what, NAPI_AUTO_LENGTH, &v);
+    napi_reject_deferred(env, w->deferred, v);
+  } else {
+    napi_get_undefined(env, &v);
+    napi_resolve_deferred(env, w->deferred, v);
+  }
+  napi_delete_async_work(env, w->work);
+  netns_add_free(w);
+}
+
+// A name for a file in <dir>: 1 to 255 bytes, no '/', not "." or "..".
+static bool netns_name_ok(const char *name) {
+  size_t n = strlen(name);
+  return n > 0 && n < 256 && strchr(name, '/') == NULL && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
+static napi_value js_netnsAdd(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  if (!get_args(env, info, 2, argv, "netnsAdd")) return NULL;
+  netns_add_t *w = calloc(1, sizeof(*w));
+  if (!w) return throw_errno(env, ENOMEM, "netnsAdd");
+  napi_value promise = NULL, name_v;
+  char *name = NULL;
+  w->dir = get_string(env, argv[0], "netnsAdd", "dir");
+  if (!w->dir) goto fail;
+  name = get_string(env, argv[1], "netnsAdd", "name");
+  if (!name) goto fail;
+  if (w->dir[0] != '/' || !netns_name_ok(name)) {
+    throw_type(env, "netnsAdd: dir must be absolute and name 1 to 255 bytes without '/', got \"%s\" and \"%s\"", w->dir, name);
+    goto fail;
+  }
+  size_t plen = strlen(w->dir) + 1 + strlen(name) + 1;
+  w->path = malloc(plen);
+  if (!w->path) {
+    throw_errno(env, ENOMEM, "netnsAdd");
+    goto fail;
+  }
+  snprintf(w->path, plen, "%s/%s", w->dir, name);
+  if (napi_create_promise(env, &w->deferred, &promise) != napi_ok ||
+      napi_create_string_utf8(env, "vmpod.netnsAdd", NAPI_AUTO_LENGTH, &name_v) != napi_ok ||
+      napi_create_async_work(env, NULL, name_v, netns_add_execute, netns_add_complete, w, &w->work) != napi_ok) {
+    throw_napi(env, "netnsAdd: napi async work");
+    goto fail;
+  }
+  if (napi_queue_async_work(env, w->work) != napi_ok) {
+    napi_delete_async_work(env, w->work);
+    throw_napi(env, "netnsAdd: napi_queue_async_work");
+    goto fail;
+  }
+  free(name);
+  return promise;
+fail:
+  // a created promise that is never settled is only garbage: the caller sees the exception
+  free(name);
+  netns_add_free(w);
+  return NULL;
+}
+
+// `ip netns del`: detach the netns mount and remove the file. The kernel frees the netns once nothing holds it
+// (a process in it, an open fd such as a tap's). A path that is no mount (EINVAL) is still removed.
+static napi_value js_netnsDel(napi_env env, napi_callback_info info) {
+  napi_value argv[1], ret = NULL;
+  char *path = get_args(env, info, 1, argv, "netnsDel") ? get_string(env, argv[0], "netnsDel", "path") : NULL;
+  if (!path) return NULL;
+  if (path[0] != '/') {
+    throw_type(env, "netnsDel: path must be absolute, got \"%s\"", path);
+  } else if (umount2(path, MNT_DETACH) < 0 && errno != EINVAL) {
+    throw_errno(env, errno, "netnsDel: umount %s", path);
+  } else if (unlink(path) < 0) {
+    throw_errno(env, errno, "netnsDel: remove %s", path);
+  } else {
+    napi_get_undefined(env, &ret);
+  }
+  free(path);
+  return ret;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 static napi_value Init(napi_env env, napi_value exports) {
   static const struct {
@@ -1732,6 +1878,8 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"recvFrom", js_recvFrom},
       {"sendTo", js_sendTo},
       {"notifyDatagram", js_notifyDatagram},
+      {"netnsAdd", js_netnsAdd},
+      {"netnsDel", js_netnsDel},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
     napi_value f;

@@ -39,6 +39,15 @@ export function isVmpodError(e: unknown): e is VmpodError {
   return typeof e === 'object' && e !== null && (e as Record<symbol, unknown>)[brand] === true;
 }
 
+/** Client input through a codec that throws on anything malformed: the value, or why it is dropped. */
+export function tryDecode<T>(decode: (buf: Buffer) => T, buf: Buffer): { ok: true; value: T } | { ok: false; why: string } {
+  try {
+    return { ok: true, value: decode(buf) };
+  } catch (e) {
+    return { ok: false, why: errorChain(e) };
+  }
+}
+
 /** "msg: cause msg: cause msg" — the whole cause chain in one line, for error replies and stderr. */
 export function errorChain(e: unknown): string {
   const parts: string[] = [];

@@ -110,6 +110,16 @@ export interface Native {
    */
   execve(path: string, argv: string[], env: string[], keepFds: number[]): never;
 
+  // ---- named netns (the files `ip netns` makes and reads) ----
+  /**
+   * `ip netns add`: a new netns bind-mounted on the new file dir/name, dir made a shared mount first (bound on
+   * itself when it is no mount point) so the netns mounts propagate. Made on a libuv pool thread (unshare moves
+   * that thread only, and it goes back at once); rejects with errno's code (EEXIST: the name is taken), leaving no file.
+   */
+  netnsAdd(dir: string, name: string): Promise<void>;
+  /** `ip netns del`: detach the netns mount at path and remove the file (a path that is no mount is removed too). */
+  netnsDel(path: string): void;
+
   // ---- netns-bound operations (each enters the netns, does its work and returns to the caller's netns) ----
   /** open /dev/net/tun inside the netns at nsPath and TUNSETIFF(name, IFF_TAP|IFF_NO_PI[|VNET_HDR][|MULTI_QUEUE]); returns the fd (CLOEXEC). */
   openTap(nsPath: string, name: string, opts?: TapOptions): number;

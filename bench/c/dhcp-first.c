@@ -1,13 +1,23 @@
-// The first DHCP answer after a pod network is ready, as the VM sees it: a DISCOVER written into the pod's tap
-// (what the guest's NIC does), the OFFER read back from it. Times from "network ready" to the first OFFER.
-//   dhcp-first vmpod SOCKET KEY ADDJSONFILE
+// The first DHCP / RA answer after a pod network is ready, as the VM sees it: a request written into the pod's tap
+// (what the guest's NIC does), the answer read back from it. Times from "network ready" to the first answer.
+//   dhcp-first [--ask WHAT] vmpod SOCKET KEY ADDJSONFILE
 //       sends tapmanager an add (payload: ADDJSONFILE); ready = the add's reply; then a get for the tap fd
 //       (the VM's MAC comes from the reply's csn)
-//   dhcp-first dnsmasq NSPATH TAP MAC -- DNSMASQ_ARGV...
+//   dhcp-first [--ask WHAT] dnsmasq NSPATH TAP MAC -- DNSMASQ_ARGV...
 //       opens TAP in the netns NSPATH (a hand-made pod); ready = the fork that execs dnsmasq there
-// Then a DISCOVER (busybox udhcpc's shape) every 2 ms until an OFFER for one of them arrives. Prints one JSON line:
-// readyToOfferUs, discoverToOfferUs (of the DISCOVER answered), attempts, and for vmpod addUs. dnsmasq is
-// stopped (SIGTERM) before exit. Exit 1 with the reason on stderr on failure or after 60 s without an OFFER.
+// WHAT (default dhcp4), each request every 2 ms until one is answered:
+//   dhcp4          DISCOVER (busybox udhcpc's shape) -> the OFFER of one of them
+//   rs             Router Solicitation to ff02::2 -> the first Router Advertisement, whatever triggered it (the
+//                  server's unsolicited one counts: a guest takes it the same)
+//   solicit        DHCPv6 SOLICIT to ff02::1:2 -> the ADVERTISE (or REPLY) of one of them
+//   solicit-rapid  the same SOLICIT with Rapid Commit -> the REPLY (or ADVERTISE) of one of them
+// IPv6 frames are a guest's: source MAC the VM's, source address the link-local made from it (EUI-64), DUID-LL of
+// that MAC, IA_NA (IAID = the MAC's last 4 bytes), ORO 23 24, Elapsed Time. A Neighbour Solicitation for that
+// link-local is answered (a guest's kernel does; dnsmasq's kernel must resolve the client before it replies).
+// Prints one JSON line: readyToAnswerUs, requestToAnswerUs (of the request answered; for rs the latest RS before the
+// RA), attempts, answer (OFFER, RA, ADVERTISE, REPLY), for rs: solicited (the RA was unicast to us), raFlags (M 128,
+// O 64), nsAnswered; for vmpod addUs. dnsmasq is stopped (SIGTERM) before exit. Exit 1 with the reason on stderr on
+// failure or after 60 s without an answer.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -126,6 +136,83 @@ static int discover(unsigned char *f, const unsigned char mac[6], uint32_t xid) 
   return 14 + 20 + ulen;
 }
 
+// ---- IPv6 (a guest's RS, SOLICIT, and its answer to a Neighbour Solicitation) ----
+
+enum ask { ASK_DHCP4, ASK_RS, ASK_SOLICIT, ASK_SOLICIT_RAPID };
+
+static void ll_from_mac(unsigned char a[16], const unsigned char mac[6]) {
+  memset(a, 0, 16);
+  a[0] = 0xfe, a[1] = 0x80;
+  a[8] = mac[0] ^ 2, a[9] = mac[1], a[10] = mac[2], a[11] = 0xff, a[12] = 0xfe, a[13] = mac[3], a[14] = mac[4], a[15] = mac[5];
+}
+
+// the checksum of ICMPv6 and UDP over IPv6: pseudo-header (src, dst, length, next header) + payload
+static uint16_t csum6(const unsigned char *ip, const unsigned char *p, int n) {
+  uint32_t s = 0;
+  for (int i = 8; i < 40; i += 2) s += ip[i] << 8 | ip[i + 1];
+  s += (uint32_t)n >> 16, s += n & 0xffff, s += ip[6];
+  for (int i = 0; i + 1 < n; i += 2) s += p[i] << 8 | p[i + 1];
+  if (n & 1) s += p[n - 1] << 8;
+  while (s >> 16) s = (s & 0xffff) + (s >> 16);
+  uint16_t c = ~s;
+  return c ? c : 0xffff;
+}
+
+// Ethernet + IPv6 header for a payload of plen bytes at f + 54; returns the frame's length
+static int ip6_frame(unsigned char *f, const unsigned char dmac[6], const unsigned char mac[6], const unsigned char src[16], const unsigned char dst[16], int nh, int hlim, int plen) {
+  memcpy(f, dmac, 6), memcpy(f + 6, mac, 6);
+  f[12] = 0x86, f[13] = 0xdd;
+  unsigned char *ip = f + 14;
+  memset(ip, 0, 8);
+  ip[0] = 0x60, ip[4] = plen >> 8, ip[5] = plen, ip[6] = nh, ip[7] = hlim;
+  memcpy(ip + 8, src, 16), memcpy(ip + 24, dst, 16);
+  uint16_t c = csum6(ip, f + 54, plen);
+  unsigned char *ck = f + 54 + (nh == 58 ? 2 : 6);
+  ck[0] = c >> 8, ck[1] = c;
+  return 54 + plen;
+}
+
+static const unsigned char ALL_NODES[16] = {0xff, 2, [15] = 1}, ALL_ROUTERS[16] = {0xff, 2, [15] = 2}, ALL_DHCP[16] = {0xff, 2, [13] = 1, [15] = 2};
+
+// RS from our link-local to ff02::2 with the Source Link-Layer Address option
+static int rs(unsigned char *f, const unsigned char mac[6]) {
+  unsigned char src[16], *p = f + 54;
+  static const unsigned char dmac[6] = {0x33, 0x33, 0, 0, 0, 2};
+  ll_from_mac(src, mac);
+  memset(p, 0, 16);
+  p[0] = 133, p[8] = 1, p[9] = 1, memcpy(p + 10, mac, 6);
+  return ip6_frame(f, dmac, mac, src, ALL_ROUTERS, 58, 255, 16);
+}
+
+// SOLICIT 546 -> [ff02::1:2]:547: Client Identifier (DUID-LL), Elapsed Time, IA_NA, ORO (23, 24)[, Rapid Commit]
+static int solicit(unsigned char *f, const unsigned char mac[6], uint32_t xid, int rapid) {
+  unsigned char src[16], *u = f + 54, *d = u + 8, *o = d + 4;
+  static const unsigned char dmac[6] = {0x33, 0x33, 0, 1, 0, 2};
+  ll_from_mac(src, mac);
+  d[0] = 1, d[1] = xid >> 16, d[2] = xid >> 8, d[3] = xid;
+  *o++ = 0, *o++ = 1, *o++ = 0, *o++ = 10, *o++ = 0, *o++ = 3, *o++ = 0, *o++ = 1, memcpy(o, mac, 6), o += 6;
+  *o++ = 0, *o++ = 8, *o++ = 0, *o++ = 2, *o++ = 0, *o++ = 0;
+  *o++ = 0, *o++ = 3, *o++ = 0, *o++ = 12, memcpy(o, mac + 2, 4), o += 4, memset(o, 0, 8), o += 8;
+  *o++ = 0, *o++ = 6, *o++ = 0, *o++ = 4, *o++ = 0, *o++ = 23, *o++ = 0, *o++ = 24;
+  if (rapid) *o++ = 0, *o++ = 14, *o++ = 0, *o++ = 0;
+  int ulen = o - u;
+  u[0] = 546 >> 8, u[1] = 546 & 0xff, u[2] = 547 >> 8, u[3] = 547 & 0xff, u[4] = ulen >> 8, u[5] = ulen, u[6] = u[7] = 0;
+  return ip6_frame(f, dmac, mac, src, ALL_DHCP, 17, 1, ulen);
+}
+
+// The NA a guest's kernel sends for a Neighbour Solicitation of its link-local (e: the NS frame); 0 when it is not one
+static int na(unsigned char *f, const unsigned char *e, int n, const unsigned char mac[6]) {
+  unsigned char me[16], *p = f + 54;
+  ll_from_mac(me, mac);
+  if (n < 54 + 24 || e[20] != 58 || e[54] != 135 || memcmp(e + 54 + 8, me, 16) != 0) return 0;
+  static const unsigned char zero[16];
+  int dad = memcmp(e + 22, zero, 16) == 0;  // from :: (the sender's DAD): the answer goes to all nodes
+  static const unsigned char all_mac[6] = {0x33, 0x33, 0, 0, 0, 1};
+  memset(p, 0, 32);
+  p[0] = 136, p[4] = dad ? 0x20 : 0x60, memcpy(p + 8, me, 16), p[24] = 2, p[25] = 1, memcpy(p + 26, mac, 6);
+  return ip6_frame(f, dad ? all_mac : e + 6, mac, me, dad ? ALL_NODES : e + 22, 58, 255, 32);
+}
+
 static int parse_mac(const char *s, unsigned char mac[6]) {
   unsigned int m[6];
   if (sscanf(s, "%2x:%2x:%2x:%2x:%2x:%2x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) != 6) return -1;
@@ -133,10 +220,22 @@ static int parse_mac(const char *s, unsigned char mac[6]) {
   return 0;
 }
 
+static const char *const ANSWER[] = {[2] = "OFFER", [134] = "RA"};
+
 int main(int argc, char **argv) {
   int tap = -1, vnet = 0;
   unsigned char mac[6];
   double ready, add_us = -1;
+  enum ask ask = ASK_DHCP4;
+  if (argc > 2 && strcmp(argv[1], "--ask") == 0) {
+    const char *w = argv[2];
+    ask = !strcmp(w, "dhcp4") ? ASK_DHCP4 : !strcmp(w, "rs") ? ASK_RS : !strcmp(w, "solicit") ? ASK_SOLICIT : !strcmp(w, "solicit-rapid") ? ASK_SOLICIT_RAPID : -1;
+    if ((int)ask < 0) {
+      fprintf(stderr, "dhcp-first: --ask %s: not dhcp4, rs, solicit or solicit-rapid\n", w);
+      return 2;
+    }
+    argv += 2, argc -= 2;
+  }
   if (argc == 5 && strcmp(argv[1], "vmpod") == 0) {
     FILE *f = fopen(argv[4], "r");
     static char json[65536];
@@ -182,22 +281,26 @@ int main(int argc, char **argv) {
     }
     if (dnsmasq_pid < 0) die("fork");
   } else {
-    fprintf(stderr, "usage: dhcp-first vmpod SOCKET KEY ADDJSONFILE | dhcp-first dnsmasq NSPATH TAP MAC -- DNSMASQ_ARGV...\n");
+    fprintf(stderr, "usage: dhcp-first [--ask dhcp4|rs|solicit|solicit-rapid] vmpod SOCKET KEY ADDJSONFILE | dhcp-first [--ask ...] dnsmasq NSPATH TAP MAC -- DNSMASQ_ARGV...\n");
     return 2;
   }
   int fl = fcntl(tap, F_GETFL);
   fcntl(tap, F_SETFL, fl | O_NONBLOCK);
-  unsigned char frame[700], in[4096];
-  uint32_t xid0 = (uint32_t)getpid() << 8;
+  static unsigned char frame[700], out[200], in[1 << 16];
+  unsigned char me[16];
+  ll_from_mac(me, mac);
+  // request ids: DHCPv4 xid (32 bits), DHCPv6 transaction-id (24 bits): room for 32768 attempts either way
+  uint32_t xid0 = ask == ASK_DHCP4 ? (uint32_t)getpid() << 8 : ((uint32_t)getpid() & 0x1ff) << 15;
   static double sent[32768];
-  int attempts = 0;
+  int attempts = 0, ns_answered = 0;
   for (;;) {
     if (now_us() - ready > 60e6) {
       errno = 0;
-      die("no OFFER within 60 s");
+      die("no answer within 60 s");
     }
     memset(frame, 0, vnet);
-    int n = discover(frame + vnet, mac, xid0 + attempts);
+    uint32_t xid = xid0 + attempts;
+    int n = ask == ASK_DHCP4 ? discover(frame + vnet, mac, xid) : ask == ASK_RS ? rs(frame + vnet, mac) : solicit(frame + vnet, mac, xid, ask == ASK_SOLICIT_RAPID);
     sent[attempts] = now_us();
     if (write(tap, frame, vnet + n) < 0) die("write tap");
     attempts++;
@@ -209,13 +312,40 @@ int main(int argc, char **argv) {
       while ((r = read(tap, in, sizeof in)) > 0) {
         unsigned char *e = in + vnet;
         r -= vnet;
-        if (r < 14 + 20 + 8 + 240 || e[12] != 0x08 || e[13] != 0 || e[14 + 9] != 17) continue;
-        unsigned char *u = e + 14 + (e[14] & 15) * 4, *d = u + 8;
-        if (u[1] != 67 || d[0] != 2) continue;
-        uint32_t xid = be32(d + 4);
-        if (xid < xid0 || xid >= xid0 + (uint32_t)attempts) continue;
+        int answered = -1;  // index in sent[] of the request answered
+        int kind = 0;       // DHCPv4 op, ICMPv6 type or DHCPv6 message type of the answer
+        if (ask == ASK_DHCP4) {
+          if (r < 14 + 20 + 8 + 240 || e[12] != 0x08 || e[13] != 0 || e[14 + 9] != 17) continue;
+          unsigned char *u = e + 14 + (e[14] & 15) * 4, *d = u + 8;
+          if (u[1] != 67 || d[0] != 2) continue;
+          uint32_t x = be32(d + 4);
+          if (x < xid0 || x >= xid0 + (uint32_t)attempts) continue;
+          answered = x - xid0, kind = 2;
+        } else {
+          if (r < 54 + 4 || e[12] != 0x86 || e[13] != 0xdd) continue;
+          int m = na(out + vnet, e, r, mac);
+          if (m > 0) {
+            memset(out, 0, vnet);
+            if (write(tap, out, vnet + m) < 0) die("write tap (NA)");
+            ns_answered++;
+            continue;
+          }
+          if (ask == ASK_RS) {
+            if (e[20] != 58 || e[54] != 134) continue;
+            answered = attempts - 1, kind = 134;
+          } else {
+            unsigned char *u = e + 54, *d = u + 8;
+            if (r < 54 + 8 + 4 || e[20] != 17 || (u[0] << 8 | u[1]) != 547 || (u[2] << 8 | u[3]) != 546 || (d[0] != 2 && d[0] != 7)) continue;
+            uint32_t x = (uint32_t)d[1] << 16 | d[2] << 8 | d[3];
+            if (x < xid0 || x >= xid0 + (uint32_t)attempts) continue;
+            answered = x - xid0, kind = d[0];
+          }
+        }
         double t = now_us();
-        printf("{\"readyToOfferUs\":%.1f,\"discoverToOfferUs\":%.1f,\"attempts\":%d", t - ready, t - sent[xid - xid0], attempts);
+        const char *name = ask == ASK_DHCP4 || ask == ASK_RS ? ANSWER[kind] : kind == 2 ? "ADVERTISE" : "REPLY";
+        printf("{\"readyToAnswerUs\":%.1f,\"requestToAnswerUs\":%.1f,\"attempts\":%d,\"answer\":\"%s\"", t - ready, t - sent[answered], attempts, name);
+        if (ask == ASK_RS) printf(",\"solicited\":%s,\"raFlags\":%d", memcmp(e + 38, me, 16) == 0 ? "true" : "false", e[54 + 5]);
+        if (ask != ASK_DHCP4) printf(",\"nsAnswered\":%d", ns_answered);
         if (add_us >= 0) printf(",\"addUs\":%.1f", add_us);
         printf("}\n");
         if (dnsmasq_pid > 0) kill(dnsmasq_pid, SIGTERM), waitpid(dnsmasq_pid, NULL, 0);

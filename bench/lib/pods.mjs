@@ -1,5 +1,5 @@
 // The world of the pod benchmarks: a throwaway bridge + host-local CNI network (a /22, room for 500 pods and the
-// baseline's), tapmanager from dist/bundle as a child process at its default log level, the C client
+// baseline's; with `ipv6: 'dual'` a second range, a unique ULA /64 with an IPv6 default route; `'only'`: that alone), tapmanager from dist/bundle as a child process at its default log level, the C client
 // (bench/c/vmpod-client.c) for our side and bare-cni (bench/c/bare-cni.c) for the baseline. Every netns, link,
 // file and process made here has a unique name or a PID we keep, and goes in cleanup(), also on error or Ctrl-C.
 import { spawn, execFileSync } from 'node:child_process';
@@ -28,6 +28,18 @@ async function freeSubnet() {
   throw new Error('no free 10.200-249.x.0/22 subnet');
 }
 
+/** a ULA /64 (fd + 40 random bits, RFC 4193) that no route or address of the host is in: its prefix text `fdXX:X:X:` */
+async function freeSubnet6() {
+  const taken = (await mustRun('ip', ['-6', 'route', 'show', 'table', 'all'])) + (await mustRun('ip', ['-6', 'addr', 'show']));
+  const group = (b) => b.readUInt16BE(0).toString(16);
+  for (let i = 0; i < 100; i++) {
+    const b = randomBytes(5);
+    const prefix = `fd${b[0].toString(16).padStart(2, '0')}:${group(b.subarray(1, 3))}:${group(b.subarray(3, 5))}:`;
+    if (!taken.includes(prefix)) return { prefix6: prefix, subnet6: `${prefix}:/64` };
+  }
+  throw new Error('no free ULA /64');
+}
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** RSS (kB) and open fds of a process */
@@ -43,11 +55,17 @@ export function procCpuS(pid) {
   return (Number(f[11]) + Number(f[12])) / 100; // USER_HZ is 100 on Linux
 }
 
-export async function podWorld(cleanup) {
+/** opts.ipv6: 'dual' | 'only' (default: IPv4 alone) */
+export async function podWorld(cleanup, { ipv6 } = {}) {
   const id = randomBytes(3).toString('hex');
   const dir = mkdtempSync(join(tmpdir(), 'vmpod-bench-'));
   cleanup.push(`remove ${dir}`, () => rmSync(dir, { recursive: true, force: true }));
   const { prefix, subnet } = await freeSubnet();
+  const { prefix6, subnet6 } = ipv6 ? await freeSubnet6() : {};
+  const ranges = [];
+  const routes = [];
+  if (ipv6 !== 'only') ranges.push([{ subnet, gateway: `${prefix}.1` }]), routes.push({ dst: '0.0.0.0/0' });
+  if (ipv6) ranges.push([{ subnet: subnet6, gateway: `${prefix6}:1` }]), routes.push({ dst: '::/0' });
   const bridge = `vmpb${id}`;
   const confDir = join(dir, 'net.d');
   const cacheDir = join(dir, 'cache');
@@ -58,7 +76,7 @@ export async function podWorld(cleanup) {
     bridge,
     isGateway: true,
     ipMasq: false,
-    ipam: { type: 'host-local', dataDir, ranges: [[{ subnet, gateway: `${prefix}.1` }]], routes: [{ dst: '0.0.0.0/0' }] },
+    ipam: { type: 'host-local', dataDir, ranges, routes },
   };
   const netName = `vmpodbench-${id}`;
   writeFileSync(join(confDir, '10-bench.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: netName, plugins: [plugin] }));
@@ -81,7 +99,7 @@ export async function podWorld(cleanup) {
     '--cni-cache-dir', cacheDir, '--state-dir', stateDir, '--log-level', 'info',
   ];
   const world = {
-    dir, bridge, subnet, confDir, cacheDir, client, bareCni, ours, bare,
+    dir, bridge, subnet, subnet6, prefix6, confDir, cacheDir, client, bareCni, ours, bare,
     socket: join(dir, 'tm.sock'),
     stateDir: join(dir, 'state'),
     daemonArgs,

@@ -42,7 +42,7 @@
 // Only the lease's MAC is served (chaddr compared case-insensitively); other clients are ignored.
 // Malformed datagrams are dropped with a debug line and stats.dropped++; nothing a client sends can throw out of
 // the poll callback.
-import { errorChain } from '../errors.js';
+import { errorChain, tryDecode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { native, type Poller, type RecvFromResult } from '../native.js';
 import { SocketWatch } from '../net/watch.js';
@@ -139,12 +139,9 @@ function replyPacket(req: DhcpPacket, type: number, yiaddr: string, ciaddr: stri
 
 /** Decide the answer to one datagram. Pure; never throws on client input. */
 export function answer(buf: Buffer, ctx: AnswerContext): Decision {
-  let req: DhcpPacket;
-  try {
-    req = decodePacket(buf);
-  } catch (e) {
-    return { kind: 'drop', why: errorChain(e) };
-  }
+  const decoded = tryDecode(decodePacket, buf);
+  if (!decoded.ok) return { kind: 'drop', why: decoded.why };
+  const req = decoded.value;
   if (req.op !== Op.Request) return { kind: 'drop', why: `op ${req.op} is not BOOTREQUEST` };
   if (req.htype !== HTYPE_ETHERNET || req.hlen !== 6) return { kind: 'drop', why: `htype ${req.htype} hlen ${req.hlen} is not Ethernet` };
   const type = messageType(req);

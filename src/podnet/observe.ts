@@ -86,7 +86,8 @@ function parseRoute(j: Json): ObservedRoute {
 }
 
 /** The batch lines parseObserved reads: links, IPv4 routes, IPv6 routes (`root ::/0` of table all: iproute2 lists
- * nothing for `root ::/0` of the main table alone; the other tables' entries are dropped by parseObserved). */
+ * nothing for `root ::/0` of the main table alone; parseObserved keeps the main table's entries, which `-d` shows
+ * with `"table":"main"`, and drops the others'). */
 export const OBSERVE_BATCH: string[][] = [['addr', 'show'], ['route', 'show'], ['route', 'show', 'table', 'all', 'root', '::/0']];
 
 /** Parses the output of `ip -j -d -batch` with OBSERVE_BATCH (the IPv6 routes optional). */
@@ -95,6 +96,12 @@ export function parseObserved(text: string): Observed {
   if (vals.length < 2 || vals.length > 3 || !vals.every((v) => Array.isArray(v))) {
     throw new VmpodError(ErrorCode.Netlink, `expected two or three JSON arrays (addr show, route show, IPv6 routes) from ip, got ${vals.length} values`);
   }
-  const routes6 = vals[2] === undefined ? undefined : (vals[2] as Json[]).map(parseRoute).filter((r) => r.table === undefined);
+  const routes6 =
+    vals[2] === undefined
+      ? undefined
+      : (vals[2] as Json[])
+          .map(parseRoute)
+          .filter((r) => r.table === undefined || r.table === 'main')
+          .map(({ table: _main, ...r }) => r);
   return { links: (vals[0] as Json[]).map(parseLink), routes4: (vals[1] as Json[]).map(parseRoute), ...(routes6 ? { routes6 } : {}) };
 }

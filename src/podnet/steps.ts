@@ -112,7 +112,7 @@ export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], si
       else await applyOne(deps, rec, step, run.op, sig);
     } catch (e) {
       if (run.kind === 'one' && run.op.op === 'netns-add') {
-        // `ip netns add` cleans up after itself when it fails: nothing of ours to undo, and the netns (if it
+        // netnsAdd (as `ip netns add`) cleans up after itself when it fails: nothing of ours to undo, and the netns (if it
         // exists now) is someone else's: drop the step so rollback does not delete it, and the CNI ADD recorded
         // with it (it never ran: no DEL to make)
         rec.steps = rec.steps.filter((s) => s !== step && s.name !== StepName.CniAdd);
@@ -147,7 +147,8 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
       }
       return;
     case 'netns-add':
-      await deps.exec.ip(['netns', 'add', op.name], sig);
+      // what `ip netns add` does, without its spawn: the addon makes it on a pool thread
+      await native().netnsAdd(deps.netnsDir, op.name);
       return;
     case 'ip':
     case 'ebtables':
@@ -225,7 +226,7 @@ async function undoOne(deps: StepDeps, rec: PodRecord, op: Op, log: Logger): Pro
       return deps.cniDel(rec, op.ifName, op.config);
     case 'netns-del':
       if (!existsSync(join(deps.netnsDir, op.name))) return;
-      await deps.exec.ip(['netns', 'del', op.name]);
+      native().netnsDel(join(deps.netnsDir, op.name));
       return;
     case 'vf-restore-driver':
       return restoreVfDriver(deps.sysfs, op, log);

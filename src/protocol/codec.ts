@@ -51,43 +51,39 @@ function fail(what: string, p: Problems): never {
 
 function reqStr(o: Obj, f: string, path: string, p: Problems): string {
   const v = o[f];
-  if (typeof v === 'string') return v;
+  if (isString(v)) return v;
   p.add(`${path}${f}`, 'must be a string', v);
   return '';
 }
 
-/** Go zero value "" when missing or null. */
-function optStr(o: Obj, f: string, path: string, p: Problems): string | undefined {
+/** A field that may be missing or null (Go's zero value): undefined then; a value `is` accepts; else a problem. */
+function optional<T>(o: Obj, f: string, path: string, p: Problems, is: (v: unknown) => v is T, must: string): T | undefined {
   const v = o[f];
   if (v === undefined || v === null) return undefined;
-  if (typeof v === 'string') return v;
-  p.add(`${path}${f}`, 'must be a string', v);
+  if (is(v)) return v;
+  p.add(`${path}${f}`, must, v);
   return undefined;
+}
+
+const isString = (v: unknown): v is string => typeof v === 'string';
+
+/** Go zero value "" when missing or null. */
+function optStr(o: Obj, f: string, path: string, p: Problems): string | undefined {
+  return optional(o, f, path, p, isString, 'must be a string');
 }
 
 function optInt(o: Obj, f: string, path: string, p: Problems, min: number, max: number): number | undefined {
-  const v = o[f];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max) return v;
-  p.add(`${path}${f}`, `must be an integer in ${min}..${max}`, v);
-  return undefined;
+  const inRange = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;
+  return optional(o, f, path, p, inRange, `must be an integer in ${min}..${max}`);
 }
 
 function optBool(o: Obj, f: string, path: string, p: Problems): boolean | undefined {
-  const v = o[f];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v === 'boolean') return v;
-  p.add(`${path}${f}`, 'must be a boolean', v);
-  return undefined;
+  return optional(o, f, path, p, (v): v is boolean => typeof v === 'boolean', 'must be a boolean');
 }
 
 /** An array or null/missing (Go marshals a nil slice as null). */
 function optArr(o: Obj, f: string, path: string, p: Problems): unknown[] | undefined {
-  const v = o[f];
-  if (v === undefined || v === null) return undefined;
-  if (Array.isArray(v)) return v;
-  p.add(`${path}${f}`, 'must be an array', v);
-  return undefined;
+  return optional(o, f, path, p, Array.isArray, 'must be an array');
 }
 
 function optStrArr(o: Obj, f: string, path: string, p: Problems): string[] | undefined {
@@ -95,7 +91,7 @@ function optStrArr(o: Obj, f: string, path: string, p: Problems): string[] | und
   if (!a) return undefined;
   const out: string[] = [];
   a.forEach((v, i) => {
-    if (typeof v === 'string') out.push(v);
+    if (isString(v)) out.push(v);
     else p.add(`${path}${f}[${i}]`, 'must be a string', v);
   });
   return out;

@@ -8,14 +8,8 @@ export const ICMP6_RA = 134;
 export const ALL_NODES = 'ff02::1';
 export const ALL_ROUTERS = 'ff02::2';
 
-export const NdOpt = {
-  SourceLinkAddr: 1,
-  TargetLinkAddr: 2,
-  PrefixInfo: 3,
-  Mtu: 5,
-  Rdnss: 25,
-  Dnssl: 31,
-} as const;
+/** Neighbor Discovery option types: RFC 4861 4.6.1 (link-layer addresses), 4.6.2 (prefix), 4.6.4 (MTU); RFC 8106 5.1, 5.2 */
+export const NdOpt = { SourceLinkAddr: 1, TargetLinkAddr: 2, PrefixInfo: 3, Mtu: 5, Rdnss: 25, Dnssl: 31 } as const;
 
 export interface NdOption {
   type: number;

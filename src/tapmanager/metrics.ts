@@ -29,59 +29,32 @@ export interface Metrics {
 export function createMetrics(podsByState: () => Record<string, number>): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: PREFIX });
-  const requests = new Counter({
-    name: `${PREFIX}requests_total`,
-    help: 'fd-protocol requests served, by command and result ("ok" or the error code)',
-    labelNames: ['command', 'result'],
-    registers: [registry],
-  });
-  const duration = new Histogram({
-    name: `${PREFIX}request_duration_seconds`,
-    help: 'time from a complete request to its reply, by command',
-    labelNames: ['command'],
-    buckets: REQUEST_BUCKETS,
-    registers: [registry],
-  });
+  /** what every metric has: its prefixed name, its help, its labels, this registry */
+  const base = <L extends string>(name: string, help: string, labelNames: L[] = []) => ({ name: `${PREFIX}${name}`, help, labelNames, registers: [registry] });
+  const requests = new Counter(base('requests_total', 'fd-protocol requests served, by command and result ("ok" or the error code)', ['command', 'result']));
+  const duration = new Histogram({ ...base('request_duration_seconds', 'time from a complete request to its reply, by command', ['command']), buckets: REQUEST_BUCKETS });
   const plugin = new Histogram({
-    name: `${PREFIX}cni_plugin_duration_seconds`,
-    help: 'CNI plugin run time, by plugin, CNI command and result (ok or error)',
-    labelNames: ['plugin', 'command', 'result'],
+    ...base('cni_plugin_duration_seconds', 'CNI plugin run time, by plugin, CNI command and result (ok or error)', ['plugin', 'command', 'result']),
     buckets: PLUGIN_BUCKETS,
-    registers: [registry],
   });
   new Gauge({
-    name: `${PREFIX}pods`,
-    help: 'pod networks by state record phase (adding, ready, releasing, corrupt)',
-    labelNames: ['state'],
-    registers: [registry],
+    ...base('pods', 'pod networks by state record phase (adding, ready, releasing, corrupt)', ['state']),
     collect() {
       this.reset();
       const counts = { adding: 0, ready: 0, releasing: 0, ...podsByState() };
       for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
     },
   });
-  const dhcp = new Counter({
-    name: `${PREFIX}dhcp_packets_total`,
-    help: 'DHCP datagrams by direction (received, sent) and message type (received: discover, request, inform, release, decline, malformed, ignored; sent: offer, ack, nak)',
-    labelNames: ['direction', 'type'],
-    registers: [registry],
-  });
-  const leases = new Counter({
-    name: `${PREFIX}dhcp_leases_served_total`,
-    help: 'DHCP ACKs that granted a pod its lease (answers to REQUEST)',
-    registers: [registry],
-  });
-  const restore = new Histogram({
-    name: `${PREFIX}restore_duration_seconds`,
-    help: 'time to restore the pods recorded in the state dir at start-up',
-    buckets: RESTORE_BUCKETS,
-    registers: [registry],
-  });
-  const restoredAt = new Gauge({
-    name: `${PREFIX}restored`,
-    help: '1 once the pods recorded in the state dir are restored, 0 before',
-    registers: [registry],
-  });
+  const dhcp = new Counter(
+    base(
+      'dhcp_packets_total',
+      'DHCP datagrams by direction (received, sent) and message type (received: discover, request, inform, release, decline, malformed, ignored; sent: offer, ack, nak)',
+      ['direction', 'type'],
+    ),
+  );
+  const leases = new Counter(base('dhcp_leases_served_total', 'DHCP ACKs that granted a pod its lease (answers to REQUEST)'));
+  const restore = new Histogram({ ...base('restore_duration_seconds', 'time to restore the pods recorded in the state dir at start-up'), buckets: RESTORE_BUCKETS });
+  const restoredAt = new Gauge(base('restored', '1 once the pods recorded in the state dir are restored, 0 before'));
   restoredAt.set(0);
   // known label values start at 0 so a rate() sees the first increment
   for (const type of ['discover', 'request']) dhcp.inc({ direction: 'received', type }, 0);

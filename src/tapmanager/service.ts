@@ -39,6 +39,8 @@ export class TapmanagerService implements Handler {
   readonly dhcp: DhcpServers;
   readonly hooks: ServiceHooks;
   private restoreState: 'pending' | 'running' | 'done' = 'pending';
+  /** get's payload per pod network, encoded at its first get: a pod's interfaces never change while it lives */
+  private readonly getPayloads = new WeakMap<PodNetworkState, Buffer>();
   private readonly started = Date.now();
 
   /** defaultDns: --default-dns for DHCP; hooks: metrics and readiness (ServiceHooks) */
@@ -127,7 +129,9 @@ export class TapmanagerService implements Handler {
           if (!this.dhcp.running(key)) this.dhcp.start(st);
           // the reply owns copies: a release queued right behind this get may close st.fds while the reply waits
           // for the peer to read
-          return { payload: encodeGetInfo(getInfos(st)), fds: dupAll(st.fds) };
+          let payload = this.getPayloads.get(st);
+          if (payload === undefined) this.getPayloads.set(st, (payload = encodeGetInfo(getInfos(st))));
+          return { payload, fds: dupAll(st.fds) };
         });
       }
       case Command.Recover: {

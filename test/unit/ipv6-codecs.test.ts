@@ -7,7 +7,7 @@ import type { CniResult } from '../../src/cni/types.js';
 import { guestFromCni, type Lease6 } from '../../src/dhcp/lease.js';
 import { buildOptions6 } from '../../src/dhcp6/options.js';
 import { decodeIaNa, decodeMessage6, decodeStatus, duidLl, encodeDomainList, encodeIaAddr, encodeIaNa, encodeMessage6, getOption6, Msg, Opt6, Status } from '../../src/dhcp6/packet.js';
-import { answer6 } from '../../src/dhcp6/server.js';
+import { answer6, warmUpMessages6 } from '../../src/dhcp6/server.js';
 import { checksum6, decodeFrame6, encodeIcmp6Frame } from '../../src/net/frame6.js';
 import { formatIpv6, linkLocalFromMac, parseIpv6 } from '../../src/net/ipv6.js';
 import { raFromLease } from '../../src/ra/options.js';
@@ -272,5 +272,17 @@ describe('what the guest sees, from the CNI result', () => {
     expect(() => g(base([{ address: 'fd00:10::5/64', interface: 0 }, { address: 'fd00:10::6/64', interface: 0 }]))).toThrow(/2 IPv6 addresses for interface 0/);
     expect(() => g(base([{ address: 'fd00:10::5/64', gateway: 'fd00:99::1', interface: 0 }]))).toThrow(/ips\[0\]\.gateway fd00:99::1 is not on-link/);
     expect(() => g(base([{ address: 'fd00:10::5/64', interface: 0 }], [{ dst: '::/0', gw: 'fd00:99::1' }]))).toThrow(/routes\[0\]\.gw fd00:99::1 is not on-link/);
+  });
+});
+
+describe('DHCPv6 warm-up', () => {
+  it('asks what a guest asks, and each is answered with the lease: the whole answer path runs before the first guest', () => {
+    const answers = warmUpMessages6(ctx).map((m) => answer6(encodeMessage6(m), ctx));
+    expect(answers.map((d) => (d.kind === 'reply' ? `${d.request} -> ${d.type}` : d.kind))).toEqual([`SOLICIT -> ${Msg.Reply}`, `REQUEST -> ${Msg.Reply}`]);
+    for (const d of answers) {
+      if (d.kind !== 'reply') continue;
+      const ia = decodeIaNa(getOption6(decodeMessage6(d.data).options, Opt6.IaNa)!);
+      expect(ia.addrs.map((a) => a.address)).toEqual([lease.ip]);
+    }
   });
 });

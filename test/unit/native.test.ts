@@ -444,6 +444,58 @@ describe('openTap', () => {
   });
 });
 
+describe('netnsAdd, netnsDel', () => {
+  const made: string[] = [];
+  afterAll(async () => {
+    for (const name of made) if (fs.existsSync(`/var/run/netns/${name}`)) await execa('ip', ['netns', 'del', name], { reject: false });
+    const left = await netnsList();
+    for (const name of made) expect(left).not.toContain(name);
+  });
+
+  it('makes a netns that `ip netns` and `ip -n` see, off the main thread, and the caller stays in its own', async () => {
+    const name = `vmpt-${rand()}`;
+    made.push(name);
+    const before = fs.readlinkSync('/proc/thread-self/ns/net');
+    await n.netnsAdd('/var/run/netns', name);
+    expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
+    expect(await netnsList()).toContain(name);
+    // a netns of its own: only lo, down, and not the host's
+    expect(await ip('-n', name, '-o', 'link', 'show')).toMatch(/^1: lo: <LOOPBACK> /);
+    const inode = (await execa('ip', ['netns', 'exec', name, 'readlink', '/proc/self/ns/net'])).stdout.trim();
+    expect(inode).not.toBe(before);
+    // the pool thread went back too: a second netns is another new one, not made inside the first
+    const second = `vmpt-${rand()}`;
+    made.push(second);
+    await n.netnsAdd('/var/run/netns', second);
+    expect((await execa('ip', ['netns', 'exec', second, 'readlink', '/proc/self/ns/net'])).stdout.trim()).not.toBe(inode);
+    n.netnsDel(`/var/run/netns/${name}`);
+    n.netnsDel(`/var/run/netns/${second}`);
+    expect(await netnsList()).not.toContain(name);
+    expect(await netnsList()).not.toContain(second);
+  });
+
+  it('a taken name rejects with EEXIST and leaves the existing netns alone', async () => {
+    const name = `vmpt-${rand()}`;
+    made.push(name);
+    await ip('netns', 'add', name);
+    await ip('-n', name, 'link', 'add', 'vmptd0', 'type', 'bridge');
+    await expect(n.netnsAdd('/var/run/netns', name)).rejects.toMatchObject({ code: 'EEXIST', message: `netnsAdd: create /var/run/netns/${name}: EEXIST (File exists)` });
+    expect(await ip('-n', name, 'link', 'show', 'vmptd0')).toContain('vmptd0');
+    await ip('netns', 'del', name);
+  });
+
+  it('refuses names that are not one file name, and removes a file that is no mount', async () => {
+    expect(() => n.netnsAdd('/var/run/netns', '../x')).toThrow(TypeError);
+    expect(() => n.netnsAdd('relative', 'x')).toThrow(TypeError);
+    expect(() => n.netnsDel('x')).toThrow(TypeError);
+    const name = `vmpt-${rand()}`;
+    fs.writeFileSync(`/var/run/netns/${name}`, '');
+    n.netnsDel(`/var/run/netns/${name}`);
+    expect(fs.existsSync(`/var/run/netns/${name}`)).toBe(false);
+    expect(errorOf(() => n.netnsDel(`/var/run/netns/${name}`)).code).toBe('ENOENT');
+  });
+});
+
 describe('sysctlInNetns', () => {
   const nsName = `vmpt-${rand()}`;
   const nsPath = `/var/run/netns/${nsName}`;

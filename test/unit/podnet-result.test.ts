@@ -110,6 +110,18 @@ describe('parseObserved', () => {
     ]);
   });
 
+  it('keeps the main table of the IPv6 routes (`-d` names it) and drops the local table', () => {
+    const text =
+      '[]\n[]\n' +
+      '[{"type":"unicast","dst":"fd00:9::/64","dev":"v0","table":"main","protocol":"kernel","scope":"global","metric":256,"flags":[],"pref":"medium"},' +
+      '{"type":"unicast","dst":"default","gateway":"fd00:9::1","dev":"v0","table":"main","protocol":"boot","scope":"global","metric":1024,"flags":[],"pref":"medium"},' +
+      '{"type":"local","dst":"fd00:9::5","dev":"v0","table":"local","protocol":"kernel","scope":"global","metric":0,"flags":[],"pref":"medium"}]\n';
+    expect(parseObserved(text).routes6).toEqual([
+      { dst: 'fd00:9::/64', dev: 'v0', protocol: 'kernel', scope: 'global', type: 'unicast', metric: 256, flags: [] },
+      { dst: 'default', gateway: 'fd00:9::1', dev: 'v0', protocol: 'boot', scope: 'global', type: 'unicast', metric: 1024, flags: [] },
+    ]);
+  });
+
   it('splits JSON values with brackets inside strings', () => {
     expect(splitJsonValues('[{"a":"]["}][]\n{"b":1}')).toEqual([[{ a: '][' }], [], { b: 1 }]);
     expect(() => splitJsonValues('[1,')).toThrow(/unterminated/);
