@@ -5,7 +5,7 @@
 // pod's /64 (reachable only along the RA's default route: the pod bridge, forwarded by the pod netns to the CNI
 // gateway); the host fetches the guest's page and status over IPv6; release leaves nothing behind.
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -14,21 +14,10 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FdClient } from '../../src/client/fdclient.js';
 import { formatIpv6, linkLocalFromMac, normaliseIpv6 } from '../../src/net/ipv6.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
-import { removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, type Daemon } from '../helpers/daemon.js';
 import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, type GuestImages } from '../helpers/guest.js';
 import { linkExists, run, uniqueName } from '../helpers/netns.js';
-import {
-  NOTHING_LEFT,
-  POD_DNS,
-  bootPairVm,
-  fetchFromHost,
-  newPod,
-  podAddress,
-  podAddress6,
-  podLeftovers,
-  type PairVmBase,
-  type PairVmOf,
-} from '../helpers/pairvm.js';
+import { NOTHING_LEFT, POD_DNS, bootPairVm, endPairDaemon, stopVmsAndRelease, fetchFromHost, newPod, podAddress, podAddress6, podLeftovers, type PairVmBase, type PairVmOf } from '../helpers/pairvm.js';
 
 /** an IPv6 name server in the pod's DNS config: it reaches the guest by DHCPv6 (and the RA's RDNSS) */
 const DNS6 = 'fd53::53';
@@ -92,25 +81,13 @@ describe.each([['dual'], ['only']] as const)('the real guest on an IPv6 (%s-stac
   }, GUEST_BUILD_TIMEOUT_MS);
 
   afterEach(async () => {
-    for (const vm of vms.splice(0)) await vm.stop();
-    for (const key of pods) {
-      try {
-        client().release(key);
-      } catch {
-        // reported by the test's own assertions; keep cleaning up
-      }
-    }
-    pods.clear();
+    await stopVmsAndRelease(vms, pods, client);
   }, 60_000);
 
   afterAll(async () => {
     await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
     await run(['ip', 'link', 'del', farLink]).catch(() => undefined);
-    const code = await d?.stop();
-    const stateLeft = d ? readdirSync(d.stateDir, { recursive: true }).filter((n) => n !== 'plugins') : [];
-    if (d) removeDir(d.dir);
-    await net?.cleanup();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    const { code, stateLeft } = await endPairDaemon(d, net, dir);
     expect(code).toBe(0);
     expect(stateLeft).toEqual([]);
     expect(await linkExists(farLink)).toBe(false);

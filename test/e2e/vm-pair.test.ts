@@ -2,18 +2,20 @@
 // THROUGH vmwrapper (which fetches the tap fd and execve's qemu in place), and the guest receives exactly the CNI
 // result over DHCP, answers ping and HTTP from the host, boots again on the same pod, stays reachable across a
 // tapmanager restart (and boots again through the restarted daemon), and release leaves nothing behind.
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FdClient } from '../../src/client/fdclient.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
-import { removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, type Daemon } from '../helpers/daemon.js';
 import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, QEMU_BINARY, type GuestImages } from '../helpers/guest.js';
 import {
   NOTHING_LEFT,
   POD_DNS,
   bootPairVm,
+  endPairDaemon,
+  stopVmsAndRelease,
   fetchFromHost,
   newPod,
   pingFromHost,
@@ -47,26 +49,14 @@ describe('tapmanager + vmwrapper + qemu', () => {
   }, GUEST_BUILD_TIMEOUT_MS);
 
   afterEach(async () => {
-    for (const vm of vms.splice(0)) await vm.stop();
-    // a test that failed between stopping tapmanager and starting it again: bring it back to release its pods
-    if (pods.size > 0 && d !== undefined && !d.alive()) d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d });
-    for (const key of pods) {
-      try {
-        client().release(key);
-      } catch {
-        // reported by the test's own assertions; keep cleaning up
-      }
-    }
-    pods.clear();
+    await stopVmsAndRelease(vms, pods, client, async () => {
+      // a test that failed between stopping tapmanager and starting it again: bring it back to release its pods
+      if (d !== undefined && !d.alive()) d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d });
+    });
   }, 60_000);
 
   afterAll(async () => {
-    const code = await d?.stop();
-    // no pod record and no plugin record left (the plugins dir itself stays: it is where running plugins are recorded)
-    const stateLeft = d ? readdirSync(d.stateDir, { recursive: true }).filter((n) => n !== 'plugins') : [];
-    if (d) removeDir(d.dir);
-    await net?.cleanup();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    const { code, stateLeft } = await endPairDaemon(d, net, dir);
     expect(code).toBe(0);
     expect(stateLeft).toEqual([]);
   }, 60_000);

@@ -3,13 +3,14 @@
 // Shared by test/e2e/vm-pair.test.ts, test/e2e/libvirt-vmwrapper.test.ts and bench/vm-start-pair.mjs (which bundles
 // this file with esbuild, so it imports no vitest).
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { ErrorCode, VmpodError } from '../../src/errors.js';
 import { base64ToMac } from '../../src/protocol/mac.js';
 import type { ContainerSideNetwork, PodNetworkDesc } from '../../src/protocol/payloads.js';
-import { BIN } from './daemon.js';
+import { BIN, removeDir, type Daemon } from './daemon.js';
+import type { FdClient } from '../../src/client/fdclient.js';
 import type { CniTestNet, Leftovers as CniLeftovers } from './cniconf.js';
 import {
   GUEST_CMDLINE,
@@ -237,3 +238,31 @@ export async function podLeftovers(net: CniTestNet, stateDir: string, key: strin
 }
 
 export const NOTHING_LEFT: PodLeftovers = { veths: [], allocations: [], cacheFiles: [], netns: [], stateFiles: [] };
+
+/** A pair test's afterEach: the VMs still running are stopped, then the pods still held are released. */
+export async function stopVmsAndRelease(vms: PairVmBase[], pods: Set<string>, client: () => FdClient, beforeRelease?: () => Promise<void>): Promise<void> {
+  for (const vm of vms.splice(0)) await vm.stop();
+  if (pods.size > 0) await beforeRelease?.();
+  for (const key of pods) {
+    try {
+      client().release(key);
+    } catch {
+      // reported by the test's own assertions; keep cleaning up
+    }
+  }
+  pods.clear();
+}
+
+/**
+ * A pair test's afterAll: tapmanager stopped, what its state dir still holds (no pod record and no plugin record
+ * may be left; the plugins dir itself stays: it is where running plugins are recorded), then its dir, the CNI
+ * network and the scratch dir removed. The caller asserts on the exit code and what was left.
+ */
+export async function endPairDaemon(d: Daemon | undefined, net: CniTestNet | undefined, dir: string | undefined): Promise<{ code: number | null | undefined; stateLeft: string[] }> {
+  const code = await d?.stop();
+  const stateLeft = d ? readdirSync(d.stateDir, { recursive: true }).map(String).filter((n) => n !== 'plugins') : [];
+  if (d) removeDir(d.dir);
+  await net?.cleanup();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+  return { code, stateLeft };
+}
