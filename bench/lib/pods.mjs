@@ -96,7 +96,7 @@ export async function podWorld(cleanup, { ipv6 } = {}) {
 
   const daemonArgs = (stateDir, socket) => [
     process.execPath, TAPMANAGER, '--socket', socket, '--cni-conf-dir', confDir, '--cni-bin-dir', CNI_BIN,
-    '--cni-cache-dir', cacheDir, '--state-dir', stateDir, '--log-level', 'info',
+    '--cni-cache-dir', cacheDir, '--state-dir', stateDir, '--log-level', process.env.VMPOD_BENCH_LOG_LEVEL ?? 'info',
   ];
   const world = {
     dir, bridge, subnet, subnet6, prefix6, confDir, cacheDir, client, bareCni, ours, bare,
