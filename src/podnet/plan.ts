@@ -12,12 +12,11 @@
 //   tap           tap<i>, persistent, vnet_hdr, same MTU                                      undo: delete it
 //   enslave       veth and tap into br<i>             undo: veth nomaster
 //   links-up      veth, tap, bridge up
-//   dhcp-filter   ebtables in the pod netns: no DHCP across the veth      undo: delete the rules
+//   dhcp-filter   ebtables in the pod netns: no DHCP, DHCPv6, RS or RA across the veth      undo: delete the rules
 // and when the CNI result gives the interface an IPv6 address (guestFromCni validates it first):
 //   strip-routes/strip-addrs also take its global IPv6 addresses and non-kernel IPv6 routes
 //   veth-mac      also: no link-local on the veth (the one made from the VM's MAC is the VM's), none made again
 //   bridge        also: MAC = the veth's new MAC, no automatic link-local, fe80::<EUI-64 of that MAC>/64 nodad
-//   dhcp-filter   also: no DHCPv6 or RA/RS across the veth, the kernel's copy of DHCPv6 to us dropped
 //   ipv6-forwarding  net.ipv6.conf.all.forwarding=1: the bridge answers NS as a router (R=1) and forwards
 //   ipv6-routes   <prefix> dev br<i>, each IPv6 route of the result via its gateway dev br<i>   undo: with the netns
 //
@@ -145,7 +144,7 @@ export function dhcpFilterRules(veth: string): string[][] {
 }
 
 /**
- * The IPv6 rules beside dhcpFilterRules, for an interface that serves IPv6: no DHCPv6 (udp 546/547) and no router
+ * The IPv6 rules beside dhcpFilterRules, on every tap interface (IPv4-only ones too): no DHCPv6 (udp 546/547) and no router
  * solicitation or advertisement crosses the veth either way (the guest sees exactly our RA and DHCPv6, the CNI
  * network never sees the guest's), and the kernel's copy of a DHCPv6 message from the tap to the bridge is dropped
  * (our server reads the tap's packet socket; the pod netns, which has no DHCPv6 socket, would answer a unicast
@@ -331,7 +330,9 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
       undo: [ip('link', 'set', 'dev', v, 'nomaster')],
     });
     steps.push({ name: StepName.LinksUp, target: br, do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
-    const rules = [...dhcpFilterRules(v), ...(v6 ? dhcp6FilterRules(v, tap) : [])];
+    // the IPv6 rules on an IPv4-only interface too: a guest that solicits DHCPv6 or routers anyway (many do) must
+    // not reach the CNI network's, nor take its answers: it gets exactly the CNI result, which has no IPv6
+    const rules = [...dhcpFilterRules(v), ...dhcp6FilterRules(v, tap)];
     steps.push({
       name: StepName.DhcpFilter,
       target: v,

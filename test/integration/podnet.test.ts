@@ -160,7 +160,12 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(o.routes4.filter((r) => r.dev === 'virtlet-eth0')).toEqual([]);
     const { stdout: brd } = await execa('ip', ['-d', '-j', '-n', ctx.key, 'link', 'show', 'br0']);
     expect(JSON.parse(brd)[0].linkinfo.info_data.ageing_time).toBe(0);
-    expect(await ebtablesRules(ctx.key)).toContain('-o virtlet-eth0 --ip-proto udp --ip-dport 67 -j DROP');
+    const rules = await ebtablesRules(ctx.key);
+    expect(rules).toContain('-o virtlet-eth0 --ip-proto udp --ip-dport 67 -j DROP');
+    // an IPv4-only pod too keeps the guest's DHCPv6 and router solicitations in, and outside RAs out
+    expect(rules).toContain('-o virtlet-eth0 --ip6-proto udp --ip6-dport 547 -j DROP');
+    expect(rules).toContain('-o virtlet-eth0 --ip6-proto ipv6-icmp --ip6-icmp-type router-solicitation -j DROP');
+    expect(rules).toContain('-i virtlet-eth0 --ip6-proto ipv6-icmp --ip6-icmp-type router-advertisement -j DROP');
     // rp_filter off in the pod netns (all, default, and so the bridge made after), whatever the host has
     expect(await rpFilters(ctx.key, ['all', 'default', 'br0', 'virtlet-eth0'])).toEqual(['0', '0', '0', '0']);
 

@@ -88,8 +88,27 @@ describe('planContainerSide', () => {
       '-A OUTPUT -o virtlet-eth0',
       '-A INPUT -i virtlet-eth0',
       '-A FORWARD -i virtlet-eth0',
+      // an IPv4-only pod gets the IPv6 rules too: a guest's DHCPv6 and RS stay in, no outside RA or DHCPv6 gets in
+      '-A FORWARD -o virtlet-eth0',
+      '-A FORWARD -o virtlet-eth0',
+      '-A FORWARD -i virtlet-eth0',
+      '-A FORWARD -i virtlet-eth0',
+      '-A FORWARD -o virtlet-eth0',
+      '-A FORWARD -o virtlet-eth0',
+      '-A FORWARD -i virtlet-eth0',
+      '-A INPUT -i tap0',
     ]);
-    expect(eb.undo.map((o) => (o as { args: string[] }).args[0])).toEqual(Array(6).fill('-D'));
+    expect(eb.do.slice(6).map((o) => (o as { args: string[] }).args.slice(6).join(' '))).toEqual([
+      '--ip6-proto udp --ip6-dport 547 -j DROP',
+      '--ip6-proto udp --ip6-dport 546 -j DROP',
+      '--ip6-proto udp --ip6-dport 546 -j DROP',
+      '--ip6-proto udp --ip6-dport 547 -j DROP',
+      '--ip6-proto ipv6-icmp --ip6-icmp-type router-advertisement -j DROP',
+      '--ip6-proto ipv6-icmp --ip6-icmp-type router-solicitation -j DROP',
+      '--ip6-proto ipv6-icmp --ip6-icmp-type router-advertisement -j DROP',
+      '--ip6-proto udp --ip6-dport 547 -j DROP',
+    ]);
+    expect(eb.undo.map((o) => (o as { args: string[] }).args[0])).toEqual(Array(14).fill('-D'));
     expect(eb.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
   });
 
@@ -239,7 +258,7 @@ describe('runsOf (how the step engine spawns)', () => {
       'netns-add netns',
       'sysctl rp-filter',
       'ip x13',
-      'ebtables x6 dhcp-filter',
+      'ebtables x14 dhcp-filter',
     ]);
     const ip = runs[2]!;
     expect(ip.kind === 'ip' && ip.lines.map((l) => l.step.name)[0]).toBe('lo-up');
