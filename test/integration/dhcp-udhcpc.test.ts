@@ -316,7 +316,8 @@ describe('DHCP server with busybox udhcpc', () => {
     const server = startServer(BR1, lease1, log);
     const dir = newDir();
     const client = udhcpc(NS_B1, dir, ['-t', '5']);
-    await waitFor('the first lease', () => events(dir, 'bound').length === 1 && server.stats.acks === 1);
+    // a client that retransmits its REQUEST on a loaded machine gets its ACK again: count none of them exactly
+    await waitFor('the first lease', () => events(dir, 'bound').length === 1 && server.stats.acks >= 1);
     expect(client.pid).toBeDefined();
     process.kill(client.pid!, 'SIGUSR1');
     await waitFor('the renewal', () => events(dir, 'renew').length >= 1);
@@ -326,8 +327,11 @@ describe('DHCP server with busybox udhcpc', () => {
     expect(renew.serverid).toBe(SERVER_IP);
     // the renewing REQUEST came from the guest's leased address (unicast with ciaddr, not from 0.0.0.0)
     const acks = lines.filter((l) => l.msg === 'dhcp: ACK');
-    expect(acks.map((l) => l.state)).toEqual(['selecting', 'renewing/rebinding']);
-    expect(acks[1].from).toBe('10.1.90.5:68');
+    expect(acks[0]?.state).toBe('selecting');
+    const renewals = acks.filter((l) => l.state === 'renewing/rebinding');
+    expect(renewals.length).toBeGreaterThanOrEqual(1);
+    expect(acks.every((l) => l.state === 'selecting' || l.state === 'renewing/rebinding')).toBe(true);
+    for (const r of renewals) expect(r.from).toBe('10.1.90.5:68');
   });
 
   it('answers hand-built requests: NAK for a wrong address, ACK for a unicast RENEWING request', async () => {
