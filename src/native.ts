@@ -119,6 +119,13 @@ export interface Native {
   netnsAdd(dir: string, name: string): Promise<void>;
   /** `ip netns del`: detach the netns mount at path and remove the file (a path that is no mount is removed too). */
   netnsDel(path: string): void;
+  /**
+   * rtnetlink in the netns at nsPath, on a libuv pool thread: the batch of requests (src/net/rtnl.ts encodeBatch: netlink
+   * messages with link names to resolve to ifindexes there, persistent taps) runs in order; resolves with the answers
+   * (decodeAnswers: per request run, errno, a dump's messages, the kernel's reason). Stops at the first failure unless
+   * force. Rejects only when the netns or the socket cannot be had.
+   */
+  netlinkInNetns(nsPath: string, requests: Buffer, force: boolean): Promise<Buffer>;
 
   // ---- netns-bound operations (each enters the netns, does its work and returns to the caller's netns) ----
   /** open /dev/net/tun inside the netns at nsPath and TUNSETIFF(name, IFF_TAP|IFF_NO_PI[|VNET_HDR][|MULTI_QUEUE]); returns the fd (CLOEXEC). */

@@ -1,49 +1,30 @@
-// The effectful edge for links and filters: `ip` (one spawn per batch), `ebtables` in a netns. Argument
-// arrays only, every spawn with a timeout and the caller's AbortSignal.
+// The effectful edge for links and filters: `ip` lines run as rtnetlink requests by the addon in the pod netns (no
+// process), `ebtables` and host-side `ip` spawned. Argument arrays only, every spawn with a timeout and the caller's
+// AbortSignal.
 import { execa } from 'execa';
 import { ErrorCode, VmpodError } from '../errors.js';
+import { native } from '../native.js';
+import { decodeAnswers, encodeBatch, type NlAnswer, type NlRequest } from '../net/rtnl.js';
+import { ipRequest } from './iplines.js';
+import { OBSERVE_REQUESTS, decodeObserved } from './observe.js';
+import type { Observed } from './types.js';
 
 export const DEFAULT_CMD_TIMEOUT_MS = 15_000;
 
-/** One failed line of `ip -batch`: iproute2 prints the error text, then "Command failed -:<line>". */
+/** One failed line of a batch of `ip` lines. */
 export interface BatchFailure {
   /** 1-based line of the batch */
   line: number;
   message: string;
 }
 
-/** Pure: the failures in `ip -batch` stderr, each with its message. */
-export function parseBatchFailures(stderr: string): BatchFailure[] {
-  const out: BatchFailure[] = [];
-  let pending: string[] = [];
-  for (const raw of stderr.split('\n')) {
-    const line = raw.trim();
-    if (line === '') continue;
-    const m = /^Command failed (?:-|\S+):(\d+)$/.exec(line);
-    if (m) {
-      out.push({ line: Number(m[1]), message: pending.join('; ') || 'failed' });
-      pending = [];
-    } else pending.push(line);
-  }
-  if (pending.length > 0) out.push({ line: 0, message: pending.join('; ') });
-  return out;
-}
-
 /**
- * Pure: does this undo error mean "already undone"? iproute2 only gives text: the strerror of ENODEV
- * ("Cannot find device", "No such device"), ESRCH on route del ("No such process"), the extack of a
- * missing address ("Address not found"), EADDRNOTAVAIL, ENOENT; ebtables: no matching rule.
+ * Pure: does this undo error mean "already undone"? The strerror of ENODEV ("No such device", and "Cannot find
+ * device" for a name that is not there), ESRCH on route del ("No such process"), the extack of a missing address
+ * ("Address not found"), EADDRNOTAVAIL, ENOENT; ebtables: no matching rule.
  */
 export function isAlreadyUndone(message: string): boolean {
   return /Cannot find device|No such device|No such process|Address not found|Cannot assign requested address|No such file or directory|does not exist|does a matching rule exist/i.test(message);
-}
-
-/** ip -batch splits lines on blanks and treats quotes, backslashes and '#' specially: refuse such tokens. */
-export function batchLine(args: readonly string[]): string {
-  for (const a of args) {
-    if (a === '' || /[\s"'#\\]/.test(a)) throw new VmpodError(ErrorCode.Internal, `ip batch argument ${JSON.stringify(a)} is empty or has blanks, quotes, '#' or '\\'`);
-  }
-  return args.join(' ');
 }
 
 export interface RunOpts {
@@ -76,16 +57,6 @@ export class NetExec {
     return { exitCode: r.exitCode, stdout: String(r.stdout ?? ''), stderr: String(r.stderr ?? '') };
   }
 
-  /** `ip [-n ns] [flags] -batch -`; returns stdout and the failed lines (with force, all of them; without, the first). */
-  async ipBatch(ns: string | undefined, lines: readonly (readonly string[])[], opts: RunOpts & { force?: boolean; flags?: string[] } = {}): Promise<{ stdout: string; failures: BatchFailure[] }> {
-    const input = lines.map(batchLine).join('\n') + '\n';
-    const args = [...(ns ? ['-n', ns] : []), ...(opts.flags ?? []), ...(opts.force ? ['-force'] : []), '-batch', '-'];
-    const r = await this.run('ip', args, { input, ...(opts.signal ? { signal: opts.signal } : {}) });
-    const failures = r.exitCode === 0 ? [] : parseBatchFailures(r.stderr);
-    if (r.exitCode !== 0 && failures.length === 0) failures.push({ line: 0, message: r.stderr.trim() || `exit code ${r.exitCode}` });
-    return { stdout: r.stdout, failures };
-  }
-
   /** One ip command; throws VmpodError(Netlink) quoting it and ip's stderr. */
   async ip(args: string[], opts: RunOpts = {}): Promise<string> {
     const r = await this.run('ip', args, opts);
@@ -100,4 +71,31 @@ export class NetExec {
   async inNetns(nsPath: string, argv: string[], opts: RunOpts = {}): Promise<RunResult> {
     return this.run('nsenter', [`--net=${nsPath}`, '--', ...argv], opts);
   }
+}
+
+async function netlink(nsPath: string, reqs: NlRequest[], force: boolean, signal?: AbortSignal): Promise<NlAnswer[]> {
+  if (signal?.aborted) throw new VmpodError(ErrorCode.Timeout, `netlink in ${nsPath}: aborted`, { cause: signal.reason });
+  try {
+    return decodeAnswers(await native().netlinkInNetns(nsPath, encodeBatch(reqs), force));
+  } catch (e) {
+    throw new VmpodError(ErrorCode.Netlink, `netlink in ${nsPath}: ${(e as Error).message}`, { cause: e });
+  }
+}
+
+/**
+ * Runs recorded `ip` lines in the netns at nsPath, as rtnetlink requests in one addon call on a pool thread (no
+ * process). As `ip -batch`, it stops at the first failing line; with force (`ip -force -batch`) every line runs.
+ * Returns the failed lines, each with the kernel's reason.
+ */
+export async function runIpLines(nsPath: string, lines: readonly (readonly string[])[], opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<BatchFailure[]> {
+  const answers = await netlink(nsPath, lines.map(ipRequest), opts.force ?? false, opts.signal);
+  return answers.flatMap((a, i) => (a.errno === 0 ? [] : [{ line: i + 1, message: a.text }]));
+}
+
+/** The netns's links, addresses and main-table routes, from three rtnetlink dumps in one addon call. */
+export async function observeNetns(nsPath: string, signal?: AbortSignal): Promise<Observed> {
+  const answers = await netlink(nsPath, OBSERVE_REQUESTS, false, signal);
+  const failed = answers.find((a) => a.errno !== 0);
+  if (failed || answers.length !== 3) throw new VmpodError(ErrorCode.Netlink, `read links and routes of ${nsPath}: ${failed?.text ?? 'no answer'}`);
+  return decodeObserved(answers[0]!.data, answers[1]!.data, answers[2]!.data);
 }

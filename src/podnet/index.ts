@@ -3,5 +3,6 @@ export { resultForRecover } from './recover.js';
 export { BRIDGE_IP, BRIDGE_PREFIX, DEFAULT_IFNAME, bridgeName, tapName, type Observed, type ObservedLink, type ObservedRoute, type ObservedAddr } from './types.js';
 export { planContainerSide, buildCsn, randomLaaMac, dhcpFilterRules, netnsStep, rpFilterStep, podNetnsSteps, RP_FILTER_OFF, cniAddStep, loUpStep, observedBeforeFromCsn, vfSetupStep, vlanFromConf, SRIOV_DISABLED_HINT, type ContainerSidePlan, type ContainerSidePlanInput } from './plan.js';
 export { completeResult, fixOffSubnetGateways, isIncomplete, nonKernelRoutes } from './result.js';
-export { parseObserved, splitJsonValues } from './observe.js';
-export { NetExec, parseBatchFailures, isAlreadyUndone, batchLine } from './exec.js';
+export { decodeObserved, OBSERVE_REQUESTS } from './observe.js';
+export { NetExec, isAlreadyUndone, runIpLines, observeNetns } from './exec.js';
+export { ipRequest } from './iplines.js';

@@ -1,107 +1,104 @@
-// Parsing what iproute2 shows (`ip -j -d addr show`, `ip -j route show`) into plain data. Pure.
-import { ErrorCode, VmpodError } from '../errors.js';
+// What the kernel shows of a netns (links with their addresses, the main table's routes), read from rtnetlink dumps
+// into the shape `ip -j -d` gives (types.ts): the same names, the same values. Pure.
+import { AF_INET, AF_INET6, IFF_UP, RTM, attrString, dumpRequest, parseAttrs, parseMessages, type NlRequest } from '../net/rtnl.js';
+import { bytesToIp } from '../net/ip.js';
+import { formatIpv6 } from '../net/ipv6.js';
+import { RT_PROTOS, RT_SCOPES } from './iplines.js';
 import type { Observed, ObservedAddr, ObservedLink, ObservedRoute } from './types.js';
 
-/**
- * `ip -j -batch` prints one JSON value per command, one after another. Splits them by bracket depth
- * (strings honoured), so a value spanning lines or two values on one line both parse.
- */
-export function splitJsonValues(text: string): unknown[] {
-  const out: unknown[] = [];
-  let depth = 0;
-  let start = -1;
-  let inStr = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (inStr) {
-      if (c === '\\') i++;
-      else if (c === '"') inStr = false;
-      continue;
+const IFLA = { ADDRESS: 1, IFNAME: 3, MTU: 4, MASTER: 10, LINKINFO: 18, PARENT_DEV_NAME: 56, PARENT_DEV_BUS_NAME: 57 } as const;
+const IFA = { ADDRESS: 1, LOCAL: 2, BROADCAST: 4 } as const;
+const RTA = { DST: 1, OIF: 4, GATEWAY: 5, PRIORITY: 6, PREFSRC: 7, TABLE: 15 } as const;
+const RT_TABLE_MAIN = 254;
+const RTN_TYPES = ['unspec', 'unicast', 'local', 'broadcast', 'anycast', 'multicast', 'blackhole', 'unreachable', 'prohibit', 'throw', 'nat', 'xresolve'];
+/** rtm_flags as iproute2 names them, in its order */
+const ROUTE_FLAGS: [number, string][] = [
+  [1, 'dead'],
+  [4, 'onlink'],
+  [2, 'pervasive'],
+  [8, 'offload'],
+  [64, 'trap'],
+  [0x100, 'notify'],
+  [16, 'linkdown'],
+  [32, 'unresolved'],
+];
+
+/** The dumps observe asks for, in order: links, addresses, routes (IPv4 and IPv6). */
+export const OBSERVE_REQUESTS: NlRequest[] = [dumpRequest(RTM.GETLINK, 16), dumpRequest(RTM.GETADDR, 8), dumpRequest(RTM.GETROUTE, 12)];
+
+const name = (n: number, table: Record<number, string>): string => table[n] ?? String(n);
+const ipOf = (b: Buffer): string => (b.length === 4 ? bytesToIp(b) : formatIpv6(b));
+const macOf = (b: Buffer): string => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+
+/** The three dumps' messages (OBSERVE_REQUESTS' answers) as `ip -j -d` would show them. */
+export function decodeObserved(links: Buffer, addrs: Buffer, routes: Buffer): Observed {
+  const byIndex = new Map<number, ObservedLink>();
+  const masters = new Map<ObservedLink, number>();
+  for (const m of parseMessages(links)) {
+    if (m.type !== RTM.NEWLINK || m.body.length < 16) continue;
+    const a = parseAttrs(m.body, 16);
+    const link: ObservedLink = {
+      name: attrString(a.get(IFLA.IFNAME)) ?? '',
+      index: m.body.readInt32LE(4),
+      mac: a.has(IFLA.ADDRESS) ? macOf(a.get(IFLA.ADDRESS)!) : '',
+      mtu: a.get(IFLA.MTU)?.readUInt32LE(0) ?? 0,
+      up: (m.body.readUInt32LE(8) & IFF_UP) !== 0,
+      addrs4: [],
+    };
+    const kind = attrString(parseAttrs(a.get(IFLA.LINKINFO) ?? Buffer.alloc(0)).get(1));
+    if (kind) link.kind = kind;
+    const master = a.get(IFLA.MASTER)?.readUInt32LE(0);
+    if (master) masters.set(link, master);
+    const bus = attrString(a.get(IFLA.PARENT_DEV_BUS_NAME));
+    const dev = attrString(a.get(IFLA.PARENT_DEV_NAME));
+    if (bus) link.parentBus = bus;
+    if (dev) link.parentDev = dev;
+    byIndex.set(link.index, link);
+  }
+  for (const [link, idx] of masters) {
+    const m = byIndex.get(idx);
+    if (m) link.master = m.name;
+  }
+  for (const m of parseMessages(addrs)) {
+    if (m.type !== RTM.NEWADDR || m.body.length < 8) continue;
+    const link = byIndex.get(m.body.readUInt32LE(4));
+    const a = parseAttrs(m.body, 8);
+    const local = a.get(IFA.LOCAL) ?? a.get(IFA.ADDRESS);
+    if (!link || !local) continue;
+    const scope = name(m.body[3]!, RT_SCOPES);
+    const addr: ObservedAddr = { local: ipOf(local), prefixlen: m.body[1]! };
+    if (m.body[0] === AF_INET) {
+      if (a.has(IFA.BROADCAST)) addr.broadcast = ipOf(a.get(IFA.BROADCAST)!);
+      link.addrs4.push({ ...addr, scope });
+    } else if (m.body[0] === AF_INET6 && (scope === 'global' || scope === 'link')) {
+      const list = scope === 'global' ? (link.addrs6 ??= []) : (link.linkLocal6 ??= []);
+      list.push({ ...addr, scope });
     }
-    if (c === '"') inStr = true;
-    else if (c === '[' || c === '{') {
-      if (depth === 0) start = i;
-      depth++;
-    } else if (c === ']' || c === '}') {
-      depth--;
-      if (depth === 0 && start >= 0) {
-        out.push(JSON.parse(text.slice(start, i + 1)));
-        start = -1;
-      }
-    }
   }
-  if (depth !== 0) throw new VmpodError(ErrorCode.Netlink, `unterminated JSON from ip: ${JSON.stringify(text.slice(0, 200))}`);
-  return out;
-}
-
-type Json = Record<string, unknown>;
-const str = (x: unknown): string | undefined => (typeof x === 'string' ? x : undefined);
-const num = (x: unknown): number | undefined => (typeof x === 'number' ? x : undefined);
-
-function parseLink(j: Json): ObservedLink {
-  const flags = Array.isArray(j.flags) ? (j.flags as unknown[]).map(String) : [];
-  const linkinfo = (j.linkinfo ?? {}) as Json;
-  const addrs4: ObservedAddr[] = [];
-  for (const a of Array.isArray(j.addr_info) ? (j.addr_info as Json[]) : []) {
-    if (a.family !== 'inet' || typeof a.local !== 'string' || typeof a.prefixlen !== 'number') continue;
-    addrs4.push({
-      local: a.local,
-      prefixlen: a.prefixlen,
-      ...(str(a.broadcast) ? { broadcast: str(a.broadcast) } : {}),
-      ...(str(a.scope) ? { scope: str(a.scope) } : {}),
-    });
+  const routes4: ObservedRoute[] = [];
+  const routes6: ObservedRoute[] = [];
+  for (const m of parseMessages(routes)) {
+    if (m.type !== RTM.NEWROUTE || m.body.length < 12) continue;
+    const b = m.body;
+    const a = parseAttrs(b, 12);
+    if ((a.get(RTA.TABLE)?.readUInt32LE(0) ?? b[4]) !== RT_TABLE_MAIN) continue;
+    const dstLen = b[1]!;
+    const dst = a.get(RTA.DST);
+    const r: ObservedRoute = {
+      type: name(b[7]!, RTN_TYPES),
+      dst: dstLen === 0 || !dst ? 'default' : dstLen === dst.length * 8 ? ipOf(dst) : `${ipOf(dst)}/${dstLen}`,
+      flags: ROUTE_FLAGS.filter(([bit]) => (b.readUInt32LE(8) & bit) !== 0).map(([, n]) => n),
+    };
+    if (a.has(RTA.GATEWAY)) r.gateway = ipOf(a.get(RTA.GATEWAY)!);
+    const oif = a.get(RTA.OIF)?.readUInt32LE(0);
+    const dev = oif === undefined ? undefined : byIndex.get(oif)?.name;
+    if (dev) r.dev = dev;
+    r.protocol = name(b[5]!, RT_PROTOS);
+    r.scope = name(b[6]!, RT_SCOPES);
+    if (a.has(RTA.PREFSRC)) r.prefsrc = ipOf(a.get(RTA.PREFSRC)!);
+    if (a.has(RTA.PRIORITY)) r.metric = a.get(RTA.PRIORITY)!.readUInt32LE(0);
+    if (b[0] === AF_INET) routes4.push(r);
+    else if (b[0] === AF_INET6) routes6.push(r);
   }
-  const addrs6: ObservedAddr[] = [];
-  for (const a of Array.isArray(j.addr_info) ? (j.addr_info as Json[]) : []) {
-    if (a.family !== 'inet6' || a.scope !== 'global' || typeof a.local !== 'string' || typeof a.prefixlen !== 'number') continue;
-    addrs6.push({ local: a.local, prefixlen: a.prefixlen, scope: 'global' });
-  }
-  const link: ObservedLink = {
-    name: String(j.ifname),
-    index: num(j.ifindex) ?? 0,
-    mac: str(j.address) ?? '',
-    mtu: num(j.mtu) ?? 0,
-    up: flags.includes('UP'),
-    addrs4,
-    ...(addrs6.length > 0 ? { addrs6 } : {}),
-  };
-  const kind = str(linkinfo.info_kind);
-  if (kind) link.kind = kind;
-  for (const [from, to] of [['master', 'master'], ['parentbus', 'parentBus'], ['parentdev', 'parentDev']] as const) {
-    const v = str(j[from]);
-    if (v) link[to] = v;
-  }
-  return link;
-}
-
-function parseRoute(j: Json): ObservedRoute {
-  const r: ObservedRoute = { dst: String(j.dst), flags: Array.isArray(j.flags) ? (j.flags as unknown[]).map(String) : [] };
-  for (const k of ['gateway', 'dev', 'protocol', 'scope', 'prefsrc', 'type', 'table'] as const) {
-    const v = str(j[k]);
-    if (v !== undefined) r[k] = v;
-  }
-  const m = num(j.metric);
-  if (m !== undefined) r.metric = m;
-  return r;
-}
-
-/** The batch lines parseObserved reads: links, IPv4 routes, IPv6 routes (`root ::/0` of table all: iproute2 lists
- * nothing for `root ::/0` of the main table alone; parseObserved keeps the main table's entries, which `-d` shows
- * with `"table":"main"`, and drops the others'). */
-export const OBSERVE_BATCH: string[][] = [['addr', 'show'], ['route', 'show'], ['route', 'show', 'table', 'all', 'root', '::/0']];
-
-/** Parses the output of `ip -j -d -batch` with OBSERVE_BATCH (the IPv6 routes optional). */
-export function parseObserved(text: string): Observed {
-  const vals = splitJsonValues(text);
-  if (vals.length < 2 || vals.length > 3 || !vals.every((v) => Array.isArray(v))) {
-    throw new VmpodError(ErrorCode.Netlink, `expected two or three JSON arrays (addr show, route show, IPv6 routes) from ip, got ${vals.length} values`);
-  }
-  const routes6 =
-    vals[2] === undefined
-      ? undefined
-      : (vals[2] as Json[])
-          .map(parseRoute)
-          .filter((r) => r.table === undefined || r.table === 'main')
-          .map(({ table: _main, ...r }) => r);
-  return { links: (vals[0] as Json[]).map(parseLink), routes4: (vals[1] as Json[]).map(parseRoute), ...(routes6 ? { routes6 } : {}) };
+  return { links: [...byIndex.values()], routes4, routes6 };
 }

@@ -288,7 +288,7 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     if (mac.toLowerCase() !== link.mac.toLowerCase() || v6) {
       // IPv6: a MAC change keeps the link-local made from the old MAC, which is the VM's own link-local now: the
       // veth gives it up and makes none (its undo puts the kernel's default, EUI-64 of the original MAC, back)
-      const do6 = v6 ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'none'), ip('addr', 'flush', 'dev', v, 'scope', 'link')] : [];
+      const do6 = v6 ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'none'), ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v))] : [];
       const undo6 = v6
         ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'), ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad')]
         : [];

@@ -15,8 +15,7 @@ import { toV031 } from '../protocol/result.js';
 import type { CniResult } from '../cni/types.js';
 import { StateStore } from '../state/store.js';
 import { Phase, StepName, newRecord, type PodRecord } from '../state/record.js';
-import { NetExec } from './exec.js';
-import { OBSERVE_BATCH, parseObserved } from './observe.js';
+import { NetExec, observeNetns } from './exec.js';
 import { completeResult, withPodDns } from './result.js';
 import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, randomLaaMac } from './plan.js';
 import type { PodInterface } from '../state/types.js';
@@ -161,7 +160,7 @@ export class PodNetwork {
       let plan: ReturnType<typeof planContainerSide>;
       let completed: CniResult;
       try {
-        observed = await this.observe(key, signal);
+        observed = await observeNetns(nsPath, signal);
         // the request's DNS goes into the result the runtime keeps (Virtlet's), and so to DHCP after a recover
         completed = withPodDns(completeResult(result, observed, nsPath), desc.DNS);
         const vfs = findVfs(this.deps.sysfs, observed, completed);
@@ -285,7 +284,7 @@ export class PodNetwork {
     }
     const csn = payload.csn;
     checkRecoverCsn(key, csn, this.opts.enableSriov === true);
-    const live = await this.observe(key);
+    const live = await observeNetns(nsPath);
     const newRec = recoverRecord({ key, nsPath, ifName: this.ifName, desc: payload.podNetworkDesc, csn, live });
     this.store.write(newRec);
     const st = this.attach(newRec, true);
@@ -473,12 +472,6 @@ export class PodNetwork {
     }
   }
 
-  /** The netns's links and IPv4 routes in one spawn. */
-  private async observe(key: string, signal?: AbortSignal): Promise<Observed> {
-    const { stdout, failures } = await this.exec.ipBatch(key, OBSERVE_BATCH, { flags: ['-d', '-j'], ...(signal ? { signal } : {}) });
-    if (failures.length > 0) throw new VmpodError(ErrorCode.Netlink, `read links and routes of netns ${key}: ${failures.map((f) => f.message).join('; ')}`);
-    return parseObserved(stdout);
-  }
 
   /**
    * In-memory state for a ready record, taps reopened (a VF's fd is /dev/null again: the VF is not touched). A

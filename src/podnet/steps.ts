@@ -1,7 +1,7 @@
 // The step engine: records steps and applies their do-ops, and runs the recorded undo-ops (teardown, failed-ADD
 // rollback, restart recovery). Each step is written to the record BEFORE it is applied (DESIGN.md), so an undo
 // run reads exactly what may have been done. Ops are grouped into runs (runsOf, pure) so that many link
-// operations cost one spawn.
+// operations cost one addon call (rtnetlink in the pod netns), and the filter rules one spawn.
 import { existsSync } from 'node:fs';
 import { native } from '../native.js';
 import { join } from 'node:path';
@@ -13,7 +13,7 @@ import { bindToVfio } from '../devices/bind.js';
 import { vfLinkArgv } from '../devices/vf.js';
 import type { StateStore } from '../state/store.js';
 import { StepName, type Op, type PodRecord, type Step } from '../state/record.js';
-import { isAlreadyUndone, type NetExec, type RunOpts } from './exec.js';
+import { isAlreadyUndone, runIpLines, type NetExec, type RunOpts } from './exec.js';
 import { restoreVfDriver, restoreVfLink, returnVfNetdev, type VfLink } from './vf.js';
 
 /** What the engine works with; PodNetwork builds it once. */
@@ -41,11 +41,11 @@ export interface StepOp {
   op: Op;
 }
 
-/** Ops run together: one `ip -batch`, one ebtables-restore, or one op alone. */
+/** Ops run together: one batch of `ip` lines (one netlink call), one ebtables-restore, or one op alone. */
 export type Run = { kind: 'ip'; lines: { step: Step; args: string[] }[] } | { kind: 'ebtables'; step: Step; rules: string[][] } | { kind: 'one'; step: Step; op: Op };
 
 /**
- * Pure: consecutive ip ops (of any steps) form one run, as `ip -batch` runs them all in the pod netns;
+ * Pure: consecutive ip ops (of any steps) form one run, all run by one netlink call in the pod netns;
  * consecutive ebtables ops form one run per step (one atomic ebtables-restore); every other op is a run alone.
  */
 export function runsOf(items: readonly StepOp[]): Run[] {
@@ -75,7 +75,7 @@ export function recordSteps(store: StateStore, rec: PodRecord, steps: Step[]): v
 }
 
 /**
- * Records the steps (one write), then runs their do-ops: consecutive ip ops as one `ip -batch` in the pod
+ * Records the steps (one write), then runs their do-ops: consecutive ip ops as one netlink batch in the pod
  * netns (it stops at the first failing line, which names the step), ebtables rules as one atomic
  * ebtables-restore. Throws a step error naming the failed step.
  */
@@ -94,7 +94,7 @@ export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], si
     if (run.kind === 'ip') {
       let failures;
       try {
-        ({ failures } = await deps.exec.ipBatch(rec.key, run.lines.map((g) => g.args), sig));
+        failures = await runIpLines(rec.nsPath, run.lines.map((g) => g.args), sig);
       } catch (e) {
         throw stepError(run.lines[0]!.step.name, run.lines[0]!.step.target, e);
       }
@@ -191,7 +191,7 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
     const first = run.kind === 'ip' ? run.lines[0]!.step : run.step;
     try {
       if (run.kind === 'ip') {
-        if (nsThere) errors.push(...(await undoIpBatch(deps.exec, rec.key, run.lines)));
+        if (nsThere) errors.push(...(await undoIpLines(rec, run.lines)));
       } else if (run.kind === 'ebtables') {
         if (nsThere) await undoEbtables(deps.exec, rec.nsPath, run.rules);
       } else await undoOne(deps, rec, run.op, log);
@@ -207,9 +207,10 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
   return errors;
 }
 
-/** One `ip -force -batch` of undo lines: every line runs; the failures that are not "already undone", each naming its step. */
-async function undoIpBatch(exec: NetExec, key: string, lines: { step: Step; args: string[] }[]): Promise<Error[]> {
-  const { failures } = await exec.ipBatch(key, lines.map((g) => g.args), { force: true });
+/** Undo lines run as `ip -force -batch` would: every line runs; the failures that are not "already undone", each naming its step. */
+async function undoIpLines(rec: PodRecord, lines: { step: Step; args: string[] }[]): Promise<Error[]> {
+  const key = rec.key;
+  const failures = await runIpLines(rec.nsPath, lines.map((g) => g.args), { force: true });
   return failures
     .filter((f) => !isAlreadyUndone(f.message))
     .map((f) => {

@@ -9,7 +9,7 @@ export const bridgeName = (i: number): string => `br${i}`;
 /** CNI_IFNAME of the pod's (first) interface, as Virtlet. */
 export const DEFAULT_IFNAME = 'virtlet-eth0';
 
-/** An IPv4 address on a link, as `ip -j addr` shows it. */
+/** An address on a link, as `ip -j addr` shows it. */
 export interface ObservedAddr {
   local: string;
   prefixlen: number;
@@ -17,7 +17,7 @@ export interface ObservedAddr {
   scope?: string;
 }
 
-/** A link in the pod netns, as `ip -j -d addr show` shows it. */
+/** A link in the pod netns, as `ip -j -d addr show` shows it (src/podnet/observe.ts reads it from rtnetlink). */
 export interface ObservedLink {
   name: string;
   index: number;
@@ -33,6 +33,8 @@ export interface ObservedLink {
   addrs4: ObservedAddr[];
   /** its global IPv6 addresses (link-local ones are the link's own and stay) */
   addrs6?: ObservedAddr[];
+  /** its link-local IPv6 addresses (made from its MAC: a veth that gives its MAC to the VM gives them up) */
+  linkLocal6?: ObservedAddr[];
 }
 
 /** An IPv4 route of the main table, as `ip -j route show` shows it. */

@@ -12,7 +12,7 @@ import { silentLogger } from '../../src/log.js';
 import { isVmpodError } from '../../src/errors.js';
 import { macToBase64 } from '../../src/protocol/mac.js';
 import { netnsStep, cniAddStep, planContainerSide, randomLaaMac } from '../../src/podnet/plan.js';
-import { parseObserved } from '../../src/podnet/observe.js';
+import { parseObserved } from '../helpers/ipjson.js';
 import { RECORD_KIND } from '../../src/state/record.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 

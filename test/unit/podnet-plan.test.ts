@@ -115,6 +115,7 @@ describe('planContainerSide', () => {
   it('dual-stack: the veth gives up the link-local made from the VM\'s MAC and makes none; undo puts the EUI-64 one back', () => {
     const observed = observedAfterBridge();
     observed.links[1]!.addrs6 = [{ local: 'fd00:90::5', prefixlen: 64, scope: 'global' }];
+    observed.links[1]!.linkLocal6 = [{ local: 'fe80::40a4:a6ff:fe22:802e', prefixlen: 64, scope: 'link' }];
     const result = bridgeResult();
     result.ips.push({ address: 'fd00:90::5/64', gateway: 'fd00:90::1', interface: 2 });
     result.routes.push({ dst: '::/0', gw: 'fd00:90::1' });
@@ -123,7 +124,7 @@ describe('planContainerSide', () => {
     expect(ipLines(step.do)).toEqual([
       'link set dev virtlet-eth0 address 02:11:22:33:44:55',
       'link set dev virtlet-eth0 addrgenmode none',
-      'addr flush dev virtlet-eth0 scope link',
+      'addr del fe80::40a4:a6ff:fe22:802e/64 dev virtlet-eth0',
     ]);
     expect(ipLines(step.undo)).toEqual([
       'link set dev virtlet-eth0 address 42:a4:a6:22:80:2e',

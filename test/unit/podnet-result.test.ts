@@ -1,8 +1,8 @@
 import { describe, it, expect } from 'vitest';
 import { inSubnet4 } from '../../src/net/ip.js';
 import { completeResult, fixOffSubnetGateways, isIncomplete, routeDstToCidr } from '../../src/podnet/result.js';
-import { parseObserved, splitJsonValues } from '../../src/podnet/observe.js';
-import { parseBatchFailures, isAlreadyUndone, batchLine } from '../../src/podnet/exec.js';
+import { parseObserved, splitJsonValues } from '../helpers/ipjson.js';
+import { isAlreadyUndone } from '../../src/podnet/exec.js';
 import type { Observed } from '../../src/podnet/types.js';
 import type { CniResult } from '../../src/cni/types.js';
 
@@ -101,7 +101,7 @@ describe('parseObserved', () => {
     const o = parseObserved(text);
     expect(o.links).toEqual([
       { name: 'lo', index: 1, mac: '00:00:00:00:00:00', mtu: 65536, up: false, addrs4: [] },
-      { name: 'v0', index: 3, kind: 'veth', mac: 'da:71:44:71:75:24', mtu: 1500, up: true, master: 'br0', addrs4: [{ local: '10.9.9.5', prefixlen: 24, scope: 'global' }] },
+      { name: 'v0', index: 3, kind: 'veth', mac: 'da:71:44:71:75:24', mtu: 1500, up: true, master: 'br0', addrs4: [{ local: '10.9.9.5', prefixlen: 24, scope: 'global' }], linkLocal6: [{ local: 'fe80::1', prefixlen: 64, scope: 'link' }] },
       { name: 'ens1f0v1', index: 7, mac: 'aa:00:00:00:00:01', mtu: 1500, up: true, parentBus: 'pci', parentDev: '0000:3b:02.1', addrs4: [] },
     ]);
     expect(o.routes4).toEqual([
@@ -129,27 +129,13 @@ describe('parseObserved', () => {
   });
 });
 
-describe('ip -batch helpers', () => {
-  it('maps failures to their lines', () => {
-    const stderr = 'Cannot find device "nosuch"\nCommand failed -:1\nError: ipv4: Address not found.\nCommand failed -:2\nError: Nexthop has invalid gateway.\nCommand failed -:6\n';
-    expect(parseBatchFailures(stderr)).toEqual([
-      { line: 1, message: 'Cannot find device "nosuch"' },
-      { line: 2, message: 'Error: ipv4: Address not found.' },
-      { line: 6, message: 'Error: Nexthop has invalid gateway.' },
-    ]);
-  });
-
+describe('undo failures', () => {
   it('tells "already undone" from real failures', () => {
-    for (const m of ['Cannot find device "tap0"', 'Error: ipv4: Address not found.', 'RTNETLINK answers: No such process', 'ebtables: Bad rule (does a matching rule exist in that chain?)']) {
+    for (const m of ['No such device: Cannot find device "tap0"', 'Cannot assign requested address: ipv4: Address not found.', 'RTNETLINK answers: No such process', 'ebtables: Bad rule (does a matching rule exist in that chain?)']) {
       expect(isAlreadyUndone(m)).toBe(true);
     }
     for (const m of ['Error: Nexthop has invalid gateway.', 'RTNETLINK answers: Operation not permitted', 'RTNETLINK answers: File exists']) {
       expect(isAlreadyUndone(m)).toBe(false);
     }
-  });
-
-  it('refuses tokens ip -batch would split or comment out', () => {
-    expect(batchLine(['link', 'set', 'dev', 'eth0', 'up'])).toBe('link set dev eth0 up');
-    for (const bad of ['a b', 'x#y', 'q"', '', 'a\\b']) expect(() => batchLine(['link', bad])).toThrow(/ip batch argument/);
   });
 });
