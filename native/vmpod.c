@@ -1866,6 +1866,8 @@ static napi_value js_netnsDel(napi_env env, napi_callback_info info) {
 //           goes in as a u32 at `offset` of the message, which follows. Its answer: an ACK, or a dump's messages up
 //           to NLMSG_DONE.
 //   kind 1, a persistent tap: char name[16]; u32 flags (IFF_*): TUNSETIFF, then TUNSETPERSIST, as `ip tuntap add`.
+//   kind 2, an nf_tables transaction: the messages from NFNL_MSG_BATCH_BEGIN to NFNL_MSG_BATCH_END, sent at once
+//           on a NETLINK_NETFILTER socket in the netns (all of it is committed, or none).
 // The answer, per request that ran: i32 errno (0: done), u32 data length, u32 text length, the data (a dump's
 // messages), the text (on a failure: strerror, then the kernel's extended ack or what failed). Without force the batch stops at the first
 // failure, as `ip -batch` does; with force every request runs, as `ip -force -batch`.
@@ -1974,9 +1976,39 @@ static int nl_tap(const uint8_t *body, size_t len, char *text, size_t tcap) {
   return err;
 }
 
+// An nf_tables transaction (kind 2): the batch (BATCH_BEGIN .. BATCH_END, each message asking for an ACK) goes in one
+// send on a NETLINK_NETFILTER socket in the netns; the kernel runs it during the send and commits all of it or none,
+// so its answers are queued by the time send returns: read them without waiting, the first error is the answer.
+static int nl_netfilter(int *nfsock, uint8_t *body, size_t len, uint8_t *buf, char *text, size_t tcap) {
+  if (*nfsock < 0) {
+    int one = 1;
+    *nfsock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+    if (*nfsock < 0) return snprintf(text, tcap, "socket(NETLINK_NETFILTER)"), errno;
+    setsockopt(*nfsock, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof(one));
+    setsockopt(*nfsock, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof(one));
+  }
+  ssize_t n;
+  do n = send(*nfsock, body, len, 0);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return snprintf(text, tcap, "send"), errno;
+  int first = 0;
+  for (;;) {
+    do n = recv(*nfsock, buf, NL_RECV_BYTES, MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return errno == EAGAIN ? first : (snprintf(text, tcap, "recv"), errno);
+    size_t left = (size_t)n;
+    for (struct nlmsghdr *m = (struct nlmsghdr *)buf; NLMSG_OK(m, left); m = NLMSG_NEXT(m, left)) {
+      if (m->nlmsg_type != NLMSG_ERROR || m->nlmsg_len < NLMSG_HDRLEN + sizeof(int) || first) continue;
+      first = -*(const int *)NLMSG_DATA(m);
+      if (first) nl_extack(m, sizeof(struct nlmsgerr), text, tcap);
+    }
+  }
+}
+
 // One request (kind, body); 0 or an errno, with text saying what.
-static int nl_request(int sock, uint32_t kind, uint8_t *body, size_t len, uint32_t seq, uint8_t *buf, nl_batch_t *w, char *text, size_t tcap) {
+static int nl_request(int sock, int *nfsock, uint32_t kind, uint8_t *body, size_t len, uint32_t seq, uint8_t *buf, nl_batch_t *w, char *text, size_t tcap) {
   if (kind == 1) return nl_tap(body, len, text, tcap);
+  if (kind == 2) return nl_netfilter(nfsock, body, len, buf, text, tcap);
   if (kind != 0 || len < 4) return snprintf(text, tcap, "unknown request kind %u", kind), EINVAL;
   uint32_t nfix;
   memcpy(&nfix, body, 4);
@@ -2001,6 +2033,7 @@ static int nl_request(int sock, uint32_t kind, uint8_t *body, size_t len, uint32
 
 // The requests, in the netns (this pool thread is in it).
 static void nl_run_all(nl_batch_t *w, int sock, uint8_t *buf) {
+  int nfsock = -1;
   for (size_t at = 0, seq = 1; at < w->req_len; seq++) {
     char text[256] = "";
     int32_t head[3] = {0, 0, 0};
@@ -2010,7 +2043,7 @@ static void nl_run_all(nl_batch_t *w, int sock, uint8_t *buf) {
     bool whole = w->req_len - at >= 8;
     if (whole) memcpy(&kind, w->req + at, 4), memcpy(&len, w->req + at + 4, 4);
     whole = whole && len <= w->req_len - at - 8;
-    int err = whole ? nl_request(sock, kind, w->req + at + 8, len, (uint32_t)seq, buf, w, text, sizeof(text))
+    int err = whole ? nl_request(sock, &nfsock, kind, w->req + at + 8, len, (uint32_t)seq, buf, w, text, sizeof(text))
                     : (snprintf(text, sizeof(text), "truncated request"), EINVAL);
     if (err) {
       // a failed dump gives no data; the text starts with strerror, as iproute2 says "RTNETLINK answers: <strerror>"
@@ -2024,11 +2057,13 @@ static void nl_run_all(nl_batch_t *w, int sock, uint8_t *buf) {
     head[2] = (int32_t)strlen(text);
     if (!nl_put(w, text, strlen(text))) goto oom;
     memcpy(w->out + mark, head, sizeof(head));
-    if (!whole || (err && !w->force)) return;
+    if (!whole || (err && !w->force)) break;
     at += 8 + len;
   }
+  if (nfsock >= 0) close(nfsock);
   return;
 oom:
+  if (nfsock >= 0) close(nfsock);
   w->err = ENOMEM;
   snprintf(w->what, sizeof(w->what), "netlinkInNetns %s: answer", w->ns_path);
 }

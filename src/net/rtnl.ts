@@ -32,11 +32,17 @@ export function u32(n: number): Buffer {
 }
 export const cstr = (s: string): Buffer => Buffer.concat([Buffer.from(s), Buffer.alloc(1)]);
 
-/** A request of netlinkInNetns: a netlink message with the offsets where link names' ifindexes go, or a persistent tap. */
-export type NlRequest = { msg: Buffer; fix: { offset: number; name: string }[] } | { tap: string; flags: number };
+/**
+ * A request of netlinkInNetns: a netlink message with the offsets where link names' ifindexes go, a persistent tap, or
+ * an nf_tables transaction (its messages, batch begin to batch end).
+ */
+export type NlRequest = { msg: Buffer; fix: { offset: number; name: string }[] } | { tap: string; flags: number } | { nftBatch: Buffer };
 
-/** Builds one message: header, the fixed part (its u32 at `indexAt`, when given, is the ifindex of `indexOf`), attributes. */
-export function nlMessage(type: number, flags: number, fixed: Buffer, attrs: Attr[], indexOf?: { at: number; name: string }): NlRequest {
+/**
+ * Builds one message: header, the fixed part (its u32 at `indexOf.at`, when given, is the ifindex of link `indexOf.name`),
+ * attributes (nested ones flagged NLA_F_NESTED when `nestedFlag`, as nf_tables wants).
+ */
+export function nlMessage(type: number, flags: number, fixed: Buffer, attrs: Attr[], indexOf?: { at: number; name: string }, nestedFlag = false): { msg: Buffer; fix: { offset: number; name: string }[] } {
   const fix: { offset: number; name: string }[] = [];
   if (indexOf) fix.push({ offset: NLMSG_HDRLEN + indexOf.at, name: indexOf.name });
   const parts: Buffer[] = [Buffer.alloc(NLMSG_HDRLEN), fixed, Buffer.alloc(align4(fixed.length) - fixed.length)];
@@ -59,7 +65,7 @@ export function nlMessage(type: number, flags: number, fixed: Buffer, attrs: Att
         len += bytes.length;
       }
       head.writeUInt16LE(len, 0);
-      head.writeUInt16LE(t, 2);
+      head.writeUInt16LE(t | (nestedFlag && Array.isArray(v) ? 0x8000 : 0), 2);
     }
   };
   put(attrs);
@@ -84,7 +90,8 @@ export function encodeBatch(reqs: readonly NlRequest[]): Buffer {
   const out: Buffer[] = [];
   for (const r of reqs) {
     let body: Buffer;
-    if ('tap' in r) {
+    if ('nftBatch' in r) body = r.nftBatch;
+    else if ('tap' in r) {
       body = Buffer.alloc(IFNAMSIZ + 4);
       body.write(r.tap, 0, IFNAMSIZ - 1);
       body.writeUInt32LE(r.flags, IFNAMSIZ);
@@ -98,7 +105,7 @@ export function encodeBatch(reqs: readonly NlRequest[]): Buffer {
       body = Buffer.concat([fixes, r.msg]);
     }
     const head = Buffer.alloc(8);
-    head.writeUInt32LE('tap' in r ? 1 : 0, 0);
+    head.writeUInt32LE('nftBatch' in r ? 2 : 'tap' in r ? 1 : 0, 0);
     head.writeUInt32LE(body.length, 4);
     out.push(head, body);
   }

@@ -6,6 +6,7 @@ import { ErrorCode, VmpodError } from '../errors.js';
 import { native } from '../native.js';
 import { decodeAnswers, encodeBatch, type NlAnswer, type NlRequest } from '../net/rtnl.js';
 import { ipRequest } from './iplines.js';
+import { filterDelRequest, filterRequest } from './filter.js';
 import { OBSERVE_REQUESTS, decodeObserved } from './observe.js';
 import type { Observed } from './types.js';
 
@@ -98,4 +99,16 @@ export async function observeNetns(nsPath: string, signal?: AbortSignal): Promis
   const failed = answers.find((a) => a.errno !== 0);
   if (failed || answers.length !== 3) throw new VmpodError(ErrorCode.Netlink, `read links and routes of ${nsPath}: ${failed?.text ?? 'no answer'}`);
   return decodeObserved(answers[0]!.data, answers[1]!.data, answers[2]!.data);
+}
+
+/** Makes the filter table `table` with these rules (ebtables' words, filter.ts) in the netns, in one transaction. */
+export async function addFilterTable(nsPath: string, table: string, rules: readonly (readonly string[])[], signal?: AbortSignal): Promise<void> {
+  const [a] = await netlink(nsPath, [filterRequest(table, rules)], false, signal);
+  if (!a || a.errno !== 0) throw new VmpodError(ErrorCode.Netlink, `nf_tables table bridge ${table} in ${nsPath}: ${a?.text ?? 'no answer'}`);
+}
+
+/** Deletes the filter table with its chains and rules; a table that is not there is "already undone" (ENOENT). */
+export async function deleteFilterTable(nsPath: string, table: string): Promise<void> {
+  const [a] = await netlink(nsPath, [filterDelRequest(table)], false);
+  if (!a || (a.errno !== 0 && !isAlreadyUndone(a.text))) throw new VmpodError(ErrorCode.Netlink, `delete nf_tables table bridge ${table} in ${nsPath}: ${a?.text ?? 'no answer'}`);
 }

@@ -12,7 +12,8 @@
 //   tap           tap<i>, persistent, vnet_hdr, same MTU                                      undo: delete it
 //   enslave       veth and tap into br<i>             undo: veth nomaster
 //   links-up      veth, tap, bridge up
-//   dhcp-filter   ebtables in the pod netns: no DHCP, DHCPv6, RS or RA across the veth      undo: delete the rules
+//   dhcp-filter   nf_tables table vmpod-<veth> (bridge family) in the pod netns: no DHCP, DHCPv6, RS or RA across
+//                 the veth (the rules in ebtables' words, filter.ts)                         undo: delete the table
 // and when the CNI result gives the interface an IPv6 address (guestFromCni validates it first):
 //   strip-routes/strip-addrs also take its global IPv6 addresses and non-kernel IPv6 routes
 //   veth-mac      also: no link-local on the veth (the one made from the VM's MAC is the VM's), none made again
@@ -37,6 +38,7 @@ import type { PodInterface } from '../state/types.js';
 import { hasSandbox, nonKernelRoutes } from './result.js';
 import { guestFromCni, type Lease6 } from '../dhcp/lease.js';
 import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
+import { filterTable } from './filter.js';
 
 /** Linux IFNAMSIZ is 16 including the NUL. */
 export const MAX_IFNAME = 15;
@@ -333,12 +335,8 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     // the IPv6 rules on an IPv4-only interface too: a guest that solicits DHCPv6 or routers anyway (many do) must
     // not reach the CNI network's, nor take its answers: it gets exactly the CNI result, which has no IPv6
     const rules = [...dhcpFilterRules(v), ...dhcp6FilterRules(v, tap)];
-    steps.push({
-      name: StepName.DhcpFilter,
-      target: v,
-      do: rules.map((r) => ({ op: 'ebtables', args: ['-A', ...r] })),
-      undo: rules.map((r) => ({ op: 'ebtables', args: ['-D', ...r], withNetns: true })),
-    });
+    const table = filterTable(v);
+    steps.push({ name: StepName.DhcpFilter, target: v, do: [{ op: 'nft', table, rules }], undo: [{ op: 'nft-del', table, withNetns: true }] });
     if (v6) {
       steps.push({ name: StepName.Ipv6Forwarding, target: br, do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=1'] }], undo: [] });
       const routeOps = [

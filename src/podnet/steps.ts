@@ -1,7 +1,8 @@
 // The step engine: records steps and applies their do-ops, and runs the recorded undo-ops (teardown, failed-ADD
 // rollback, restart recovery). Each step is written to the record BEFORE it is applied (DESIGN.md), so an undo
 // run reads exactly what may have been done. Ops are grouped into runs (runsOf, pure) so that many link
-// operations cost one addon call (rtnetlink in the pod netns), and the filter rules one spawn.
+// operations cost one addon call (rtnetlink in the pod netns); the filter is one nf_tables transaction. Nothing on the
+// add path starts a process but the CNI plugins (ebtables runs only to undo records of earlier versions).
 import { existsSync } from 'node:fs';
 import { native } from '../native.js';
 import { join } from 'node:path';
@@ -13,7 +14,7 @@ import { bindToVfio } from '../devices/bind.js';
 import { vfLinkArgv } from '../devices/vf.js';
 import type { StateStore } from '../state/store.js';
 import { StepName, type Op, type PodRecord, type Step } from '../state/record.js';
-import { isAlreadyUndone, runIpLines, type NetExec, type RunOpts } from './exec.js';
+import { addFilterTable, deleteFilterTable, isAlreadyUndone, runIpLines, type NetExec } from './exec.js';
 import { restoreVfDriver, restoreVfLink, returnVfNetdev, type VfLink } from './vf.js';
 
 /** What the engine works with; PodNetwork builds it once. */
@@ -107,9 +108,9 @@ export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], si
     }
     const { step } = run;
     try {
-      // ebtables-restore applies the whole table in one transaction: all rules or none
-      if (run.kind === 'ebtables') await mustRunInNetns(deps.exec, rec.nsPath, ['ebtables-restore', '--noflush'], 'ebtables-restore', { input: ebtablesRestoreInput(run.rules), ...sig });
-      else await applyOne(deps, rec, step, run.op, sig);
+      // ebtables rules are only ever undone (records of earlier versions); the filter is an nft op now
+      if (run.kind === 'ebtables') throw new VmpodError(ErrorCode.Internal, `step ${step.name}: ebtables rules are no longer applied`);
+      await applyOne(deps, rec, step, run.op, sig);
     } catch (e) {
       if (run.kind === 'one' && run.op.op === 'netns-add') {
         // netnsAdd (as `ip netns add`) cleans up after itself when it fails: nothing of ours to undo, and the netns (if it
@@ -150,8 +151,13 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
       // what `ip netns add` does, without its spawn: the addon makes it on a pool thread
       await native().netnsAdd(deps.netnsDir, op.name);
       return;
+    case 'nft':
+      // one nf_tables transaction by the addon: the table with all its rules, or nothing
+      await addFilterTable(rec.nsPath, op.table, op.rules, sig.signal);
+      return;
     case 'ip':
     case 'ebtables':
+    case 'nft-del':
     case 'netns-del':
     case 'cni-add':
     case 'cni-del':
@@ -163,12 +169,6 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
       throw new VmpodError(ErrorCode.Internal, `unknown op ${JSON.stringify(never)}`);
     }
   }
-}
-
-/** A program in the pod netns that must succeed: a non-zero exit is a Netlink error quoting its stderr. */
-async function mustRunInNetns(exec: NetExec, nsPath: string, argv: string[], what: string, opts: RunOpts): Promise<void> {
-  const r = await exec.inNetns(nsPath, argv, opts);
-  if (r.exitCode !== 0) throw new VmpodError(ErrorCode.Netlink, `${what} in ${nsPath}: ${r.stderr.trim() || `exit code ${r.exitCode}`}`);
 }
 
 /**
@@ -184,7 +184,7 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
   const items = [...rec.steps]
     .reverse()
     .flatMap((step) => step.undo.map((op) => ({ step, op })))
-    .filter(({ op }) => !(netnsGoes && (op.op === 'ip' || op.op === 'ebtables') && op.withNetns));
+    .filter(({ op }) => !(netnsGoes && 'withNetns' in op && op.withNetns));
   let t = performance.now();
   for (const run of runsOf(items)) {
     const nsThere = existsSync(rec.nsPath);
@@ -235,6 +235,9 @@ async function undoOne(deps: StepDeps, rec: PodRecord, op: Op, log: Logger): Pro
       return restoreVfLink(deps.vfLink, op, log);
     case 'vf-netdev-return':
       return returnVfNetdev(deps, rec, op, log);
+    case 'nft-del':
+      if (!existsSync(rec.nsPath)) return;
+      return deleteFilterTable(rec.nsPath, op.table);
     case 'ip':
     case 'ebtables':
       throw new VmpodError(ErrorCode.Internal, `op ${op.op} runs in a batch, not alone`);
@@ -242,6 +245,7 @@ async function undoOne(deps: StepDeps, rec: PodRecord, op: Op, log: Logger): Pro
     case 'sysctl':
     case 'cni-add':
     case 'vf-bind':
+    case 'nft':
       throw new VmpodError(ErrorCode.Internal, `op ${op.op} is not an undo op`);
     default: {
       const never: never = op;

@@ -33,9 +33,10 @@ export const StepName = {
 export type StepName = (typeof StepName)[keyof typeof StepName];
 
 /**
- * One operation. `ip` and `ebtables` run inside the pod netns; `ip` args are one `ip -batch` line.
+ * One operation. `ip`, `nft` and `ebtables` run inside the pod netns; `ip` args are one line of `ip -batch` (run as
+ * rtnetlink requests, src/podnet/iplines.ts).
  * Undo ops must tolerate "already undone" (a batch can fail halfway, a crash can come between record and apply).
- * `withNetns` marks an undo op whose object lives only inside the pod netns (tap, bridge, ebtables rule): when
+ * `withNetns` marks an undo op whose object lives only inside the pod netns (tap, bridge, filter table): when
  * the same undo run deletes the netns, the kernel removes it anyway and the op is skipped (deleting a bridge
  * costs ~40 ms of RCU waits, a tap ~15 ms; netns cleanup does it off our path).
  */
@@ -43,7 +44,11 @@ export type Op =
   | { op: 'netns-add'; name: string }
   | { op: 'netns-del'; name: string }
   | { op: 'ip'; args: string[]; withNetns?: true }
+  // records of versions before the nf_tables filter: their rules are deleted with ebtables
   | { op: 'ebtables'; args: string[]; withNetns?: true }
+  // the DHCP filter: nf_tables table `table` (bridge family) in the pod netns with these rules, in ebtables' words
+  | { op: 'nft'; table: string; rules: string[][] }
+  | { op: 'nft-del'; table: string; withNetns?: true }
   // `sysctl -w` of each "name=value" inside the pod netns (/proc/sys/net is the opener's netns)
   | { op: 'sysctl'; settings: string[] }
   | { op: 'cni-add'; ifName: string }
@@ -108,7 +113,7 @@ export function newRecord(fields: Pick<PodRecord, 'key' | 'desc' | 'nsPath' | 'p
 
 const PHASES: readonly string[] = Object.values(Phase);
 const STEP_NAMES: readonly string[] = Object.values(StepName);
-const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'ebtables', 'sysctl', 'cni-add', 'cni-del', 'vf-bind', 'vf-restore-driver', 'vf-link', 'vf-netdev-return'];
+const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'ebtables', 'nft', 'nft-del', 'sysctl', 'cni-add', 'cni-del', 'vf-bind', 'vf-restore-driver', 'vf-link', 'vf-netdev-return'];
 
 function opProblems(o: unknown, where: string): string[] {
   if (!isObj(o) || typeof o.op !== 'string' || !OP_NAMES.includes(o.op)) return [`${where}: not an op`];
@@ -120,6 +125,10 @@ function opProblems(o: unknown, where: string): string[] {
   }
   const need = (f: string, t: 'string' | 'number') => (typeof o[f] === t ? [] : [`${where}: ${o.op} op without ${t} ${f}`]);
   switch (o.op) {
+    case 'nft':
+      return [...need('table', 'string'), ...(Array.isArray(o.rules) && o.rules.every((r) => Array.isArray(r) && r.every((a) => typeof a === 'string')) ? [] : [`${where}: nft op without rules`])];
+    case 'nft-del':
+      return need('table', 'string');
     case 'vf-bind':
       return need('address', 'string');
     case 'vf-restore-driver':

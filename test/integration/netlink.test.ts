@@ -3,7 +3,8 @@
 import { describe, it, expect, afterEach } from 'vitest';
 import { existsSync } from 'node:fs';
 import { execa } from 'execa';
-import { observeNetns, runIpLines } from '../../src/podnet/exec.js';
+import { addFilterTable, deleteFilterTable, observeNetns, runIpLines } from '../../src/podnet/exec.js';
+import { dhcp6FilterRules, dhcpFilterRules } from '../../src/podnet/plan.js';
 import { ipRequest } from '../../src/podnet/iplines.js';
 import { parseObserved } from '../helpers/ipjson.js';
 import { uniqueName } from '../helpers/netns.js';
@@ -179,5 +180,35 @@ describe('runIpLines (the planner\'s ip lines as rtnetlink requests)', () => {
     await expect(runIpLines(n.path, [['link', 'set', 'dev', 'lo', 'up'], ['link', 'set', 'dev', 'lo', 'promisc', 'on']])).rejects.toThrow(/unknown or incomplete option "promisc"/);
     expect(() => ipRequest(['neigh', 'flush', 'all'])).toThrow(/not a line the planner writes/);
     expect(JSON.parse(await n.ip('-j', 'link', 'show', 'lo'))[0].flags).not.toContain('UP');
+  });
+});
+
+describe('the DHCP filter as an nf_tables table (one transaction)', () => {
+  it('makes the table with ebtables\' rules in nft terms, refuses a second, and deletes it', async () => {
+    const n = await netns();
+    const rules = [...dhcpFilterRules('veth0'), ...dhcp6FilterRules('veth0', 'tap0')];
+    await addFilterTable(n.path, 'vmpod-veth0', rules);
+    const list = (await execa('nsenter', [`--net=${n.path}`, '--', 'nft', 'list', 'table', 'bridge', 'vmpod-veth0'])).stdout;
+    expect(list).toMatch(/chain INPUT \{\s+type filter hook input priority filter; policy accept;/);
+    expect(list).toMatch(/chain FORWARD \{\s+type filter hook forward priority filter; policy accept;/);
+    expect(list).toMatch(/chain OUTPUT \{\s+type filter hook output priority filter; policy accept;/);
+    for (const line of [
+      'oifname "veth0" meta protocol ip udp dport 67 drop',
+      'iifname "veth0" meta protocol ip udp dport 67 drop',
+      'oifname "veth0" meta protocol ip6 udp dport 547 drop',
+      'oifname "veth0" icmpv6 type nd-router-solicit drop',
+      'iifname "veth0" icmpv6 type nd-router-advert drop',
+      'iifname "tap0" meta protocol ip6 udp dport 547 drop',
+    ]) {
+      expect(list).toContain(line);
+    }
+    expect(list.split('\n').filter((l) => l.trim().endsWith('drop'))).toHaveLength(14);
+    // all or nothing: a second table of that name is refused and the first one is untouched
+    await expect(addFilterTable(n.path, 'vmpod-veth0', rules)).rejects.toThrow(/nf_tables table bridge vmpod-veth0 in .*: File exists/);
+    await expect(addFilterTable(n.path, 'vmpod-veth1', [['FORWARD', '-o', 'veth1', '-j', 'ACCEPT']])).rejects.toThrow(/unknown -j ACCEPT/);
+    await deleteFilterTable(n.path, 'vmpod-veth0');
+    expect((await execa('nsenter', [`--net=${n.path}`, '--', 'nft', 'list', 'ruleset'])).stdout.trim()).toBe('');
+    // deleting it again is "already undone"
+    await deleteFilterTable(n.path, 'vmpod-veth0');
   });
 });

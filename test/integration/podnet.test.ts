@@ -99,8 +99,8 @@ function shape(o: Awaited<ReturnType<typeof netnsState>>) {
   };
 }
 
-async function ebtablesRules(key: string): Promise<string> {
-  return (await execa('nsenter', [`--net=${join(NETNS_DIR, key)}`, '--', 'ebtables', '-L'], { timeout: 10_000 })).stdout;
+async function filterRules(key: string): Promise<string> {
+  return (await execa('nsenter', [`--net=${join(NETNS_DIR, key)}`, '--', 'nft', 'list', 'table', 'bridge', 'vmpod-virtlet-eth0'], { timeout: 10_000 })).stdout;
 }
 
 /** net.ipv4.conf.<dev>.rp_filter of each dev, read inside the netns (/proc/sys/net is the reader's netns). */
@@ -160,12 +160,12 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(o.routes4.filter((r) => r.dev === 'virtlet-eth0')).toEqual([]);
     const { stdout: brd } = await execa('ip', ['-d', '-j', '-n', ctx.key, 'link', 'show', 'br0']);
     expect(JSON.parse(brd)[0].linkinfo.info_data.ageing_time).toBe(0);
-    const rules = await ebtablesRules(ctx.key);
-    expect(rules).toContain('-o virtlet-eth0 --ip-proto udp --ip-dport 67 -j DROP');
+    const rules = await filterRules(ctx.key);
+    expect(rules).toContain('oifname "virtlet-eth0" meta protocol ip udp dport 67 drop');
     // an IPv4-only pod too keeps the guest's DHCPv6 and router solicitations in, and outside RAs out
-    expect(rules).toContain('-o virtlet-eth0 --ip6-proto udp --ip6-dport 547 -j DROP');
-    expect(rules).toContain('-o virtlet-eth0 --ip6-proto ipv6-icmp --ip6-icmp-type router-solicitation -j DROP');
-    expect(rules).toContain('-i virtlet-eth0 --ip6-proto ipv6-icmp --ip6-icmp-type router-advertisement -j DROP');
+    expect(rules).toContain('oifname "virtlet-eth0" meta protocol ip6 udp dport 547 drop');
+    expect(rules).toContain('oifname "virtlet-eth0" icmpv6 type nd-router-solicit drop');
+    expect(rules).toContain('iifname "virtlet-eth0" icmpv6 type nd-router-advert drop');
     // rp_filter off in the pod netns (all, default, and so the bridge made after), whatever the host has
     expect(await rpFilters(ctx.key, ['all', 'default', 'br0', 'virtlet-eth0'])).toEqual(['0', '0', '0', '0']);
 
@@ -237,24 +237,30 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
 
   it('a failure after the container side was built undoes it (veth restored), then CNI DEL and netns removal', async () => {
     const ctx = await setup();
-    // make the dhcp-filter step fail: a nsenter earlier in PATH that refuses ebtables-restore and runs the real one otherwise
-    const bin = join(ctx.net.root, 'fakebin');
-    mkdirSync(bin);
-    writeFileSync(join(bin, 'nsenter'), '#!/bin/sh\ncase "$*" in *ebtables-restore*) echo "ebtables-restore: injected failure" >&2; exit 1 ;; esac\nexec /usr/bin/nsenter "$@"\n', { mode: 0o755 });
+    // make the dhcp-filter step fail: right after the CNI ADD, something else takes the filter's table name in the pod netns
+    const nsenterNft = (...a: string[]) => execa('nsenter', [`--net=${join(NETNS_DIR, ctx.key)}`, '--', 'nft', ...a], { timeout: 10_000 });
     let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
-    const pn = ctx.make((real) => ({ add: real.add.bind(real), locate: real.locate.bind(real), cachedNetworks: real.cachedNetworks.bind(real), del: async (...a: Parameters<CniClient['del']>) => ((atDel = await netnsState(ctx.key)), real.del(...a)) }) as unknown as CniClient);
-    const oldPath = process.env.PATH;
-    process.env.PATH = `${bin}:${oldPath}`;
+    const pn = ctx.make(
+      (real) =>
+        ({
+          add: async (...a: Parameters<CniClient['add']>) => {
+            const r = await real.add(...a);
+            await nsenterNft('add', 'table', 'bridge', 'vmpod-virtlet-eth0');
+            return r;
+          },
+          locate: real.locate.bind(real),
+          cachedNetworks: real.cachedNetworks.bind(real),
+          del: async (...a: Parameters<CniClient['del']>) => ((atDel = await netnsState(ctx.key)), real.del(...a)),
+        }) as unknown as CniClient,
+    );
     let err: (Error & { op?: string }) | undefined;
     try {
       await pn.add(ctx.key, desc(ctx.key));
     } catch (e) {
       err = e as Error;
-    } finally {
-      process.env.PATH = oldPath;
     }
     expect(err?.op).toBe('dhcp-filter');
-    expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "dhcp-filter" on virtlet-eth0 failed: ebtables-restore in .*injected failure`));
+    expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "dhcp-filter" on virtlet-eth0 failed: nf_tables table bridge vmpod-virtlet-eth0 in .*: File exists`));
     const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
     expect(veth.mac).not.toMatch(/^02:/);
     expect(veth.addrs4).toHaveLength(1);

@@ -1,6 +1,8 @@
 import { describe, it, expect } from 'vitest';
 import { planContainerSide, buildCsn, randomLaaMac, observedBeforeFromCsn, dhcpFilterRules, podNetnsSteps, rpFilterStep } from '../../src/podnet/plan.js';
 import { runsOf, ebtablesRestoreInput } from '../../src/podnet/steps.js';
+import { ruleExprs } from '../../src/podnet/filter.js';
+import type { Op, Step } from '../../src/state/record.js';
 import { conventionRecord } from '../../src/podnet/recover.js';
 import type { Observed } from '../../src/podnet/types.js';
 import type { CniResult } from '../../src/cni/types.js';
@@ -80,25 +82,27 @@ describe('planContainerSide', () => {
     expect(by['enslave']!.undo.some((o) => 'withNetns' in o)).toBe(false);
     expect(by['veth-mac']!.undo.some((o) => 'withNetns' in o)).toBe(false);
     const eb = by['dhcp-filter']!;
-    expect(eb.do.every((o) => o.op === 'ebtables')).toBe(true);
-    expect(eb.do.map((o) => (o as { args: string[] }).args.slice(0, 4).join(' '))).toEqual([
-      '-A FORWARD -o virtlet-eth0',
-      '-A FORWARD -o virtlet-eth0',
-      '-A OUTPUT -o virtlet-eth0',
-      '-A OUTPUT -o virtlet-eth0',
-      '-A INPUT -i virtlet-eth0',
-      '-A FORWARD -i virtlet-eth0',
+    expect(eb.do).toHaveLength(1);
+    const nft = eb.do[0] as Extract<Op, { op: 'nft' }>;
+    expect(nft).toMatchObject({ op: 'nft', table: 'vmpod-virtlet-eth0' });
+    expect(nft.rules.map((r) => r.slice(0, 3).join(' '))).toEqual([
+      'FORWARD -o virtlet-eth0',
+      'FORWARD -o virtlet-eth0',
+      'OUTPUT -o virtlet-eth0',
+      'OUTPUT -o virtlet-eth0',
+      'INPUT -i virtlet-eth0',
+      'FORWARD -i virtlet-eth0',
       // an IPv4-only pod gets the IPv6 rules too: a guest's DHCPv6 and RS stay in, no outside RA or DHCPv6 gets in
-      '-A FORWARD -o virtlet-eth0',
-      '-A FORWARD -o virtlet-eth0',
-      '-A FORWARD -i virtlet-eth0',
-      '-A FORWARD -i virtlet-eth0',
-      '-A FORWARD -o virtlet-eth0',
-      '-A FORWARD -o virtlet-eth0',
-      '-A FORWARD -i virtlet-eth0',
-      '-A INPUT -i tap0',
+      'FORWARD -o virtlet-eth0',
+      'FORWARD -o virtlet-eth0',
+      'FORWARD -i virtlet-eth0',
+      'FORWARD -i virtlet-eth0',
+      'FORWARD -o virtlet-eth0',
+      'FORWARD -o virtlet-eth0',
+      'FORWARD -i virtlet-eth0',
+      'INPUT -i tap0',
     ]);
-    expect(eb.do.slice(6).map((o) => (o as { args: string[] }).args.slice(6).join(' '))).toEqual([
+    expect(nft.rules.slice(6).map((r) => r.slice(5).join(' '))).toEqual([
       '--ip6-proto udp --ip6-dport 547 -j DROP',
       '--ip6-proto udp --ip6-dport 546 -j DROP',
       '--ip6-proto udp --ip6-dport 546 -j DROP',
@@ -108,8 +112,9 @@ describe('planContainerSide', () => {
       '--ip6-proto ipv6-icmp --ip6-icmp-type router-advertisement -j DROP',
       '--ip6-proto udp --ip6-dport 547 -j DROP',
     ]);
-    expect(eb.undo.map((o) => (o as { args: string[] }).args[0])).toEqual(Array(14).fill('-D'));
-    expect(eb.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
+    // every rule translates (filter.ts), and the undo is the table's deletion, left to the netns removal
+    for (const r of nft.rules) expect(ruleExprs(r).exprs.at(-1)![0]).toBe('immediate');
+    expect(eb.undo).toEqual([{ op: 'nft-del', table: 'vmpod-virtlet-eth0', withNetns: true }]);
   });
 
   it('dual-stack: the veth gives up the link-local made from the VM\'s MAC and makes none; undo puts the EUI-64 one back', () => {
@@ -251,7 +256,7 @@ describe('the pod netns steps', () => {
 });
 
 describe('runsOf (how the step engine spawns)', () => {
-  it('one ip batch across steps, one ebtables-restore per step, every other op alone', () => {
+  it('one ip batch across steps (one netlink call), every other op alone; ebtables rules (undo of old records) one transaction per step', () => {
     const plan = planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
     const steps = [...podNetnsSteps('pod1'), ...plan.steps];
     const runs = runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))));
@@ -259,12 +264,13 @@ describe('runsOf (how the step engine spawns)', () => {
       'netns-add netns',
       'sysctl rp-filter',
       'ip x13',
-      'ebtables x14 dhcp-filter',
+      'nft dhcp-filter',
     ]);
     const ip = runs[2]!;
     expect(ip.kind === 'ip' && ip.lines.map((l) => l.step.name)[0]).toBe('lo-up');
-    // ebtables rules of two steps are two transactions
-    const [a, b] = [plan.steps.at(-1)!, { ...plan.steps.at(-1)!, target: 'other' }];
+    // ebtables rules of two steps (records of earlier versions) are two transactions
+    const old = { name: 'dhcp-filter', target: 'virtlet-eth0', do: [], undo: dhcpFilterRules('virtlet-eth0').map((r) => ({ op: 'ebtables' as const, args: ['-D', ...r] })) } as Step;
+    const [a, b] = [{ ...old, do: old.undo }, { ...old, target: 'other', do: old.undo }];
     expect(runsOf([...a.do.map((op) => ({ step: a, op })), ...b.do.map((op) => ({ step: b, op }))]).map((r) => r.kind)).toEqual(['ebtables', 'ebtables']);
   });
 
