@@ -120,8 +120,9 @@ export async function readCacheRecord(path: string, expect: { networkName: strin
 }
 
 /**
- * Write atomically: a temporary file in the same directory (mode 0600: results hold the pod's addressing),
- * fsync, rename over the target, fsync the directory. A reader sees the old record or the new one, never half.
+ * Write atomically: a temporary file in the same directory (mode 0600: results hold the pod's addressing), rename over
+ * the target. A reader sees the old record or the new one, never half. Not fsynced, as libcni does not: DEL after a
+ * crash of the machine runs without prevResult, which the CNI spec allows (the state record keeps the config).
  */
 export async function writeCacheRecord(path: string, rec: CacheRecord): Promise<void> {
   const dir = join(path, '..');
@@ -130,7 +131,6 @@ export async function writeCacheRecord(path: string, rec: CacheRecord): Promise<
   const fh = await open(tmp, 'wx', 0o600);
   try {
     await fh.writeFile(JSON.stringify(rec));
-    await fh.sync();
   } catch (e) {
     await fh.close().catch(() => undefined);
     await rm(tmp, { force: true });
@@ -142,12 +142,6 @@ export async function writeCacheRecord(path: string, rec: CacheRecord): Promise<
   } catch (e) {
     await rm(tmp, { force: true });
     throw e;
-  }
-  const d = await open(dir, 'r');
-  try {
-    await d.sync();
-  } finally {
-    await d.close();
   }
 }
 

@@ -16,7 +16,7 @@
 //     the pod netns has no route back to the guest's address, and every client state accepts a broadcast reply
 //     (busybox's kernel-socket listener in RENEWING is bound to 0.0.0.0:68 on the interface).
 // What the rest of the pod network must provide (podnet): the bridge holds only the tap and the veth, and DHCP
-// (udp 67/68) to and from the veth port is dropped (Virtlet's ebtables rules), so these broadcasts stay in the
+// (udp 67/68) to and from the veth port is dropped (podnet's filter table, Virtlet's rules), so these broadcasts stay in the
 // pod and no outside server answers the guest; the rule must match the veth port only, or it drops the guest's
 // renewals as Virtlet's did. And the pod netns must accept the guest's source address for (1): rp_filter 0 on
 // the bridge and in "all" (the kernel uses the maximum). A new netns copies its IPv4 settings from the host's

@@ -4,7 +4,7 @@
 // with a BPF filter passing only UDP to port 547: it sees exactly the frames the VM sends, and writes its replies
 // back into the tap, so a reply reaches the VM and nothing else on the link (never another MAC), and needs no
 // route or neighbour entry in the pod netns. The kernel's own copy of a unicast request (udhcpc6 renews by unicast
-// to the server address) is dropped by ebtables before the pod netns could answer "port unreachable" (podnet's
+// to the server address) is dropped by podnet's filter before the pod netns could answer "port unreachable" (podnet's
 // dhcp-filter step). Listening when start() returns, before add replies.
 //
 // WHO IT IS. Its address is the pod bridge's link-local (every reply comes from it; a unicast request to it gets

@@ -183,7 +183,9 @@ export class PodNetwork {
       rec.result = v031;
       rec.csn = csn;
       rec.interfaces = plan.interfaces;
-      this.store.write(rec);
+      // atomic, not durable: after a crash of the machine the netns is gone and the adding record's undo (CNI DEL)
+      // is what is left to do; the durable record of the CNI ADD covers it
+      this.store.write(rec, false);
       const st: PodNetworkState = { key, nsPath, csn, interfaces: plan.interfaces, fds, desc };
       this.states.set(key, st);
       log.info({ durationMs: Math.round(performance.now() - t0), interfaces: plan.interfaces.map(describeIf) }, 'pod network added');
@@ -237,7 +239,7 @@ export class PodNetwork {
       rec = conventionRecord(key, nsPath, this.ifName, st?.desc ?? { podId: key, podNs: '', podName: '' });
     }
     rec.phase = Phase.Releasing;
-    this.store.write(rec);
+    this.store.write(rec, false);
     const errors = await undoRecord(this.deps, rec, log);
     if (errors.length > 0 && opts.force === true) {
       const leftovers = errors.map((x) => errorChain(x));
@@ -254,7 +256,9 @@ export class PodNetwork {
         op: 'release',
       });
     }
-    this.store.remove(key);
+    // not durable: a record that comes back after a crash of the machine is undone again, and every undo op
+    // tolerates "already undone"
+    this.store.remove(key, false);
     log.info({ durationMs: Math.round(performance.now() - t0), ...(rec.quarantine ? { quarantineFinished: true } : {}) }, 'pod network released');
     return { leftovers: [] };
   }

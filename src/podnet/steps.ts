@@ -69,11 +69,17 @@ export function ebtablesRestoreInput(rules: readonly (readonly string[])[]): str
   return ['*filter', ...rules.map((a) => a.join(' ')), 'COMMIT', ''].join('\n');
 }
 
-/** Appends the steps to the record and writes it (one atomic write). */
+/**
+ * Appends the steps to the record and writes it (one atomic write), durably when one of them does something that
+ * outlives a reboot of the machine: a CNI ADD (its IPAM allocation), a VF's binding and PF settings. Everything else a
+ * step makes lives in the pod netns, which a reboot takes with it; an atomic write covers a crash of tapmanager.
+ */
 export function recordSteps(store: StateStore, rec: PodRecord, steps: Step[]): void {
   rec.steps.push(...steps);
-  store.write(rec);
+  store.write(rec, steps.some((s) => s.do.some((o) => OUTLIVES_REBOOT.has(o.op))));
 }
+
+const OUTLIVES_REBOOT: ReadonlySet<string> = new Set(['cni-add', 'vf-bind', 'vf-link']);
 
 /**
  * Records the steps (one write), then runs their do-ops: consecutive ip ops as one netlink batch in the pod

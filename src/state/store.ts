@@ -1,7 +1,9 @@
 // Per-pod records on disk: <dir>/<key>.json, mode 0600 in a 0700 dir. Writes are atomic: a temporary file
-// in the same dir, fsync, rename over the old one, fsync of the dir (rename is atomic within one filesystem;
-// the dir fsync makes the rename itself durable). A crash leaves the old record or the new one, never half.
-// Synchronous on purpose: records are small, and a record must be on disk before the step it announces runs.
+// in the same dir, rename over the old one (rename is atomic within one filesystem): a crashed or killed tapmanager
+// leaves the old record or the new one, never half. A durable write also fsyncs the file before the rename and the
+// dir after it, so that the record survives a crash of the machine; only what outlives a reboot needs that (an IPAM
+// allocation, a VF's PF settings), as netns, links and taps vanish with the kernel (docs/decisions.md).
+// Synchronous on purpose: records are small, and a record must be written before the step it announces runs.
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -41,8 +43,8 @@ export class StateStore {
     return parseRecord(text, key, path);
   }
 
-  /** Temp file (0600) + fsync + rename + fsync(dir). */
-  write(rec: PodRecord): void {
+  /** Temp file (0600) + rename; durable: + fsync of the file before the rename and of the dir after it. */
+  write(rec: PodRecord, durable = true): void {
     const path = this.pathOf(rec.key);
     this.ensureDir();
     const tmp = join(this.dir, `${TMP_PREFIX}${rec.key}-${process.pid}-${randomBytes(4).toString('hex')}`);
@@ -52,24 +54,24 @@ export class StateStore {
       try {
         let off = 0;
         while (off < data.length) off += writeSync(fd, data, off, data.length - off);
-        fsyncSync(fd);
+        if (durable) fsyncSync(fd);
       } finally {
         closeSync(fd);
       }
       renameSync(tmp, path);
-      this.fsyncDir();
+      if (durable) this.fsyncDir();
     } catch (e) {
       rmSync(tmp, { force: true });
       throw new VmpodError(ErrorCode.State, `write state record ${path}`, { cause: e, key: rec.key, op: 'state-write' });
     }
   }
 
-  /** Removes the record; a missing one is fine. */
-  remove(key: string): void {
+  /** Removes the record; a missing one is fine. durable: + fsync of the dir. */
+  remove(key: string, durable = true): void {
     const path = this.pathOf(key);
     try {
       rmSync(path, { force: true });
-      this.fsyncDir();
+      if (durable) this.fsyncDir();
     } catch (e) {
       throw new VmpodError(ErrorCode.State, `remove state record ${path}`, { cause: e, key, op: 'state-remove' });
     }
