@@ -101,27 +101,27 @@ export class FdServer {
       this.opts.log.error({ err }, 'listening socket error');
       return;
     }
+    // one accept per wake-up: the poll is level-triggered, so another pending connection wakes us again, and no
+    // accept ends in EAGAIN (a drained backlog costs that syscall on every get otherwise)
     const n = native();
-    for (;;) {
-      let fd: number;
-      try {
-        fd = n.accept(this.listenFd);
-      } catch (e) {
-        this.acceptFailed(e);
-        return;
-      }
-      if (fd < 0) return;
-      if (this.stopping) {
-        n.close(fd);
-        continue;
-      }
-      if (this.conns.size >= this.limits.maxConnections) {
-        this.refuseNewcomer(fd, `too many connections: ${this.conns.size} are being served (--max-connections ${this.limits.maxConnections}); try again`);
-        continue;
-      }
-      const conn = new Connection(fd, this.opts, this.limits, (c) => this.conns.delete(c));
-      if (conn.open) this.conns.add(conn);
+    let fd: number;
+    try {
+      fd = n.accept(this.listenFd);
+    } catch (e) {
+      this.acceptFailed(e);
+      return;
     }
+    if (fd < 0) return;
+    if (this.stopping) {
+      n.close(fd);
+      return;
+    }
+    if (this.conns.size >= this.limits.maxConnections) {
+      this.refuseNewcomer(fd, `too many connections: ${this.conns.size} are being served (--max-connections ${this.limits.maxConnections}); try again`);
+      return;
+    }
+    const conn = new Connection(fd, this.opts, this.limits, (c) => this.conns.delete(c));
+    if (conn.open) this.conns.add(conn);
   }
 
   /**

@@ -1,5 +1,5 @@
 // What each command does: validate, serialise per key, call the pod network and DHCP, encode the reply.
-// Every request logs one line with key, op and durationMs.
+// Every add, release and recover logs one line with key, op and durationMs (get, list and status at debug; failures always).
 import { native, type PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
 import type { Handler, Reply, Request } from './server.js';
@@ -69,8 +69,9 @@ export class TapmanagerService implements Handler {
       const reply = await this.dispatch(req, log);
       const ms = performance.now() - t0;
       this.hooks.onRequest?.(op, 'ok', ms / 1000);
-      // list and status are polled by probes and scripts: one line each would drown the log
-      const quiet = req.command === Command.List || req.command === Command.Status;
+      // get comes on every VM start and list and status are polled: a line each at debug only, the metrics count them
+      // (add, release and recover keep their line)
+      const quiet = req.command === Command.Get || req.command === Command.List || req.command === Command.Status;
       log[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds: reply.fds.length }, `${op} done`);
       return reply;
     } catch (e) {
