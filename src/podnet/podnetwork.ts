@@ -142,12 +142,16 @@ export class PodNetwork {
       }
       // one durable write covers the netns and the CNI ADD (its DEL must follow even a failed ADD): the record
       // is on disk before either runs; the container side is recorded once more before it is applied, and the
-      // ready record once at the end (three writes per add, each one fsync of the file and one of the dir).
+      // ready record once at the end (three atomic writes per add, the first one durable: decisions.md).
       // The exact config goes with the pod: its DEL runs against this network, whatever the config dir holds then.
       const nsSteps = podNetnsSteps(key);
       const cniStep = cniAddStep(this.ifName, list.bytes.toString('base64'));
+      const lap = (what: string) => log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, what);
+      lap('config read');
       recordSteps(this.store, rec, [...nsSteps, cniStep]);
+      lap('recorded');
       await runSteps(this.deps, rec, nsSteps, signal);
+      lap('netns made');
       let result: CniResult;
       try {
         result = await this.opts.cni.add(list, runtimeConf(rec, this.ifName), signal);
@@ -169,8 +173,9 @@ export class PodNetwork {
       } catch (e) {
         throw stepError('plan', undefined, e);
       }
-      log.debug({ observed, steps: plan.steps.length }, 'container-side network planned');
+      log.debug({ observed, steps: plan.steps.length, ms: Math.round((performance.now() - t0) * 10) / 10 }, 'container-side network planned');
       await applySteps(this.deps, rec, plan.steps, signal);
+      lap('container side applied');
 
       try {
         fds = openFds(nsPath, plan.interfaces, this.log);
