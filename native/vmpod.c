@@ -1691,6 +1691,20 @@ static napi_value js_notifyDatagram(napi_env env, napi_callback_info info) {
 // on it. netnsAdd runs on a libuv pool thread: unshare(CLONE_NEWNET) moves only that thread, which binds its new
 // netns and goes back to its own before it runs anything else.
 
+// Settles a pool-thread work's promise: rejected with errno_error(err, what) when err is set, else resolved with ok
+// (undefined when NULL).
+static void settle_promise(napi_env env, napi_deferred deferred, int err, const char *what, napi_value ok) {
+  napi_value v = ok;
+  if (err) {
+    v = errno_error(env, err, what);
+    if (!v) napi_create_string_utf8(env, what, NAPI_AUTO_LENGTH, &v);
+    napi_reject_deferred(env, deferred, v);
+    return;
+  }
+  if (!v) napi_get_undefined(env, &v);
+  napi_resolve_deferred(env, deferred, v);
+}
+
 // A promise settled by `done` once `execute` ran on a pool thread; NULL with an exception pending on failure.
 static napi_value queue_promise(napi_env env, const char *name, napi_async_execute_callback execute,
                                 napi_async_complete_callback done, void *data, napi_async_work *work, napi_deferred *deferred) {
@@ -1783,16 +1797,8 @@ static void netns_add_free(netns_add_t *w) {
 
 static void netns_add_complete(napi_env env, napi_status status, void *data) {
   netns_add_t *w = data;
-  napi_value v = NULL;
   if (status != napi_ok) netns_add_fail(w, ECANCELED, "netnsAdd %s: cancelled", w->path);
-  if (w->err) {
-    v = errno_error(env, w->err, w->what);
-    if (!v) napi_create_string_utf8(env, w->what, NAPI_AUTO_LENGTH, &v);
-    napi_reject_deferred(env, w->deferred, v);
-  } else {
-    napi_get_undefined(env, &v);
-    napi_resolve_deferred(env, w->deferred, v);
-  }
+  settle_promise(env, w->deferred, w->err, w->what, NULL);
   napi_delete_async_work(env, w->work);
   netns_add_free(w);
 }
@@ -2117,13 +2123,7 @@ static void nl_batch_complete(napi_env env, napi_status status, void *data) {
   if (status != napi_ok && !w->err) w->err = ECANCELED, snprintf(w->what, sizeof(w->what), "netlinkInNetns %s: cancelled", w->ns_path);
   if (!w->err && napi_create_buffer_copy(env, w->out_len, w->out_len ? w->out : (const void *)"", NULL, &v) != napi_ok)
     w->err = ENOMEM, snprintf(w->what, sizeof(w->what), "netlinkInNetns %s: answer buffer", w->ns_path);
-  if (w->err) {
-    v = errno_error(env, w->err, w->what);
-    if (!v) napi_create_string_utf8(env, w->what, NAPI_AUTO_LENGTH, &v);
-    napi_reject_deferred(env, w->deferred, v);
-  } else {
-    napi_resolve_deferred(env, w->deferred, v);
-  }
+  settle_promise(env, w->deferred, w->err, w->what, v);
   napi_delete_async_work(env, w->work);
   nl_batch_free(w);
 }
