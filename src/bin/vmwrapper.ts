@@ -1,7 +1,8 @@
 // vmwrapper: libvirt's <emulator>. Same PID as qemu: it ends in execve, or exits 1 with one line on stderr.
 // It runs on every VM start and every libvirt capability probe, so it loads only what the path taken uses: a
 // probe loads probe.ts and the addon (no client) and writes no log line; a start loads run.ts (the client, the qemu
-// argv builder, the device scan) on demand, and writes one JSON line by hand (no logger library).
+// argv builder, the device scan, the log line) on demand, and writes one JSON line by hand (no logger library). In the
+// bundles run.ts is a file of its own (dist/bundle/vmwrapper-start.cjs): a probe does not even read it.
 import { writeSync } from 'node:fs';
 import { native } from '../native.js';
 import { isProbe, probePlan } from '../vmwrapper/probe.js';
@@ -16,7 +17,7 @@ function fail(e: unknown): never {
 }
 
 async function start(): Promise<void> {
-  const [{ planExec, applyPlan }, { logLine }] = await Promise.all([import('../vmwrapper/run.js'), import('../vmwrapper/logline.js')]);
+  const { planExec, applyPlan, logLine } = await import('../vmwrapper/run.js');
   const plan = await planExec(args, env);
   applyPlan(plan);
   // written synchronously to fd 2, so the line is out before the exec

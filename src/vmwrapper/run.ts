@@ -12,6 +12,7 @@ import { parseCpuset, planCpuset, writeCpuset } from './cpuset.js';
 import { planCgroupMove, applyCgroupMove, removeStaleLeaves, leafName } from './cgroup.js';
 
 export { DEFAULTS, isProbe, probePlan, type Env, type ExecPlan };
+export { logLine } from './logline.js';
 
 /**
  * Builds the exec plan. `args` are libvirt's arguments (argv without node and script).
