@@ -67,15 +67,18 @@ async function straceAdds(w, n = 3) {
   const outf = join(w.dir, 'strace-add-exec.txt');
   // every thread of the daemon (libuv's pool does the async fs work), its children not followed
   const tids = readdirSync(`/proc/${w.daemon.pid}/task`).flatMap((t) => ['-p', t]);
-  const st = spawn('strace', ['-c', '-o', out, ...tids], { stdio: 'ignore' });
-  const sf = spawn('strace', ['-f', '-e', 'trace=execve', '-e', 'signal=none', '-qq', '-o', outf, '-p', String(w.daemon.pid)], { stdio: 'ignore' });
-  await sleep(1000);
-  const ks = w.keys(n, 's');
-  await w.add(ks);
-  st.kill('SIGINT');
-  sf.kill('SIGINT');
-  await Promise.all([st, sf].map((c) => new Promise((res) => c.once('exit', res))));
-  await w.release(ks);
+  // a thread takes one tracer: counts in one pass, the programs exec'd (children followed) in a second
+  for (const args of [['-c', '-o', out, ...tids], ['-f', '-e', 'trace=execve', '-e', 'signal=none', '-qq', '-o', outf, '-p', String(w.daemon.pid)]]) {
+    const t = tracer(args);
+    await sleep(1000);
+    const ks = w.keys(n, 's');
+    try {
+      await w.add(ks);
+    } finally {
+      await t.stop();
+    }
+    await w.release(ks);
+  }
   const rows = readFileSync(out, 'utf8').split('\n').filter((l) => /^\s*\d/.test(l)).map((l) => l.trim().split(/\s+/));
   const per = {};
   for (const r of rows) {
@@ -91,6 +94,21 @@ async function straceAdds(w, n = 3) {
   }
   const top = Object.entries(per).sort((a, b) => b[1] - a[1]).slice(0, 12);
   return { daemonCallsPerAdd: Math.round(Object.values(per).reduce((a, b) => a + b, 0)), fsyncPerAdd: (per.fsync ?? 0) + (per.fdatasync ?? 0), top: Object.fromEntries(top), execsPerAdd: Object.fromEntries(Object.entries(programs).map(([k, v]) => [k, Math.round(v * 10) / 10])) };
+}
+
+/** strace attached to the daemon; stop() ends it (SIGINT) and resolves when it has written its output */
+function tracer(args) {
+  const c = spawn('strace', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  c.stderr.on('data', (d) => (err += d));
+  const exited = new Promise((res) => c.once('close', (code, sig) => res({ code, sig })));
+  return {
+    async stop() {
+      if (c.exitCode === null && c.signalCode === null) c.kill('SIGINT');
+      const r = await exited;
+      if (r.code !== 0 && r.sig !== 'SIGINT') throw new Error(`strace ${args.join(' ')}: exit ${r.code ?? r.sig}: ${err.trim()}`);
+    },
+  };
 }
 
 async function burst(w) {
@@ -168,12 +186,15 @@ async function getFigure(w, n) {
 /** syscalls per get of the server: strace -c -f on it during one client's 200 gets */
 async function straceGets(w, pid, socket, key) {
   const out = join(w.dir, `strace-${pid}.txt`);
-  const st = spawn('strace', ['-c', '-f', '-o', out, '-p', String(pid)], { stdio: 'ignore' });
+  const st = tracer(['-c', '-f', '-o', out, '-p', String(pid)]);
   await sleep(500);
-  const r = await run(w.client, ['loop', socket, key, '200', join(w.dir, 'strace-lat')]);
+  let r;
+  try {
+    r = await run(w.client, ['loop', socket, key, '200', join(w.dir, 'strace-lat')]);
+  } finally {
+    await st.stop();
+  }
   if (r.code !== 0) throw new Error(r.stderr);
-  st.kill('SIGINT');
-  await new Promise((res) => st.once('exit', res));
   const text = readFileSync(out, 'utf8');
   const total = /\s(\d+)\s+(\d+)?\s*total/.exec(text);
   const calls = Number(text.trim().split('\n').pop().trim().split(/\s+/)[3]);
