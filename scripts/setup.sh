@@ -8,6 +8,7 @@ PACKAGES=(
   containernetworking-plugins   # the node's CNI plugins (/usr/lib/cni)
   iproute2                      # ip, ip netns, bridge
   ebtables util-linux           # undo of DHCP filters recorded by earlier versions (ebtables in the pod netns, by nsenter)
+  nftables                      # nft: the tests read the DHCP filter table back as the kernel holds it
   procps                        # sysctl: the tests read sysctls inside pod netns
   qemu-system-x86               # the emulator (TCG where KVM is unusable)
   busybox-static                # the tiny guest's userland, and udhcpc for the DHCP tests
