@@ -5,7 +5,7 @@ import { parseConfig, usage, type TapmanagerConfig } from '../tapmanager/config.
 import { FdServer } from '../tapmanager/server.js';
 import { TapmanagerService } from '../tapmanager/service.js';
 import { PodNetwork } from '../podnet/index.js';
-import { CniClient, execaPluginExec, killOrphanPlugins, loadConfList, sweepCacheTemps } from '../cni/index.js';
+import { CniClient, spawnPluginExec, killOrphanPlugins, loadConfList, sweepCacheTemps } from '../cni/index.js';
 import { createLogger, type Logger } from '../log.js';
 import { errorChain } from '../errors.js';
 import { native } from '../native.js';
@@ -14,7 +14,7 @@ import { SystemdNotifier, notifyConfig } from '../tapmanager/notify.js';
 import { preflight } from '../tapmanager/preflight.js';
 import { checkReadiness } from '../tapmanager/readiness.js';
 
-/** Under the state dir: one file per running CNI plugin's process group (execaPluginExec pgidDir). */
+/** Under the state dir: one file per running CNI plugin's process group (spawnPluginExec pgidDir). */
 export const PLUGIN_PGID_DIR = 'plugins';
 
 /** A group name or number to a gid (getent: no libc binding in Node). */
@@ -70,7 +70,7 @@ export async function runTapmanager(config: TapmanagerConfig, log: Logger, notif
   if (temps.length > 0) log.info({ files: temps }, 'removed temporary CNI cache files a killed daemon left');
   // metrics (prom-client) only with --http-listen, the one place they are read: loaded on demand
   const metrics = config.httpListen ? (await import('../tapmanager/metrics.js')).createMetrics((): Record<string, number> => service.podsByState()) : undefined;
-  const plugins = execaPluginExec({ pgidDir });
+  const plugins = spawnPluginExec({ pgidDir });
   const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: metrics ? metrics.timedExec(plugins) : plugins, timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
   const loadConf = () => loadConfList(config.cniConfDir);
   const pods = new PodNetwork({

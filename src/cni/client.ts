@@ -9,7 +9,7 @@ import { buildCacheRecord, cachedRecordsOf, cacheFilePath, readCacheRecord, remo
 import { buildEnv, buildOneConfig, CniVerb, parseConfList, validateRuntime, type NetworkConfigList, type PluginConf, type RuntimeConf } from './config.js';
 import { CniError, formatCniError, parseCniErrorJson } from './errors.js';
 import { escapeOutput } from '../escape.js';
-import { execaPluginExec, findInPath, type PluginExec } from './exec.js';
+import { spawnPluginExec, findInPath, type PluginExec } from './exec.js';
 import { compareVersions, convertResult, CURRENT_CNI_VERSION, normalizeResult } from './result.js';
 import { CniErrorCode, type CniResult } from './types.js';
 
@@ -44,7 +44,7 @@ export class CniClient {
     if (problems.length > 0) throw new VmpodError(ErrorCode.Config, `CNI client options: ${problems.join('; ')}`);
     this.#binDirs = [...opts.binDirs];
     this.#cacheDir = opts.cacheDir;
-    this.#exec = opts.exec ?? execaPluginExec();
+    this.#exec = opts.exec ?? spawnPluginExec();
     this.#timeoutMs = timeoutMs;
     this.#log = opts.log ?? silentLogger();
   }

@@ -1,10 +1,11 @@
 // Running one plugin (libcni pkg/invoke: RawExec, FindInPath). The client gets a PluginExec; tests pass a
-// recording fake, production passes execaPluginExec().
+// recording fake, production passes spawnPluginExec().
 import { constants, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { Readable } from 'node:stream';
 import { setTimeout as delay } from 'node:timers/promises';
-import { execa } from 'execa';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { listDir } from '../files.js';
 import { pluginFailure } from './errors.js';
@@ -46,7 +47,7 @@ export async function findInPath(plugin: string, dirs: readonly string[]): Promi
   });
 }
 
-export interface ExecaPluginExecOptions {
+export interface SpawnPluginExecOptions {
   /** after SIGTERM, how long the plugin's process group gets before SIGKILL (default 2000 ms) */
   killGraceMs?: number;
   /** stdout/stderr limit per stream (default 1 MiB; a CNI result is a few KiB): a plugin printing more is killed */
@@ -148,14 +149,41 @@ function killGroup(pgid: number | undefined, sig: NodeJS.Signals): void {
   }
 }
 
+/** How one spawn of a plugin ended. */
+interface RunOutcome {
+  stdout: Buffer;
+  stderr: Buffer;
+  exitCode?: number;
+  signal?: NodeJS.Signals;
+  /** spawn(2) itself failed (ENOENT, EACCES, ENOEXEC, ETXTBSY...) */
+  spawnError?: NodeJS.ErrnoException;
+  stopped?: 'timeout' | 'abort' | 'overflow';
+}
+
+/** Collects a stream's bytes up to `limit`; calls onOverflow once when it would go past it. */
+function collect(stream: Readable, limit: number, onOverflow: () => void): () => Buffer {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  stream.on('data', (b: Buffer) => {
+    if (size + b.length > limit) {
+      if (size <= limit) onOverflow();
+      size = limit + 1;
+      return;
+    }
+    size += b.length;
+    chunks.push(b);
+  });
+  return () => Buffer.concat(chunks);
+}
+
 /**
- * Plugins spawned with execa: argument array (none: CNI passes everything in env and stdin), a private
- * environment, stdin written in full. Each plugin runs in its own session (detached => setsid), so a
- * timeout or an abort can signal the plugin together with anything it started (iptables, helpers):
- * SIGTERM to the group, SIGKILL after killGraceMs, and a final SIGKILL sweep of the group once the
- * plugin has exited, so nothing it started outlives a killed run.
+ * Plugins spawned with node:child_process (libuv's spawn, nothing between it and the plugin): no arguments (CNI
+ * passes everything in env and stdin), a private environment, stdin written in full. Each plugin runs in its own
+ * session (detached => setsid), so a timeout, an abort or an output flood signals the plugin together with
+ * anything it started (iptables, helpers): SIGTERM to the group, SIGKILL after killGraceMs, and a final SIGKILL
+ * sweep of the group once the plugin has exited, so nothing it started outlives a killed run.
  */
-export function execaPluginExec(opts: ExecaPluginExecOptions = {}): PluginExec {
+export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
   const killGraceMs = opts.killGraceMs ?? 2000;
   const maxBuffer = opts.maxBufferBytes ?? DEFAULT_PLUGIN_OUTPUT_BYTES;
   checkTimeout(killGraceMs, 'killGraceMs');
@@ -175,42 +203,57 @@ export function execaPluginExec(opts: ExecaPluginExecOptions = {}): PluginExec {
     return path;
   }
 
-  async function runOnce(o: PluginRunOptions) {
-    const sub = execa(o.pluginPath, [], {
-      input: o.stdin,
-      env: o.env,
-      extendEnv: false,
-      detached: true,
-      encoding: 'buffer',
-      reject: false,
-      stripFinalNewline: false,
-      maxBuffer,
-      // a plugin that floods its output is stopped at once; SIGTERM ignored: SIGKILL after the grace
-      forceKillAfterDelay: killGraceMs,
+  function runOnce(o: PluginRunOptions): Promise<RunOutcome> {
+    return new Promise((resolve) => {
+      let child: ChildProcessWithoutNullStreams;
+      try {
+        child = spawn(o.pluginPath, [], { env: o.env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+      } catch (e) {
+        // libuv refused before any process existed (EMFILE, ENOMEM...)
+        resolve({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), spawnError: e as NodeJS.ErrnoException });
+        return;
+      }
+      const pgidFile = recordGroup(child.pid, o);
+      let stopped: RunOutcome['stopped'];
+      let graceTimer: NodeJS.Timeout | undefined;
+      const stop = (why: 'timeout' | 'abort' | 'overflow'): void => {
+        if (stopped !== undefined) return;
+        stopped = why;
+        killGroup(child.pid, 'SIGTERM');
+        graceTimer = setTimeout(() => killGroup(child.pid, 'SIGKILL'), killGraceMs);
+      };
+      const stdout = collect(child.stdout, maxBuffer, () => stop('overflow'));
+      const stderr = collect(child.stderr, maxBuffer, () => stop('overflow'));
+      const timer = setTimeout(() => stop('timeout'), o.timeoutMs);
+      const onAbort = (): void => stop('abort');
+      o.signal?.addEventListener('abort', onAbort, { once: true });
+      let spawnError: NodeJS.ErrnoException | undefined;
+      const finish = (exitCode: number | null, signal: NodeJS.Signals | null): void => {
+        clearTimeout(timer);
+        clearTimeout(graceTimer);
+        o.signal?.removeEventListener('abort', onAbort);
+        // whatever the plugin started in its group (a helper it forked) does not outlive the run
+        killGroup(child.pid, 'SIGKILL');
+        if (pgidFile !== undefined) rmSync(pgidFile, { force: true });
+        resolve({
+          stdout: stdout(),
+          stderr: stderr(),
+          // after a failed spawn, 'close' carries the negative errno as its code: no exit status
+          ...(spawnError !== undefined ? { spawnError } : {}),
+          ...(exitCode === null || spawnError !== undefined ? {} : { exitCode }),
+          ...(signal === null ? {} : { signal }),
+          ...(stopped === undefined ? {} : { stopped }),
+        });
+      };
+      child.once('error', (e: NodeJS.ErrnoException) => {
+        // spawn failed ('close' follows with no exit status), or a kill failed (the run goes on)
+        if (child.pid === undefined) spawnError = e;
+      });
+      child.once('close', finish);
+      // a plugin that exits without reading its stdin breaks the pipe: its exit status tells what happened
+      child.stdin.on('error', () => {});
+      child.stdin.end(o.stdin);
     });
-    const pgidFile = recordGroup(sub.pid, o);
-    let stopped: 'timeout' | 'abort' | undefined;
-    let graceTimer: NodeJS.Timeout | undefined;
-    const stop = (why: 'timeout' | 'abort'): void => {
-      if (stopped !== undefined) return;
-      stopped = why;
-      killGroup(sub.pid, 'SIGTERM');
-      graceTimer = setTimeout(() => killGroup(sub.pid, 'SIGKILL'), killGraceMs);
-    };
-    const timer = setTimeout(() => stop('timeout'), o.timeoutMs);
-    const onAbort = (): void => stop('abort');
-    o.signal?.addEventListener('abort', onAbort, { once: true });
-    try {
-      const result = await sub;
-      return { result, stopped };
-    } finally {
-      clearTimeout(timer);
-      clearTimeout(graceTimer);
-      o.signal?.removeEventListener('abort', onAbort);
-      // whatever the plugin started in its group (a helper it forked) does not outlive the run
-      killGroup(sub.pid, 'SIGKILL');
-      if (pgidFile !== undefined) rmSync(pgidFile, { force: true });
-    }
   }
 
   return {
@@ -221,22 +264,19 @@ export function execaPluginExec(opts: ExecaPluginExecOptions = {}): PluginExec {
       const verb = o.env.CNI_COMMAND ?? '?';
       if (o.signal?.aborted === true) throw pluginFailure({ plugin, verb, aborted: true });
       for (let attempt = 0; ; attempt++) {
-        const { result: r, stopped } = await runOnce(o);
-        const stdout = Buffer.from(r.stdout);
-        const stderr = Buffer.from(r.stderr);
-        if (stopped === undefined && !r.failed) return { stdout, stderr };
+        const r = await runOnce(o);
+        const { stdout, stderr, stopped } = r;
+        if (stopped === undefined && r.spawnError === undefined && r.exitCode === 0) return { stdout, stderr };
         const base = { plugin, verb, stdout, stderr, ...(r.exitCode === undefined ? {} : { exitCode: r.exitCode }), ...(r.signal === undefined ? {} : { signal: r.signal }) };
         if (stopped === 'timeout') throw pluginFailure({ ...base, timedOut: true, timeoutMs: o.timeoutMs });
         if (stopped === 'abort') throw pluginFailure({ ...base, aborted: true });
-        if (r.isMaxBuffer) throw pluginFailure({ ...base, outputTooLarge: true, outputLimitBytes: maxBuffer });
-        if (r.exitCode === undefined && r.signal === undefined) {
-          // spawn(2) itself failed: ENOENT, EACCES, ENOEXEC, ETXTBSY...
-          const code = (r as { code?: string }).code;
-          if (code === 'ETXTBSY' && attempt < TEXT_BUSY_RETRIES) {
+        if (stopped === 'overflow') throw pluginFailure({ ...base, outputTooLarge: true, outputLimitBytes: maxBuffer });
+        if (r.spawnError !== undefined) {
+          if (r.spawnError.code === 'ETXTBSY' && attempt < TEXT_BUSY_RETRIES) {
             await delay(50 * (attempt + 1));
             continue;
           }
-          throw pluginFailure({ plugin, verb, spawnError: r.cause ?? new Error(r.originalMessage) });
+          throw pluginFailure({ plugin, verb, spawnError: r.spawnError });
         }
         throw pluginFailure(base);
       }

@@ -21,7 +21,7 @@ export {
   type PluginConf,
   type RuntimeConf,
 } from './config.js';
-export { execaPluginExec, findInPath, killOrphanPlugins, DEFAULT_PLUGIN_OUTPUT_BYTES, type PgidRecord, type ExecaPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
+export { spawnPluginExec, findInPath, killOrphanPlugins, DEFAULT_PLUGIN_OUTPUT_BYTES, type PgidRecord, type SpawnPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
 export { CniClient, parsePluginResult, type CniClientOptions } from './client.js';
 export {
   CNI_VERSIONS,

@@ -2,15 +2,17 @@
 // ageing_time 0 (it floods like a hub), so its fdb keeps no learned MAC to read; instead the pod netns ARPs for
 // the address once, from the bridge: a temporary on-link /32 route on the bridge, one ping, the neighbour entry
 // read, the route (and the entry) removed. Runs only on a DECLINE, which the server then backs off from.
-import { execa } from 'execa';
+import { execFile } from 'node:child_process';
 import { isIpv4 } from '../net/ip.js';
 
 // generous: it runs only on a DECLINE, off the answer path, and on a loaded node a spawn alone can take seconds
 const TIMEOUT_MS = 15_000;
 
-async function inNetns(nsPath: string, argv: string[]): Promise<{ ok: boolean; stdout: string }> {
-  const r = await execa('nsenter', [`--net=${nsPath}`, '--', ...argv], { reject: false, timeout: TIMEOUT_MS, stdin: 'ignore' });
-  return { ok: r.exitCode === 0, stdout: String(r.stdout) };
+function inNetns(nsPath: string, argv: string[]): Promise<{ ok: boolean; stdout: string }> {
+  return new Promise((resolve) => {
+    const child = execFile('nsenter', [`--net=${nsPath}`, '--', ...argv], { timeout: TIMEOUT_MS, killSignal: 'SIGKILL' }, (err, stdout) => resolve({ ok: err === null, stdout }));
+    child.stdin?.end();
+  });
 }
 
 /** The MAC that answers ARP for `ip` on `bridge` inside the netns, undefined when nobody does. */

@@ -1,7 +1,7 @@
 // The effectful edge for links and filters: `ip` lines run as rtnetlink requests by the addon in the pod netns (no
 // process), `ebtables` and host-side `ip` spawned. Argument arrays only, every spawn with a timeout and the caller's
 // AbortSignal.
-import { execa } from 'execa';
+import { execFile } from 'node:child_process';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { native } from '../native.js';
 import { decodeAnswers, encodeBatch, type NlAnswer, type NlRequest } from '../net/rtnl.js';
@@ -11,6 +11,8 @@ import { OBSERVE_REQUESTS, decodeObserved } from './observe.js';
 import type { Observed } from './types.js';
 
 export const DEFAULT_CMD_TIMEOUT_MS = 15_000;
+/** what `ip` or `ebtables` may print before it is stopped */
+const OUTPUT_LIMIT_BYTES = 16 * 1024 * 1024;
 
 /** One failed line of a batch of `ip` lines. */
 export interface BatchFailure {
@@ -43,19 +45,19 @@ export class NetExec {
   constructor(private readonly timeoutMs = DEFAULT_CMD_TIMEOUT_MS) {}
 
   /** Runs a program; never rejects on a non-zero exit (the caller decides), rejects on spawn failure/timeout/abort. */
-  async run(file: string, args: string[], opts: RunOpts = {}): Promise<RunResult> {
-    const r = await execa(file, args, {
-      timeout: this.timeoutMs,
-      reject: false,
-      stripFinalNewline: false,
-      ...(opts.input !== undefined ? { input: opts.input } : { stdin: 'ignore' as const }),
-      ...(opts.signal ? { cancelSignal: opts.signal } : {}),
-    });
+  run(file: string, args: string[], opts: RunOpts = {}): Promise<RunResult> {
     const cmd = [file, ...args].join(' ');
-    if (r.timedOut) throw new VmpodError(ErrorCode.Timeout, `${cmd}: timed out after ${this.timeoutMs} ms`);
-    if (r.isCanceled) throw new VmpodError(ErrorCode.Timeout, `${cmd}: aborted`, { cause: opts.signal?.reason });
-    if (r.exitCode === undefined) throw new VmpodError(ErrorCode.Netlink, `${cmd}: ${r.shortMessage}`, { cause: r.cause });
-    return { exitCode: r.exitCode, stdout: String(r.stdout ?? ''), stderr: String(r.stderr ?? '') };
+    return new Promise((resolve, reject) => {
+      const child = execFile(file, args, { timeout: this.timeoutMs, killSignal: 'SIGKILL', maxBuffer: OUTPUT_LIMIT_BYTES, ...(opts.signal ? { signal: opts.signal } : {}) }, (err, stdout, stderr) => {
+        if (err === null) return resolve({ exitCode: 0, stdout, stderr });
+        if (typeof err.code === 'number') return resolve({ exitCode: err.code, stdout, stderr });
+        if (err.name === 'AbortError') return reject(new VmpodError(ErrorCode.Timeout, `${cmd}: aborted`, { cause: opts.signal?.reason }));
+        if (err.killed) return reject(new VmpodError(ErrorCode.Timeout, `${cmd}: timed out after ${this.timeoutMs} ms`));
+        reject(new VmpodError(ErrorCode.Netlink, `${cmd}: ${err.signal ? `killed by ${err.signal}` : err.message}`, { cause: err }));
+      });
+      child.stdin?.on('error', () => {}); // a program that does not read its input: its exit status tells
+      child.stdin?.end(opts.input);
+    });
   }
 
   /** One ip command; throws VmpodError(Netlink) quoting it and ip's stderr. */

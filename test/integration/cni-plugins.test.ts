@@ -12,7 +12,7 @@ import { cacheFilePath } from '../../src/cni/cache.js';
 import { CniClient } from '../../src/cni/client.js';
 import { parseConfList, type NetworkConfigList, type RuntimeConf } from '../../src/cni/config.js';
 import { CniPluginError } from '../../src/cni/errors.js';
-import { execaPluginExec } from '../../src/cni/exec.js';
+import { spawnPluginExec } from '../../src/cni/exec.js';
 
 const SYSTEM_BIN = '/usr/lib/cni';
 const rand = randomBytes(3).toString('hex');
@@ -230,7 +230,7 @@ describe('misbehaving plugins', () => {
   it('a plugin that hangs (and ignores SIGTERM) is killed with SIGKILL after the timeout, its children too', async () => {
     const pids = join(tmp, 'hang');
     await writeScript('vmpchang', `echo $$ > ${pids}.leader\ntrap '' TERM\nsleep 1000 &\necho $! > ${pids}.child\nwait`);
-    const fast = new CniClient({ binDirs: [fakeBin], cacheDir: join(tmp, 'cache'), timeoutMs: 500, exec: execaPluginExec({ killGraceMs: 300 }) });
+    const fast = new CniClient({ binDirs: [fakeBin], cacheDir: join(tmp, 'cache'), timeoutMs: 500, exec: spawnPluginExec({ killGraceMs: 300 }) });
     const e = await fast.add(fakeList('vmpchang'), rtFor('f4')).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(CniPluginError);
     expect(e).toMatchObject({ timedOut: true, signal: 'SIGKILL', plugin: 'vmpchang', verb: 'ADD' });

@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
 import { PodNetwork } from '../../src/podnet/index.js';
 import { StateStore } from '../../src/state/store.js';
-import { CniClient, execaPluginExec, loadConfList } from '../../src/cni/index.js';
+import { CniClient, spawnPluginExec, loadConfList } from '../../src/cni/index.js';
 import { silentLogger } from '../../src/log.js';
 import { makeCniConf, type CniConfOptions, type CniTestNet } from '../helpers/cniconf.js';
 import { processAlive } from '../helpers/baseline.js';
@@ -43,7 +43,7 @@ async function setup(opts: CniConfOptions = { faulty: true }): Promise<Ctx> {
     pgidDir,
     key,
     make({ timeoutMs } = {}) {
-      const cni = new CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir, exec: execaPluginExec({ pgidDir, killGraceMs: 500 }), ...(timeoutMs ? { timeoutMs } : {}) });
+      const cni = new CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir, exec: spawnPluginExec({ pgidDir, killGraceMs: 500 }), ...(timeoutMs ? { timeoutMs } : {}) });
       const pn = new PodNetwork({ stateDir, cni, loadConfList: () => loadConfList(net.confDir), log: silentLogger() });
       nets.push(pn);
       return pn;
