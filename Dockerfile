@@ -29,7 +29,7 @@ COPY scripts/bundle.mjs scripts/bundle.mjs
 COPY src src
 COPY bin bin
 COPY proto proto
-# What the runtime stages take: the bundles (esbuild inlines execa, pino and our code), the runtime node_modules
+# What the runtime stages take: the bundles (esbuild inlines pino and our code; vmwrapper's start path and its V8 code cache), the runtime node_modules
 # that stay outside them (gRPC, proto-loader and yaml, loaded by vmwrapper only on the paths that use them), kubelet's
 # PodResources .proto, the addon, the bin/ launchers, package.json; and node without its symbols (99 -> 86 MB).
 RUN npm run build \

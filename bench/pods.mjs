@@ -122,11 +122,13 @@ async function burst(w) {
   const ks = w.keys(burstN, 'b');
   const bs = w.keys(burstN, 'y');
   const b = await w.bareAdd(bs, PAR);
+  const cpu0 = procCpuS(d.pid);
   const r = await w.add(ks, PAR);
+  const cpuMsPerAdd = Math.round(((procCpuS(d.pid) - cpu0) / burstN) * 1e4) / 10;
   const mem1 = procMem(d.pid);
   measure('memory@0', 'MB/fds', mem0);
   measure(`memory@${burstN}`, 'MB/fds', mem1, { goalRssMb: 100 });
-  figure(`add-burst-${burstN}x${PAR}`, 'ms', [r.totalMs], [b.totalMs], { goal: 1.5, what: `${burstN} adds, ${PAR} clients at once: wall time`, baselineWhat: `the same ${burstN} bare adds, ${PAR} at once`, extra: { oursPerAdd: r.opsMs.length, oursAddP50: pick(r.opsMs, 50), bareAddP50: pick(b.opsMs, 50) } });
+  figure(`add-burst-${burstN}x${PAR}`, 'ms', [r.totalMs], [b.totalMs], { goal: 1.5, what: `${burstN} adds, ${PAR} clients at once: wall time`, baselineWhat: `the same ${burstN} bare adds, ${PAR} at once`, extra: { daemonCpuMsPerAdd: cpuMsPerAdd, oursPerAdd: r.opsMs.length, oursAddP50: pick(r.opsMs, 50), bareAddP50: pick(b.opsMs, 50) } });
   const bd = await w.bareDel(bs, PAR);
   const rd = await w.release(ks, PAR);
   figure(`release-burst-${burstN}x${PAR}`, 'ms', [rd.totalMs], [bd.totalMs], { what: `${burstN} releases, ${PAR} at once: wall time`, baselineWhat: `the same ${burstN} bare DELs, ${PAR} at once` });

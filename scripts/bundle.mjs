@@ -10,11 +10,31 @@ import { build } from 'esbuild';
 // reads nor parses them.
 const external = ['@grpc/grpc-js', '@grpc/proto-loader', 'yaml'];
 const common = { bundle: true, platform: 'node', target: 'node20', sourcemap: true, logLevel: 'warning', external };
-/** In vmwrapper's entry bundle, src/vmwrapper/run.ts is the other bundle: `import('../vmwrapper/run.js')` stays out. */
+/**
+ * In vmwrapper's entry bundle, src/vmwrapper/run.ts is the other bundle: `import('../vmwrapper/run.js')` becomes
+ * START_LOADER, which compiles vmwrapper-start.cjs with the V8 code cache made at build time (below), as require()
+ * would run it. A cache V8 rejects (another Node, other flags) or a missing one only costs the compile it would save.
+ */
+const START_LOADER = `
+const { readFileSync } = require('node:fs');
+const { join } = require('node:path');
+const { Script } = require('node:vm');
+const Module = require('node:module');
+const file = join(__dirname, 'vmwrapper-start.cjs');
+let cachedData;
+try {
+  cachedData = readFileSync(file + '.cache');
+} catch {}
+const fn = new Script(Module.wrap(readFileSync(file, 'utf8')), { filename: file, ...(cachedData ? { cachedData } : {}) }).runInThisContext();
+const m = { exports: {} };
+fn.call(m.exports, m.exports, Module.createRequire(file), m, file, __dirname);
+module.exports = m.exports;
+`;
 const startPathApart = {
   name: 'vmwrapper-start-apart',
   setup(b) {
-    b.onResolve({ filter: /\/vmwrapper\/run\.js$/ }, (a) => (a.importer.endsWith('src/bin/vmwrapper.ts') ? { path: './vmwrapper-start.cjs', external: true } : undefined));
+    b.onResolve({ filter: /\/vmwrapper\/run\.js$/ }, (a) => (a.importer.endsWith('src/bin/vmwrapper.ts') ? { path: 'vmwrapper-start-loader', namespace: 'vmpod' } : undefined));
+    b.onLoad({ filter: /.*/, namespace: 'vmpod' }, () => ({ contents: START_LOADER, loader: 'js' }));
   },
 };
 await Promise.all([
@@ -46,3 +66,16 @@ await Promise.all([
     }),
   ),
 ]);
+
+// The code cache of the start path: V8's compile of vmwrapper-start.cjs once its top level has run (what a start
+// runs before its first call), written beside it; START_LOADER hands it to V8. Made by the Node that builds.
+{
+  const { readFileSync, writeFileSync } = await import('node:fs');
+  const { Script } = await import('node:vm');
+  const Module = (await import('node:module')).default;
+  const file = new URL('../dist/bundle/vmwrapper-start.cjs', import.meta.url).pathname;
+  const script = new Script(Module.wrap(readFileSync(file, 'utf8')), { filename: file });
+  const m = { exports: {} };
+  script.runInThisContext().call(m.exports, m.exports, Module.createRequire(file), m, file, new URL('.', `file://${file}`).pathname);
+  writeFileSync(`${file}.cache`, script.createCachedData());
+}

@@ -109,6 +109,8 @@ export interface Native {
    * Only returns by throwing.
    */
   execve(path: string, argv: string[], env: string[], keepFds: number[]): never;
+  /** The open fds >= 3 without FD_CLOEXEC, ascending (what this process inherited to pass on). */
+  inheritableFds(): number[];
 
   // ---- named netns (the files `ip netns` makes and reads) ----
   /**

@@ -149,8 +149,8 @@ function onStopSignal(log: Logger, stop: (sig: NodeJS.Signals) => void): void {
     seen = true;
     stop(sig);
   };
-  // never removed: while a listener of ours is installed, the signal-exit handler that execa adds does not
-  // re-raise the signal (which would kill the daemon mid-request with no reply sent)
+  // never removed: a second signal while stopping must find a listener, not Node's default (which would kill the
+  // daemon mid-request with no reply sent)
   process.on('SIGTERM', handler);
   process.on('SIGINT', handler);
 }

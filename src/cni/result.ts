@@ -6,9 +6,8 @@
 //   0.3.0..0.4.0  {interfaces, ips: [{version, interface, address, gateway}], routes, dns}
 //   1.0.0         as 0.4.0 without ips[].version
 //   1.1.0         1.0.0 plus interfaces[].mtu/socketPath/pciID and routes[].mtu/advmss/priority/table/scope
-import { isIP } from 'node:net';
 import { isObj, type Obj } from '../guards.js';
-import { isCidr, isIp } from '../net/ip.js';
+import { ipFamily, isCidr, isIp } from '../net/ip.js';
 import { CniError } from './errors.js';
 import { CniErrorCode, type CniDns, type CniInterface, type CniIpConfig, type CniResult, type CniRoute } from './types.js';
 
@@ -235,7 +234,7 @@ export function normalizeResult(json: unknown, defaultVersion?: string): CniResu
 // ---- writing ---------------------------------------------------------------------------------------
 
 /** The address family of an address or CIDR, as 0.3.x results write it in ips[].version. */
-export const family = (cidrOrIp: string): '4' | '6' => (isIP(cidrOrIp.split('/')[0] ?? '') === 6 ? '6' : '4');
+export const family = (cidrOrIp: string): '4' | '6' => (ipFamily(cidrOrIp.split('/')[0] ?? '') === 6 ? '6' : '4');
 
 export function copyDns(d: CniDns): CniDns {
   const out: CniDns = {};

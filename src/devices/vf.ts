@@ -38,7 +38,7 @@ export interface VfSetupRecord {
   vlan: number;
 }
 
-/** Runs one program with an argument array (execa in the daemon, a recorder in tests). */
+/** Runs one program with an argument array (node:child_process in the daemon, a recorder in tests). */
 export type RunArgv = (argv: string[]) => Promise<void>;
 
 const MAC_RE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;

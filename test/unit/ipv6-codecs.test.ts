@@ -2,6 +2,7 @@
 // RFC 8106 formats, the lease derivation's bad-input errors, and a fuzz test (random and mutated messages: no
 // throw, and no reply to anything but a well-formed message).
 import { randomBytes } from 'node:crypto';
+import { isIP } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import type { CniResult } from '../../src/cni/types.js';
 import { guestFromCni, type Lease6 } from '../../src/dhcp/lease.js';
@@ -9,6 +10,7 @@ import { buildOptions6 } from '../../src/dhcp6/options.js';
 import { decodeIaNa, decodeMessage6, decodeStatus, duidLl, encodeDomainList, encodeIaAddr, encodeIaNa, encodeMessage6, getOption6, Msg, Opt6, Status } from '../../src/dhcp6/packet.js';
 import { answer6, warmUpMessages6 } from '../../src/dhcp6/server.js';
 import { checksum6, decodeFrame6, encodeIcmp6Frame } from '../../src/net/frame6.js';
+import { ipFamily } from '../../src/net/ip.js';
 import { formatIpv6, linkLocalFromMac, parseIpv6 } from '../../src/net/ipv6.js';
 import { raFromLease } from '../../src/ra/options.js';
 import { answerRs, RaServer } from '../../src/ra/server.js';
@@ -51,6 +53,15 @@ describe('IPv6 text and bytes', () => {
     expect(parseIpv6('1::2::3')).toBeUndefined();
     expect(parseIpv6('fe80::1%eth0')).toBeUndefined();
     expect(formatIpv6(linkLocalFromMac('52:54:00:12:34:56'))).toBe('fe80::5054:ff:fe12:3456');
+  });
+
+  it('ipFamily agrees with node:net isIP (which it replaces on vmwrapper\'s path), zones aside', () => {
+    const words = ['1.2.3.4', '01.2.3.4', '255.255.255.255', '256.1.1.1', '1.2.3', '::', '::1', 'fe80::1', '1:2:3:4:5:6:7:8', '1:2:3:4:5:6:7::', '::ffff:10.1.2.3', '::ffff:1.2.3.256', '1:2:3:4:5:6:7:8:9', '1::2::3', 'fd00::/64', '', 'a', '2001:DB8::A', '12345::1', '1:2:3:4:5:6:1.2.3.4', '::1.2.3.4', ':1::', '1:::2', ' ::1'];
+    // and random strings over the alphabet addresses are made of
+    for (let i = 0; i < 3000; i++) words.push(Array.from(randomBytes(2 + (i % 14)), (b) => '0123456789abcdefABCDEF:.'[b % 24]).join(''));
+    for (const w of words) expect([w, ipFamily(w)]).toEqual([w, isIP(w)]);
+    expect(isIP('fe80::1%eth0')).toBe(6);
+    expect(ipFamily('fe80::1%eth0')).toBe(0); // no zone in a pod's addresses
   });
 });
 
