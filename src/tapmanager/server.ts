@@ -280,7 +280,7 @@ class Connection {
   private eof = false;
   /** a peer without the right to be served: its bytes are dropped */
   private refused = false;
-  private readonly log: Logger;
+  private childLog: Logger | undefined;
 
   constructor(
     private readonly fd: number,
@@ -289,7 +289,6 @@ class Connection {
     private readonly onClose: (c: Connection) => void,
   ) {
     const n = native();
-    this.log = opts.log;
     this.closedP = new Promise((r) => (this.resolveClosed = r));
     this.poller = n.pollReadable(fd, (err, events) => this.onEvent(err, events));
     try {
@@ -298,7 +297,6 @@ class Connection {
       this.sendErrorAndEnd(`cannot read peer credentials: ${errorChain(e)}`);
       return;
     }
-    this.log = opts.log.child({ peerPid: this.peer.pid, peerUid: this.peer.uid });
     if (!peerAllowed(this.peer, opts.allowedGids ?? [])) {
       this.log.warn('refused a peer that is neither uid 0 nor in the socket group');
       // say why, then serve nothing: the peer's request is read and dropped until it hangs up or the request
@@ -314,6 +312,13 @@ class Connection {
 
   get open(): boolean {
     return !this.closed;
+  }
+
+  /** The connection's logger, made at its first line (most connections write none). */
+  private get log(): Logger {
+    if (this.childLog) return this.childLog;
+    if (this.peer.uid < 0) return this.opts.log;
+    return (this.childLog = this.opts.log.child({ peerPid: this.peer.pid, peerUid: this.peer.uid }));
   }
 
   // ------------------------------------------------------------ timers
@@ -391,7 +396,13 @@ class Connection {
         this.stopReading();
         break;
       }
-      if (this.refused) continue; // its idle timer stands: dripping bytes does not keep it open
+      // a short read took all there was: the level-triggered poll wakes us for more (or for EOF), so no read
+      // ends in EAGAIN here
+      const drained = chunk.length < READ_CHUNK;
+      if (this.refused) {
+        if (drained) break;
+        continue; // its idle timer stands: dripping bytes does not keep it open
+      }
       this.clearIdle();
       const reqs = this.reader.push(chunk);
       this.queue.push(...reqs.map((req) => ({ req })));
@@ -410,6 +421,7 @@ class Connection {
         this.stopReading();
         break;
       }
+      if (drained) break;
     }
     if (this.refused) {
       // nothing is served; the idle timer armed at refusal stands, a hang-up ends it sooner

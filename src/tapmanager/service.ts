@@ -2,6 +2,7 @@
 // Every add, release and recover logs one line with key, op and durationMs (get, list and status at debug; failures always).
 import { native, type PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
+import { Slots } from './slots.js';
 import type { Handler, Reply, Request } from './server.js';
 import { Command, commandName } from '../protocol/commands.js';
 import { validateKey } from '../identity.js';
@@ -39,6 +40,8 @@ export class TapmanagerService implements Handler {
   readonly dhcp: DhcpServers;
   readonly hooks: ServiceHooks;
   private restoreState: 'pending' | 'running' | 'done' = 'pending';
+  /** while restoring: the slots the keys' restores wait in (a request promotes its key's) */
+  private restoreSlots: Slots | undefined;
   /** get's payload per pod network, encoded at its first get: a pod's interfaces never change while it lives */
   private readonly getPayloads = new WeakMap<PodNetworkState, Buffer>();
   private readonly started = Date.now();
@@ -63,7 +66,11 @@ export class TapmanagerService implements Handler {
 
   async handle(req: Request, peer: PeerCred): Promise<Reply> {
     const op = commandName(req.command);
-    const log = this.log.child({ key: req.key, op, command: req.command, peerPid: peer.pid });
+    // a request for a pod whose restore still waits for a slot: that restore goes next (the rest wait on)
+    this.restoreSlots?.promote(req.key);
+    // the request's logger is made when a line is written: a get at the default level writes none and makes none
+    let reqLog: Logger | undefined;
+    const log = (): Logger => (reqLog ??= this.log.child({ key: req.key, op, command: req.command, peerPid: peer.pid }));
     const t0 = performance.now();
     try {
       const reply = await this.dispatch(req, log);
@@ -72,17 +79,17 @@ export class TapmanagerService implements Handler {
       // get comes on every VM start and list and status are polled: a line each at debug only, the metrics count them
       // (add, release and recover keep their line)
       const quiet = req.command === Command.Get || req.command === Command.List || req.command === Command.Status;
-      log[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds: reply.fds.length }, `${op} done`);
+      if (!quiet || this.log.isLevelEnabled('debug')) log()[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds: reply.fds.length }, `${op} done`);
       return reply;
     } catch (e) {
       const ms = performance.now() - t0;
       this.hooks.onRequest?.(op, e instanceof VmpodError ? e.code.toLowerCase() : 'internal', ms / 1000);
-      log.error({ durationMs: Math.round(ms * 10) / 10, err: e, error: errorChain(e) }, `${op} failed`);
+      log().error({ durationMs: Math.round(ms * 10) / 10, err: e, error: errorChain(e) }, `${op} failed`);
       throw e;
     }
   }
 
-  private async dispatch(req: Request, log: Logger): Promise<Reply> {
+  private async dispatch(req: Request, log: () => Logger): Promise<Reply> {
     switch (req.command) {
       case Command.Add: {
         const key = validateKey(req.key);
@@ -93,14 +100,14 @@ export class TapmanagerService implements Handler {
             if (existing.desc.podId !== payload.podNetworkDesc.podId) {
               throw new VmpodError(ErrorCode.Conflict, `pod network ${key} already exists for pod ${existing.desc.podId}; release it first`, { key, op: 'add' });
             }
-            log.info('add repeated for an existing pod network: returning it unchanged');
+            log().info('add repeated for an existing pod network: returning it unchanged');
             return { payload: encodeCsn(existing.csn), fds: [] };
           }
           const st = await this.pods.add(key, payload.podNetworkDesc);
           try {
             this.dhcp.start(st);
           } catch (e) {
-            await this.pods.release(key).catch((re) => log.error({ err: re }, 'rollback after a DHCP failure failed'));
+            await this.pods.release(key).catch((re) => log().error({ err: re }, 'rollback after a DHCP failure failed'));
             throw e;
           }
           return { payload: encodeCsn(st.csn), fds: [] };
@@ -156,7 +163,8 @@ export class TapmanagerService implements Handler {
   /**
    * After a daemon restart: reattach pods left ready (and start their DHCP servers), undo pods left halfway.
    * Every recorded key is queued at once, synchronously, so a request for a key still being restored waits in
-   * that key's queue while other keys are served; the work itself runs at most RESTORE_PARALLEL keys at a time.
+   * that key's queue while other keys are served; the work itself runs at most RESTORE_PARALLEL keys at a time, in
+   * the order of the records, except that a request for a key whose restore has not started moves it to the front.
    * Call it before the server accepts; the returned promise settles when every key is done, and from then on
    * isRestored() is true (readiness: status, /readyz, READY=1).
    */
@@ -165,9 +173,9 @@ export class TapmanagerService implements Handler {
     this.restoreState = 'running';
     const t0 = performance.now();
     this.pods.sweepTemps();
-    const slots = new Slots(RESTORE_PARALLEL);
+    const slots = (this.restoreSlots = new Slots(RESTORE_PARALLEL));
     const one = async (key: string): Promise<void> => {
-      const r = await slots.run(() => this.pods.restoreKey(key));
+      const r = await slots.run(key, () => this.pods.restoreKey(key));
       if (r === 'none') return;
       out[r].push(key);
       if (r !== 'restored') return;
@@ -186,6 +194,7 @@ export class TapmanagerService implements Handler {
       }),
     );
     return Promise.all(all).then(() => {
+      this.restoreSlots = undefined;
       this.restoreState = 'done';
       this.hooks.onRestored?.((performance.now() - t0) / 1000);
       return out;
@@ -269,24 +278,6 @@ export interface RestoreOutcome {
 const RESTORE_PARALLEL = 4;
 
 /** At most n functions running at once, the rest in arrival order. */
-class Slots {
-  private running = 0;
-  private readonly waiting: (() => void)[] = [];
-  constructor(private readonly n: number) {}
-
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.running >= this.n) await new Promise<void>((r) => this.waiting.push(r));
-    else this.running++;
-    try {
-      return await fn();
-    } finally {
-      const next = this.waiting.shift();
-      if (next) next();
-      else this.running--;
-    }
-  }
-}
-
 /** dup's of fds (CLOEXEC), all or none. */
 function dupAll(fds: number[]): number[] {
   const n = native();
