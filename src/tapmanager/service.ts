@@ -3,6 +3,7 @@
 import { native, type PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
 import { Slots } from './slots.js';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Handler, Reply, Request } from './server.js';
 import { Command, commandName } from '../protocol/commands.js';
 import { validateKey } from '../identity.js';
@@ -161,7 +162,8 @@ export class TapmanagerService implements Handler {
   }
 
   /**
-   * After a daemon restart: reattach pods left ready (and start their DHCP servers), undo pods left halfway.
+   * After a daemon restart: reattach pods left ready, undo pods left halfway; then start the DHCP servers of the
+   * pods restored (a get for one of them starts its server at once).
    * Every recorded key is queued at once, synchronously, so a request for a key still being restored waits in
    * that key's queue while other keys are served; the work itself runs at most RESTORE_PARALLEL keys at a time, in
    * the order of the records, except that a request for a key whose restore has not started moves it to the front.
@@ -175,26 +177,36 @@ export class TapmanagerService implements Handler {
     this.pods.sweepTemps();
     const slots = (this.restoreSlots = new Slots(RESTORE_PARALLEL));
     const one = async (key: string): Promise<void> => {
-      const r = await slots.run(key, () => this.pods.restoreKey(key));
-      if (r === 'none') return;
-      out[r].push(key);
-      if (r !== 'restored') return;
-      const st = this.pods.state(key);
-      if (!st) return;
-      try {
-        this.dhcp.start(st);
-      } catch (e) {
-        this.log.error({ key, err: e }, 'restarting DHCP for a restored pod failed');
-      }
+      // a restore is synchronous work: each one waits for a turn of the event loop first, so the socket is served
+      // between them (without it the whole restore runs as one chain of microtasks before the first accept)
+      const r = await slots.run(key, async () => {
+        await nextTurn();
+        return this.pods.restoreKey(key);
+      });
+      if (r !== 'none') out[r].push(key);
     };
+    // the restored pods' DHCP servers, once every pod answers again (a running VM renews its lease minutes from now;
+    // its get waits for nothing but its taps), each in its key's queue (a release may have come first)
+    const startDhcp = (key: string): Promise<void> =>
+      this.queue.run(key, async () => {
+        await nextTurn();
+        const st = this.pods.state(key);
+        if (!st || this.dhcp.running(key)) return;
+        try {
+          this.dhcp.start(st);
+        } catch (e) {
+          this.log.error({ key, err: e }, 'restarting DHCP for a restored pod failed');
+        }
+      });
     const all = this.pods.recordedKeys().map((key) =>
       this.queue.run(key, () => one(key)).catch((e: unknown) => {
         out.kept.push(key);
         this.log.error({ key, op: 'restore', err: e }, 'restore failed: the record stays');
       }),
     );
-    return Promise.all(all).then(() => {
+    return Promise.all(all).then(async () => {
       this.restoreSlots = undefined;
+      for (const key of out.restored) await startDhcp(key);
       this.restoreState = 'done';
       this.hooks.onRestored?.((performance.now() - t0) / 1000);
       return out;
