@@ -3,8 +3,8 @@
 // ratio (median, p90, p99), then the issue's goal:
 //   npm run bench                                   all of them
 //   npm run bench -- pods dhcp-first                some of them
-//   npm run bench -- --json                         one JSON array of the figures on stdout (the benches' own
-//                                                   output goes to stderr)
+//   npm run -s bench -- --json                      one JSON array of the figures on stdout (-s keeps npm's
+//                                                   banner off it; the benches' own output goes to stderr)
 //   npm run bench -- pods -- --figures add --runs 5 arguments after a second "--" go to every chosen bench
 // docs/performance.md explains each figure and how its baseline is built.
 import { spawn } from 'node:child_process';
