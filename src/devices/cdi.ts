@@ -4,8 +4,8 @@
 // Spec dirs are read in order (default /etc/cdi then /var/run/cdi); a device in a later dir replaces the same name
 // from an earlier one; the same name in two files of one dir is a conflict. Only *.json and *.yaml files, no
 // subdirectories. A file that does not parse or validate is reported with its path.
-import * as fs from 'node:fs';
-import * as path from 'node:path';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { isObj } from '../guards.js';
 import { isPciAddress } from './pci.js';
 import type { DeviceRequest } from './records.js';
@@ -179,18 +179,18 @@ export function loadCdiRegistry(dirs: readonly string[], parseYaml: YamlParse): 
   for (const dir of dirs) {
     let files: string[];
     try {
-      files = fs.readdirSync(dir).filter((f) => f.endsWith('.json') || f.endsWith('.yaml')).sort();
+      files = readdirSync(dir).filter((f) => f.endsWith('.json') || f.endsWith('.yaml')).sort();
     } catch {
       continue;
     }
     const here = new Map<string, Entry>();
     const hereConflicts = new Map<string, string[]>();
     for (const f of files) {
-      const file = path.join(dir, f);
+      const file = join(dir, f);
       let v: unknown;
       try {
-        if (!fs.statSync(file).isFile()) continue;
-        const text = fs.readFileSync(file, 'utf8');
+        if (!statSync(file).isFile()) continue;
+        const text = readFileSync(file, 'utf8');
         v = f.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
       } catch (e) {
         reg.bad.push({ file, problem: `does not parse: ${(e as Error).message.split('\n')[0]}` });

@@ -4,7 +4,7 @@
 //   2. device-plugin env (PCIDEVICE_*, PCI_RESOURCE_*,   5. CRI devices (VMPOD_CRI_DEVICES): /dev/vfio/<N> nodes
 //      MDEV_PCI_RESOURCE_*, QAT<n>)
 //   3. kubelet's PodResources (VMPOD_POD_NAME/NAMESPACE)
-import * as fs from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { ErrorCode, errorChain, VmpodError } from '../errors.js';
 import { CDI_DEVICES_ENV, cdiRequests, cdiSpecDirs, loadCdiRegistry, parseCdiNames, type YamlParse } from './cdi.js';
 import { criRequests } from './cri.js';
@@ -33,7 +33,7 @@ export interface CollectedDevices extends DeviceReport {
 function hasYamlSpec(dirs: readonly string[]): boolean {
   return dirs.some((d) => {
     try {
-      return fs.readdirSync(d).some((f) => f.endsWith('.yaml'));
+      return readdirSync(d).some((f) => f.endsWith('.yaml'));
     } catch {
       return false;
     }

@@ -2,7 +2,7 @@
 // runtime forwards to vmwrapper as VMPOD_CRI_DEVICES (a JSON list of CRI Devices, set with libvirt's <qemu:env>).
 // devices.md: Virtlet turned every one of them into a disk, so /dev/vfio/vfio became -drive and qemu failed with
 // "Could not refresh total sector count: Illegal seek". A VFIO node is PCI passthrough, never a disk.
-import * as fs from 'node:fs';
+import { statSync } from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { DeviceRequest } from './records.js';
 
@@ -70,7 +70,7 @@ export function parseCriDevices(json: string, what: string): CriDevice[] {
 
 function isBlockDevice(p: string): boolean {
   try {
-    return fs.statSync(p).isBlockDevice();
+    return statSync(p).isBlockDevice();
   } catch {
     return false; // missing or unreadable: not something we can attach as a disk
   }

@@ -1,8 +1,8 @@
 // Reads the HostFacts the merge step needs: PCI functions, their IOMMU groups, no-IOMMU marks, and which process
 // holds a group open. sysfs under the sysfs root; /dev and /proc under the host root (VMPOD_DEV_ROOT, default "/"),
 // so tests fake all three.
-import * as fs from 'node:fs';
-import * as path from 'node:path';
+import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { join } from 'node:path';
 import { isPciAddress, MDEV_UUID_RE } from './pci.js';
 import type { Sysfs } from './sysfs.js';
 import type { DeviceRequest, FunctionFacts, GroupFacts, Holder, HostFacts } from './records.js';
@@ -43,10 +43,10 @@ function guestName(cmdline: string): string | undefined {
 export function findHolders(root: string, nodes: Map<string, string>): Map<string, Holder[]> {
   const out = new Map<string, Holder[]>();
   if (nodes.size === 0) return out;
-  const proc = path.join(root, 'proc');
+  const proc = join(root, 'proc');
   let pids: string[];
   try {
-    pids = fs.readdirSync(proc).filter((e) => /^\d+$/.test(e));
+    pids = readdirSync(proc).filter((e) => /^\d+$/.test(e));
   } catch {
     return out;
   }
@@ -54,7 +54,7 @@ export function findHolders(root: string, nodes: Map<string, string>): Map<strin
     if (Number(pid) === process.pid) continue;
     let fds: string[];
     try {
-      fds = fs.readdirSync(path.join(proc, pid, 'fd'));
+      fds = readdirSync(join(proc, pid, 'fd'));
     } catch {
       continue; // gone, or not ours to see
     }
@@ -62,7 +62,7 @@ export function findHolders(root: string, nodes: Map<string, string>): Map<strin
     for (const fd of fds) {
       let target: string;
       try {
-        target = fs.readlinkSync(path.join(proc, pid, 'fd', fd));
+        target = readlinkSync(join(proc, pid, 'fd', fd));
       } catch {
         continue;
       }
@@ -72,7 +72,7 @@ export function findHolders(root: string, nodes: Map<string, string>): Map<strin
     if (groups.size === 0) continue;
     const read = (f: string) => {
       try {
-        return fs.readFileSync(path.join(proc, pid, f), 'utf8');
+        return readFileSync(join(proc, pid, f), 'utf8');
       } catch {
         return '';
       }
@@ -97,9 +97,9 @@ function groupFacts(sysfs: Sysfs, root: string, group: string): GroupFacts {
   }
   const g: GroupFacts = { group, members, mdevs, holders: [] };
   const name = sysfs.readText(`kernel/iommu_groups/${group}/name`);
-  const node = path.join(root, `dev/vfio/noiommu-${group}`);
+  const node = join(root, `dev/vfio/noiommu-${group}`);
   if (name === NOIOMMU_GROUP_NAME) g.noiommu = `${sysfs.path(`kernel/iommu_groups/${group}/name`)} is "${NOIOMMU_GROUP_NAME}"`;
-  else if (fs.existsSync(node)) g.noiommu = `${node} exists`;
+  else if (existsSync(node)) g.noiommu = `${node} exists`;
   return g;
 }
 
@@ -123,7 +123,7 @@ export function readHostFacts(requests: readonly DeviceRequest[], sysfs: Sysfs, 
   for (const g of groups) {
     facts.groups.set(g, groupFacts(sysfs, root, g));
     nodes.set(`/dev/vfio/${g}`, g);
-    nodes.set(path.join(root, `dev/vfio/${g}`), g);
+    nodes.set(join(root, `dev/vfio/${g}`), g);
   }
   for (const [g, holders] of findHolders(root, nodes)) facts.groups.get(g)!.holders = holders;
   return facts;

@@ -1,8 +1,8 @@
 // The gRPC client of kubelet's PodResources API (v1.PodResourcesLister), over its Unix socket. Imported
 // dynamically, only when a pod's devices are to be looked up there: @grpc/grpc-js and the .proto loader cost a
 // VM start nothing otherwise (they are not in the vmwrapper bundle either: scripts/bundle.mjs keeps them external).
-import * as fs from 'node:fs';
-import * as path from 'node:path';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { PodResourcesMsg, PodResourcesTarget } from './podresources.js';
@@ -10,11 +10,11 @@ import type { PodResourcesMsg, PodResourcesTarget } from './podresources.js';
 const PROTO = 'proto/kubelet/podresources/v1/api.proto';
 
 /** The .proto ships at the package root; this module runs from src/, dist/ or dist/bundle/. */
-export function protoPath(from = path.dirname(fileURLToPath(import.meta.url))): string {
-  for (let dir = from; ; dir = path.dirname(dir)) {
-    const p = path.join(dir, PROTO);
-    if (fs.existsSync(p)) return p;
-    if (path.dirname(dir) === dir) throw new VmpodError(ErrorCode.Internal, `${PROTO} not found above ${from}`);
+export function protoPath(from = dirname(fileURLToPath(import.meta.url))): string {
+  for (let dir = from; ; dir = dirname(dir)) {
+    const p = join(dir, PROTO);
+    if (existsSync(p)) return p;
+    if (dirname(dir) === dir) throw new VmpodError(ErrorCode.Internal, `${PROTO} not found above ${from}`);
   }
 }
 

@@ -1,7 +1,7 @@
 // Input: the devices kubelet allocated to the pod, from its PodResources API (the way Kata's runtime finds a
 // sandbox's devices when it is not handed them). Pure: what to ask, and the answer as DeviceRequests. The gRPC
 // client is kubelet.ts, imported only when this path is taken.
-import * as fs from 'node:fs';
+import { existsSync } from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { isObj } from '../guards.js';
 import { isPciAddress, MDEV_UUID_RE, parsePciAddress } from './pci.js';
@@ -26,7 +26,7 @@ export interface PodResourcesTarget {
  * without the pod's names is a configuration error; the default socket without them is not asked.
  * VMPOD_POD_RESOURCES_SOCKET="" turns the lookup off.
  */
-export function podResourcesTarget(env: Record<string, string | undefined>, exists: (p: string) => boolean = fs.existsSync): PodResourcesTarget | undefined {
+export function podResourcesTarget(env: Record<string, string | undefined>, exists: (p: string) => boolean = existsSync): PodResourcesTarget | undefined {
   const v = env[POD_RESOURCES_SOCKET_ENV];
   if (v === '') return undefined;
   const socket = v ?? DEFAULT_POD_RESOURCES_SOCKET;

@@ -1,7 +1,7 @@
 // Read-mostly model of the parts of sysfs we use, under a configurable root (devices.md). Every path is
 // built from validated components, so no input can escape the root.
-import * as fs from 'node:fs';
-import * as path from 'node:path';
+import { existsSync, readFileSync, readdirSync, readlinkSync, realpathSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { isPciAddress, MDEV_UUID_RE, parsePciAddress } from './pci.js';
 
@@ -54,17 +54,17 @@ export class Sysfs {
 
   /** Absolute path of a sysfs-relative one ("bus/pci/drivers_probe"). */
   path(rel: string): string {
-    return path.join(this.root, rel);
+    return join(this.root, rel);
   }
 
   exists(rel: string): boolean {
-    return fs.existsSync(this.path(rel));
+    return existsSync(this.path(rel));
   }
 
   /** File contents, trimmed; undefined when missing. */
   readText(rel: string): string | undefined {
     try {
-      return fs.readFileSync(this.path(rel), 'utf8').trim();
+      return readFileSync(this.path(rel), 'utf8').trim();
     } catch (e) {
       if (isENOENT(e)) return undefined;
       throw new VmpodError(ErrorCode.Device, `read ${this.path(rel)}`, { cause: e });
@@ -74,7 +74,7 @@ export class Sysfs {
   /** basename of a symlink's target; undefined when the link is missing. */
   linkBase(rel: string): string | undefined {
     try {
-      return path.basename(fs.readlinkSync(this.path(rel)));
+      return basename(readlinkSync(this.path(rel)));
     } catch (e) {
       if (isENOENT(e)) return undefined;
       throw new VmpodError(ErrorCode.Device, `read link ${this.path(rel)}`, { cause: e });
@@ -84,7 +84,7 @@ export class Sysfs {
   /** Directory entries, sorted; [] when missing. */
   list(rel: string): string[] {
     try {
-      return fs.readdirSync(this.path(rel)).sort();
+      return readdirSync(this.path(rel)).sort();
     } catch (e) {
       if (isENOENT(e)) return [];
       throw new VmpodError(ErrorCode.Device, `list ${this.path(rel)}`, { cause: e });
@@ -94,7 +94,7 @@ export class Sysfs {
   /** One write(2) of `data` to a sysfs attribute. The kernel acts on the write; errors name the file and data. */
   write(rel: string, data: string): void {
     try {
-      fs.writeFileSync(this.path(rel), data);
+      writeFileSync(this.path(rel), data);
     } catch (e) {
       throw new VmpodError(ErrorCode.Device, `write ${JSON.stringify(data)} to ${this.path(rel)}`, { cause: e });
     }
@@ -177,13 +177,13 @@ export class Sysfs {
     const rel = `bus/mdev/devices/${uuid}`;
     let real: string;
     try {
-      real = fs.realpathSync(this.path(rel));
+      real = realpathSync(this.path(rel));
     } catch (e) {
       if (isENOENT(e)) return undefined;
       throw new VmpodError(ErrorCode.Device, `resolve ${this.path(rel)}`, { cause: e });
     }
     const out: { uuid: string; parent?: string; iommuGroup?: string } = { uuid };
-    const parent = path.basename(path.dirname(real));
+    const parent = basename(dirname(real));
     if (isPciAddress(parent)) out.parent = parent.toLowerCase();
     const g = this.linkBase(`${rel}/iommu_group`);
     if (g !== undefined) out.iommuGroup = g;
