@@ -1,7 +1,6 @@
 // Typed loader of the C N-API addon (native/vmpod.c): the only place that makes raw syscalls.
 // Every function is one synchronous call. Failures throw an Error whose `code` is the errno name
 // (e.g. "ENOENT", "EBUSY") and whose message names the operation, e.g. "TUNSETIFF tap0: EBUSY (Device or resource busy)".
-import { createRequire } from 'node:module';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -172,12 +171,22 @@ function addonPath(): string {
 }
 
 let cached: Native | undefined;
+/** where the addon's exports are kept for every copy of this module in the process (vmwrapper's two bundles) */
+const LOADED = Symbol.for('vmpod-node.native');
 
-/** Loads the addon once. */
+/**
+ * Loads the addon once per process: `process.dlopen` of its path (what require() of a .node file ends in, without
+ * the module resolution and package.json reads on the way, which cost vmwrapper's every start).
+ */
 export function native(): Native {
   if (!cached) {
-    const require = createRequire(import.meta.url);
-    cached = require(addonPath()) as Native;
+    const g = globalThis as unknown as Record<symbol, Native | undefined>;
+    if (!g[LOADED]) {
+      const m = { exports: {} as Native };
+      process.dlopen(m, addonPath());
+      g[LOADED] = m.exports;
+    }
+    cached = g[LOADED];
   }
   return cached;
 }
