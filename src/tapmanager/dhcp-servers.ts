@@ -28,6 +28,8 @@ export class DhcpServers {
     const result = st.csn.Result ? fromV031(st.csn.Result) : undefined;
     if (!result) throw new VmpodError(ErrorCode.State, `pod ${st.key} has no CNI result to serve over DHCP`, { key: st.key, op: 'dhcp' });
     const servers: (DhcpServer | Dhcp6Server | RaServer)[] = [];
+    // each server binds what names it (DHCPv4 its bridge, RA and DHCPv6 their tap), so the pod's logger adds the key only
+    const log = this.log.child({ key: st.key });
     try {
       for (const iface of st.interfaces) {
         if (iface.type !== 'tap') continue;
@@ -40,7 +42,6 @@ export class DhcpServers {
           mac: iface.vmMac,
           defaultDns: this.defaultDns,
         });
-        const log = this.log.child({ key: st.key, bridge: iface.bridgeName });
         if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log, ...this.hooks }));
         if (guest.v6) {
           // records written before IPv6 support carry no bridgeMac: the planner's rule (the veth's new MAC) applies
