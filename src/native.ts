@@ -39,6 +39,23 @@ export interface DuplexPoller extends Poller {
   want(readable: boolean, writable: boolean): void;
 }
 
+/**
+ * The fd server's accept loop in the addon (fastGetServer): gets of registered keys are answered without entering
+ * JS; every other connection is handed to JS. want() pauses or resumes accepting.
+ */
+export interface FastGetServer extends DuplexPoller {
+  /** reply: the get's 77-byte response header then its payload; the fds are dup'ed and kept until unregister */
+  register(key: string, reply: Buffer, fds: number[]): void;
+  unregister(key: string): void;
+  /** connections JS serves now (the limit counts both) */
+  setJsConnections(n: number): void;
+  /** gets answered by the addon since the start, connections it holds now */
+  stats(): { gets: number; connections: number };
+}
+
+/** A connection the addon hands to JS: the bytes it read already, its peer (null: not read) and how many it holds. */
+export type AdoptFn = (fd: number, prefix: Buffer | null, peer: PeerCred | null, held: number) => void;
+
 /** Bits of the second argument of a poller's callback. */
 export const PollEvent = { Readable: 1, Writable: 2, Disconnect: 4 } as const;
 
@@ -152,6 +169,18 @@ export interface Native {
   recvFrom(fd: number, max: number): RecvFromResult | null;
   /** sendto(address:port) on a UDP socket. */
   sendTo(fd: number, data: Buffer, address: string, port: number): number;
+
+  /**
+   * Takes over accepting on listenFd (its own uv_poll: do not poll it elsewhere): a connection from uid 0 or a
+   * primary gid of allowedGids stays in the addon while it sends complete gets of registered keys; everything else
+   * goes to adopt. acceptError gets accept's errors (EMFILE...). Connections idle for idleMs are closed.
+   */
+  fastGetServer(
+    listenFd: number,
+    opts: { allowedGids: number[]; maxConnections: number; idleMs: number },
+    adopt: AdoptFn,
+    acceptError: (err: Error) => void,
+  ): FastGetServer;
 
   // ---- systemd ----
   /** one datagram to a Unix datagram socket: a path, or "@name" (abstract namespace), as sd_notify sends it. */

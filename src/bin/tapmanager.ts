@@ -69,7 +69,7 @@ export async function runTapmanager(config: TapmanagerConfig, log: Logger, notif
   const temps = sweepCacheTemps(config.cniCacheDir);
   if (temps.length > 0) log.info({ files: temps }, 'removed temporary CNI cache files a killed daemon left');
   // metrics (prom-client) only with --http-listen, the one place they are read: loaded on demand
-  const metrics = config.httpListen ? (await import('../tapmanager/metrics.js')).createMetrics((): Record<string, number> => service.podsByState()) : undefined;
+  const metrics = config.httpListen ? (await import('../tapmanager/metrics.js')).createMetrics((): Record<string, number> => service.podsByState(), (): number => server.fastGetsAnswered) : undefined;
   const plugins = spawnPluginExec({ pgidDir });
   const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: metrics ? metrics.timedExec(plugins) : plugins, timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
   const loadConf = () => loadConfList(config.cniConfDir);
@@ -90,7 +90,10 @@ export async function runTapmanager(config: TapmanagerConfig, log: Logger, notif
     requestTimeoutMs: config.requestTimeoutMs,
     maxConnections: config.maxConnections,
     ...(gid !== undefined ? { allowedGids: [gid], socketGid: gid } : {}),
+    // gets of ready pods answered by the addon; at debug every get goes through the service, which logs it
+    fastGets: !log.isLevelEnabled('debug'),
   });
+  service.replies = server;
   service.hooks.readiness = () => checkReadiness({ socketPath: config.socket, listening: () => server.listening, cniConfDir: config.cniConfDir, loadConfList: loadConf });
   // the HTTP listener before the fd socket: a taken port ends the start before anything is served, and /healthz
   // answers during a long restore (/readyz says why not yet)

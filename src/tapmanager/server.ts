@@ -12,9 +12,10 @@
 // - at most maxPipelined requests wait per connection, at most maxConnections connections are served;
 // - a reserve fd turns EMFILE on accept into "accept and close the newcomer" instead of a busy loop.
 import { chownSync, closeSync, openSync, readFileSync, unlinkSync } from 'node:fs';
-import { native, PollEvent, type DuplexPoller, type PeerCred } from '../native.js';
+import { native, PollEvent, type DuplexPoller, type FastGetServer, type PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
 import { RequestReader, encodeResponse, encodeError, type Request } from '../protocol/frames.js';
+import { Command } from '../protocol/commands.js';
 import { errorChain } from '../errors.js';
 
 export type { Request };
@@ -58,6 +59,11 @@ export interface ServerOptions {
   maxConnections?: number;
   /** requests read ahead on one connection while an earlier one runs; more is a protocol error */
   maxPipelined?: number;
+  /**
+   * accept in the addon, which answers gets of the keys given to setGetReply itself (docs/performance.md, get);
+   * every other connection and request is served here as without it
+   */
+  fastGets?: boolean;
 }
 
 type Limits = Required<Pick<ServerOptions, keyof typeof SERVER_DEFAULTS>>;
@@ -69,6 +75,7 @@ const ACCEPT_BACKOFF_MS = 100;
 export class FdServer {
   private listenFd = -1;
   private poller: DuplexPoller | undefined;
+  private fast: FastGetServer | undefined;
   private readonly conns = new Set<Connection>();
   private stopping = false;
   private reserveFd = -1;
@@ -93,7 +100,36 @@ export class FdServer {
     this.listenFd = n.listenUnix(this.opts.socketPath, 0o660, 128);
     // the addon chmod'ed the socket 0660 before listen; give it the configured group
     if (this.opts.socketGid !== undefined) chownSync(this.opts.socketPath, 0, this.opts.socketGid);
-    this.poller = n.pollReadable(this.listenFd, (err) => this.onAcceptable(err));
+    if (this.opts.fastGets) {
+      this.fast = n.fastGetServer(
+        this.listenFd,
+        { allowedGids: this.opts.allowedGids ?? [], maxConnections: this.limits.maxConnections, idleMs: this.limits.requestTimeoutMs },
+        (fd, prefix, peer, held) => this.adopt(fd, prefix, peer, held),
+        (err) => this.acceptFailed(err),
+      );
+      this.poller = this.fast;
+    } else {
+      this.poller = n.pollReadable(this.listenFd, (err) => this.onAcceptable(err));
+    }
+  }
+
+  /**
+   * With fastGets: the addon answers a get of key with this payload and dup's of these fds (taken now) until
+   * forgetGetReply; the caller makes sure they stay what a get would answer. Without fastGets: nothing.
+   */
+  setGetReply(key: string, payload: Buffer, fds: number[]): void {
+    if (!this.fast || this.stopping) return;
+    const { header, data } = encodeResponse(Command.Get, key, payload, fds.length);
+    this.fast.register(key, Buffer.concat([header, data]), fds);
+  }
+
+  forgetGetReply(key: string): void {
+    if (!this.stopping) this.fast?.unregister(key);
+  }
+
+  /** gets the addon answered since the start (0 without fastGets): they never reach the handler */
+  get fastGetsAnswered(): number {
+    return this.fast?.stats().gets ?? 0;
   }
 
   private onAcceptable(err: Error | null): void {
@@ -116,12 +152,28 @@ export class FdServer {
       n.close(fd);
       return;
     }
-    if (this.conns.size >= this.limits.maxConnections) {
-      this.refuseNewcomer(fd, `too many connections: ${this.conns.size} are being served (--max-connections ${this.limits.maxConnections}); try again`);
+    this.adopt(fd, null, null, 0);
+  }
+
+  /** A new connection (accepted here or by the addon, which may have read its first bytes and its peer). */
+  private adopt(fd: number, prefix: Buffer | null, peer: PeerCred | null, held: number): void {
+    if (this.stopping) {
+      native().close(fd);
       return;
     }
-    const conn = new Connection(fd, this.opts, this.limits, (c) => this.conns.delete(c));
+    const served = this.conns.size + held;
+    if (served >= this.limits.maxConnections) {
+      this.refuseNewcomer(fd, `too many connections: ${served} are being served (--max-connections ${this.limits.maxConnections}); try again`);
+      return;
+    }
+    const conn = new Connection(fd, this.opts, this.limits, (c) => this.forget(c), prefix, peer);
     if (conn.open) this.conns.add(conn);
+    this.fast?.setJsConnections(this.conns.size);
+  }
+
+  private forget(c: Connection): void {
+    this.conns.delete(c);
+    this.fast?.setJsConnections(this.conns.size);
   }
 
   /**
@@ -287,12 +339,16 @@ class Connection {
     private readonly opts: ServerOptions,
     private readonly limits: Limits,
     private readonly onClose: (c: Connection) => void,
+    /** bytes the addon read before handing the connection over */
+    prefix: Buffer | null = null,
+    /** the peer, when the addon read it already */
+    peer: PeerCred | null = null,
   ) {
     const n = native();
     this.closedP = new Promise((r) => (this.resolveClosed = r));
     this.poller = n.pollReadable(fd, (err, events) => this.onEvent(err, events));
     try {
-      this.peer = n.peerCred(fd);
+      this.peer = peer ?? n.peerCred(fd);
     } catch (e) {
       this.sendErrorAndEnd(`cannot read peer credentials: ${errorChain(e)}`);
       return;
@@ -308,6 +364,12 @@ class Connection {
       return;
     }
     this.armIdle();
+    if (prefix) {
+      // the bytes the addon read, then whatever else came with them, queued before the first is served (the
+      // pipelining bound counts them as one read would have)
+      if (this.take(prefix)) this.readAll();
+      else this.afterRead();
+    }
   }
 
   get open(): boolean {
@@ -398,31 +460,36 @@ class Connection {
       }
       // a short read took all there was: the level-triggered poll wakes us for more (or for EOF), so no read
       // ends in EAGAIN here
-      const drained = chunk.length < READ_CHUNK;
-      if (this.refused) {
-        if (drained) break;
-        continue; // its idle timer stands: dripping bytes does not keep it open
-      }
-      this.clearIdle();
-      const reqs = this.reader.push(chunk);
-      this.queue.push(...reqs.map((req) => ({ req })));
-      const bad = this.reader.error;
-      if (bad) {
-        this.log.warn({ err: bad }, 'bad request');
-        // requests completed before the bad bytes still get their answers, then the error, then the close
-        this.queue.push({ error: errorChain(bad) });
-        this.stopReading();
-        break;
-      }
-      if (this.queue.length > this.limits.maxPipelined) {
-        this.log.warn({ queued: this.queue.length }, 'too many pipelined requests');
-        this.queue.splice(this.limits.maxPipelined);
-        this.queue.push({ error: `more than ${this.limits.maxPipelined} requests pipelined on one connection; wait for the replies` });
-        this.stopReading();
-        break;
-      }
-      if (drained) break;
+      if (!this.take(chunk) || chunk.length < READ_CHUNK) break;
     }
+    this.afterRead();
+  }
+
+  /** One chunk of the peer's bytes into the request queue; false when reading stops (a bad request, a flood). */
+  private take(chunk: Buffer): boolean {
+    if (this.refused) return true; // its idle timer stands: dripping bytes does not keep it open
+    this.clearIdle();
+    const reqs = this.reader.push(chunk);
+    this.queue.push(...reqs.map((req) => ({ req })));
+    const bad = this.reader.error;
+    if (bad) {
+      this.log.warn({ err: bad }, 'bad request');
+      // requests completed before the bad bytes still get their answers, then the error, then the close
+      this.queue.push({ error: errorChain(bad) });
+      this.stopReading();
+      return false;
+    }
+    if (this.queue.length > this.limits.maxPipelined) {
+      this.log.warn({ queued: this.queue.length }, 'too many pipelined requests');
+      this.queue.splice(this.limits.maxPipelined);
+      this.queue.push({ error: `more than ${this.limits.maxPipelined} requests pipelined on one connection; wait for the replies` });
+      this.stopReading();
+      return false;
+    }
+    return true;
+  }
+
+  private afterRead(): void {
     if (this.refused) {
       // nothing is served; the idle timer armed at refusal stands, a hang-up ends it sooner
       if (this.eof && this.out.length === 0) this.close();

@@ -36,6 +36,12 @@ export interface ServiceHooks {
   readiness?: () => Promise<{ ready: boolean; reasons: string[] }>;
 }
 
+/** Where a ready pod's answer to get is kept for the socket server to send by itself (FdServer with fastGets). */
+export interface GetReplies {
+  setGetReply(key: string, payload: Buffer, fds: number[]): void;
+  forgetGetReply(key: string): void;
+}
+
 export class TapmanagerService implements Handler {
   readonly queue = new KeyQueue();
   readonly dhcp: DhcpServers;
@@ -46,6 +52,8 @@ export class TapmanagerService implements Handler {
   /** get's payload per pod network, encoded at its first get: a pod's interfaces never change while it lives */
   private readonly getPayloads = new WeakMap<PodNetworkState, Buffer>();
   private readonly started = Date.now();
+  /** the server's store of get answers; set once, before the server accepts */
+  replies: GetReplies | undefined;
 
   /** defaultDns: --default-dns for DHCP; hooks: metrics and readiness (ServiceHooks) */
   constructor(
@@ -111,12 +119,14 @@ export class TapmanagerService implements Handler {
             await this.pods.release(key).catch((re) => log().error({ err: re }, 'rollback after a DHCP failure failed'));
             throw e;
           }
+          this.offerGet(st);
           return { payload: encodeCsn(st.csn), fds: [] };
         });
       }
       case Command.Release: {
         const key = validateKey(req.key);
         return this.queue.run(key, async () => {
+          this.replies?.forgetGetReply(key);
           this.dhcp.stop(key);
           await this.pods.release(key);
           return { payload: null, fds: [] };
@@ -126,6 +136,7 @@ export class TapmanagerService implements Handler {
         // tapctl release --force: an operator finishing a quarantined key by hand
         const key = validateKey(req.key);
         return this.queue.run(key, async () => {
+          this.replies?.forgetGetReply(key);
           this.dhcp.stop(key);
           const { leftovers } = await this.pods.release(key, { force: true });
           return { payload: Buffer.from(JSON.stringify({ key, leftovers })), fds: [] };
@@ -138,17 +149,18 @@ export class TapmanagerService implements Handler {
           if (!this.dhcp.running(key)) this.dhcp.start(st);
           // the reply owns copies: a release queued right behind this get may close st.fds while the reply waits
           // for the peer to read
-          let payload = this.getPayloads.get(st);
-          if (payload === undefined) this.getPayloads.set(st, (payload = encodeGetInfo(getInfos(st))));
-          return { payload, fds: dupAll(st.fds) };
+          this.offerGet(st);
+          return { payload: this.getPayload(st), fds: dupAll(st.fds) };
         });
       }
       case Command.Recover: {
         const key = validateKey(req.key);
         const payload = decodeRecoverPayload(req.data);
         return this.queue.run(key, async () => {
+          this.replies?.forgetGetReply(key);
           const st = await this.pods.recover(key, payload);
           this.dhcp.start(st);
+          this.offerGet(st);
           return { payload: null, fds: [] };
         });
       }
@@ -196,7 +208,9 @@ export class TapmanagerService implements Handler {
           this.dhcp.start(st);
         } catch (e) {
           this.log.error({ key, err: e }, 'restarting DHCP for a restored pod failed');
+          return;
         }
+        this.offerGet(st);
       });
     const all = this.pods.recordedKeys().map((key) =>
       this.queue.run(key, () => one(key)).catch((e: unknown) => {
@@ -211,6 +225,26 @@ export class TapmanagerService implements Handler {
       this.hooks.onRestored?.((performance.now() - t0) / 1000);
       return out;
     });
+  }
+
+  /** get's payload of a pod network, encoded at its first get: a pod's interfaces never change while it lives */
+  private getPayload(st: PodNetworkState): Buffer {
+    let payload = this.getPayloads.get(st);
+    if (payload === undefined) this.getPayloads.set(st, (payload = encodeGetInfo(getInfos(st))));
+    return payload;
+  }
+
+  /**
+   * A pod that is ready to be got (every tap open, its DHCP servers running) gets its answer kept by the server,
+   * which then answers its gets without this handler; release and recover take it back first (in the key's queue).
+   */
+  private offerGet(st: PodNetworkState): void {
+    if (!this.replies || !this.dhcp.running(st.key) || st.fds.length !== st.interfaces.length) return;
+    try {
+      this.replies.setGetReply(st.key, this.getPayload(st), st.fds);
+    } catch (e) {
+      this.log.warn({ key: st.key, err: e }, 'keeping the answer to get failed: gets of this pod go through the daemon');
+    }
   }
 
   /** SIGTERM: let running requests finish, stop DHCP, close our copies of the fds; pod networks stay. */

@@ -42,6 +42,11 @@ export interface DaemonOptions {
   cacheDir?: string;
   /** reuse dirs of an earlier daemon (restart) */
   reuse?: Pick<Daemon, 'socket' | 'stateDir' | 'cacheDir' | 'dir'>;
+  /**
+   * --log-level; default info, the daemon's own default, so that tests see what a node runs (at info the addon
+   * answers gets of ready pods itself; at debug every get goes through the service and is logged)
+   */
+  logLevel?: 'debug' | 'info';
 }
 
 async function waitFor(cond: () => boolean, ms: number, what: string): Promise<void> {
@@ -74,7 +79,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     '--cni-bin-dir', (opts.binDirs ?? ['/usr/lib/cni']).join(':'),
     '--cni-cache-dir', cacheDir,
     '--state-dir', stateDir,
-    '--log-level', 'debug',
+    '--log-level', opts.logLevel ?? 'info',
     ...(opts.extraArgs ?? []),
   ];
   // the daemon's stdout and stderr go to a file of its own, not a pipe: a test that blocks in a synchronous read

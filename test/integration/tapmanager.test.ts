@@ -75,7 +75,7 @@ describe('tapmanager with bridge + host-local', () => {
 
   beforeAll(async () => {
     net = await makeCniConf();
-    d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir });
+    d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, logLevel: 'debug' });
     client = new FdClient(d.socket, { timeoutMs: 60_000 });
   });
 
