@@ -2573,14 +2573,24 @@ static fg_server *fg_this(napi_env env, napi_callback_info info, size_t *argc, n
   return data;
 }
 
+// A method whose first argument is a key: the server and a malloc'd copy of the key (NULL: an exception is pending).
+static char *fg_key_call(napi_env env, napi_callback_info info, size_t want, napi_value *argv, const char *usage,
+                         fg_server **s) {
+  size_t argc = want;
+  *s = fg_this(env, info, &argc, argv);
+  if (!*s) return NULL;
+  if (argc < want) {
+    throw_type(env, "%s", usage);
+    return NULL;
+  }
+  return get_string(env, argv[0], usage, "key");
+}
+
 // register(key, reply, fds): reply = the 77-byte header then the payload (at least 1 byte); fds are dup'ed.
 static napi_value js_fg_register(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
-  fg_server *s = fg_this(env, info, &argc, argv);
-  if (!s) return NULL;
-  if (argc < 3) return throw_type(env, "register: expects (key, reply, fds)");
-  char *key = get_string(env, argv[0], "register", "key");
+  fg_server *s;
+  char *key = fg_key_call(env, info, 3, argv, "register: expects (key, reply, fds)", &s);
   if (!key) return NULL;
   const uint8_t *reply;
   size_t len;
@@ -2631,12 +2641,9 @@ out:
 }
 
 static napi_value js_fg_unregister(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
   napi_value argv[1];
-  fg_server *s = fg_this(env, info, &argc, argv);
-  if (!s) return NULL;
-  if (argc < 1) return throw_type(env, "unregister: expects (key)");
-  char *key = get_string(env, argv[0], "unregister", "key");
+  fg_server *s;
+  char *key = fg_key_call(env, info, 1, argv, "unregister: expects (key)", &s);
   if (!key) return NULL;
   fg_entry **p = fg_find(s, key);
   if (*p) {
@@ -2655,7 +2662,8 @@ static napi_value js_fg_want(napi_env env, napi_callback_info info) {
   fg_server *s = fg_this(env, info, &argc, argv);
   if (!s) return NULL;
   bool r;
-  if (argc < 1 || !get_bool(env, argv[0], "want", "readable", &r)) return NULL;
+  if (argc < 1) return throw_type(env, "want: expects (readable, writable)");
+  if (!get_bool(env, argv[0], "want", "readable", &r)) return NULL;
   if (!s->active || r == s->accepting) return make_undefined(env);
   int rc = r ? uv_poll_start(&s->listen, UV_READABLE, fg_accept_cb) : uv_poll_stop(&s->listen);
   if (rc < 0) return throw_errno(env, -rc, "uv_poll_start fd %d", s->lfd);
@@ -2669,7 +2677,8 @@ static napi_value js_fg_set_js_connections(napi_env env, napi_callback_info info
   fg_server *s = fg_this(env, info, &argc, argv);
   if (!s) return NULL;
   int64_t n;
-  if (argc < 1 || !get_int(env, argv[0], "setJsConnections", "n", 0, INT32_MAX, &n)) return NULL;
+  if (argc < 1) return throw_type(env, "setJsConnections: expects (n)");
+  if (!get_int(env, argv[0], "setJsConnections", "n", 0, INT32_MAX, &n)) return NULL;
   s->js_conns = (int)n;
   return make_undefined(env);
 }
