@@ -1,5 +1,8 @@
 // The fd server: a Unix stream socket owned by the addon and driven from the event loop (uv_poll).
 // Framing is Virtlet's (docs/protocol.md); what each command does is the Handler's business.
+// With fastGets the addon accepts, and answers gets of the pods given to setGetReply without entering JS
+// (docs/decisions.md, "Gets of ready pods are answered in the addon"); every other connection comes here, with the
+// bytes it read (adopt), and is served as below.
 //
 // Why not node:net: libuv reads with read(), so it could carry our requests, but replies need sendmsg with
 // SCM_RIGHTS on the same socket, and mixing libuv's writes with ours is a race. One owner of the fd is simpler.
