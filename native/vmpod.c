@@ -35,6 +35,7 @@ extern unsigned int if_nametoindex(const char *ifname);
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -2198,7 +2199,9 @@ fail:
 // ---------------------------------------------------------------------------------------------
 
 // ---- fastGetServer: Virtlet's get answered in C ----
-// The fd server's accept loop, in C on the event loop's thread. A connection from uid 0 (or a primary gid of
+// The fd server's accept loop, in C on the event loop's thread. Connections are watched by an epoll set of ours,
+// itself watched by one uv_poll (libuv's own poll per fd costs five syscalls per connection). A connection from uid
+// 0 (or a primary gid of
 // allowedGids) stays here while it sends complete get requests of keys JS registered (the reply bytes and dup's of
 // the fds, per key): each is answered with one send of the header and one sendmsg of the payload with the fds,
 // without entering JS. Anything else is handed to JS (adopt) with the bytes read so far: another command, a key
@@ -2226,7 +2229,6 @@ typedef struct fg_entry {
 
 struct fg_server;
 typedef struct fg_conn {
-  uv_poll_t h;
   struct fg_server *srv;
   struct fg_conn *prev, *next;
   int fd;
@@ -2234,12 +2236,16 @@ typedef struct fg_conn {
   uint8_t buf[FG_HDR];
   uint64_t last;  // uv_now of the last request answered (or of the accept)
   uint64_t served;
+  bool polled;  // in the epoll set
   struct ucred cred;
 } fg_conn;
 
 typedef struct fg_server {
   uv_poll_t listen;
+  uv_poll_t events;  // the epoll set of the connections
   uv_timer_t sweep;
+  uv_loop_t *loop;
+  int epfd;
   napi_env env;
   napi_ref on_adopt, on_error, self;
   napi_async_context async;
@@ -2247,7 +2253,7 @@ typedef struct fg_server {
   int lfd;
   bool active;
   bool accepting;
-  int handles;  // uv handles not closed yet: listen, sweep, each connection
+  int handles;  // uv handles not closed yet: listen, events, sweep
   int refs;     // handles + the JS functions not finalised yet
   fg_entry *buckets[FG_BUCKETS];
   fg_conn *conns;
@@ -2271,13 +2277,6 @@ static void fg_handle_closed(fg_server *s) {
 }
 
 static void fg_server_handle_closed(uv_handle_t *h) { fg_handle_closed(h->data); }
-
-static void fg_conn_closed(uv_handle_t *h) {
-  fg_conn *c = h->data;
-  fg_server *s = c->srv;
-  free(c);
-  fg_handle_closed(s);
-}
 
 static uint32_t fg_hash(const char *k) {
   uint32_t h = 2166136261u;
@@ -2320,8 +2319,8 @@ static void fg_unlink_conn(fg_conn *c) {
 
 static void fg_close_conn(fg_conn *c) {
   fg_unlink_conn(c);
-  uv_close((uv_handle_t *)&c->h, fg_conn_closed);  // stops the poll first
-  close(c->fd);
+  close(c->fd);  // which takes it out of the epoll set
+  free(c);
 }
 
 static void fg_call(fg_server *s, napi_ref fn, size_t argc, napi_value *argv) {
@@ -2376,7 +2375,8 @@ static void fg_handoff(fg_conn *c) {
   struct ucred cred = c->cred;
   memcpy(buf, c->buf, n);
   fg_unlink_conn(c);
-  uv_close((uv_handle_t *)&c->h, fg_conn_closed);  // the fd is no longer watched by us (JS watches it next)
+  if (c->polled) epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);  // JS watches it next
+  free(c);
   fg_adopt(s, fd, buf, n, &cred);
 }
 
@@ -2427,34 +2427,49 @@ static bool fg_serve(fg_conn *c) {
   s->gets++;
   c->served++;
   c->have = 0;
-  c->last = uv_now(c->h.loop);
+  c->last = uv_now(s->loop);
   return true;
 }
 
-// Reads what the peer sent and answers or hands over; returns with nothing to read (EAGAIN) or c gone.
-static void fg_conn_read(fg_conn *c) {
+// Reads what the peer sent and answers or hands over. True: c is still ours, with nothing more to read now.
+static bool fg_conn_read(fg_conn *c) {
   ssize_t n;
   do n = recv(c->fd, c->buf + c->have, FG_HDR - c->have, MSG_DONTWAIT);
   while (n < 0 && errno == EINTR);
   if (n < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
     fg_close_conn(c);
-    return;
+    return false;
   }
   if (n == 0) {
     if (c->have == 0) fg_close_conn(c);  // a clean hang-up
     else fg_handoff(c);                 // EOF inside a header: JS says what was wrong
-    return;
+    return false;
   }
   c->have += (size_t)n;
-  if (c->have < FG_HDR || !fg_serve(c)) fg_handoff(c);
+  if (c->have < FG_HDR) {
+    fg_handoff(c);
+    return false;
+  }
+  struct fg_server *s = c->srv;
+  uint64_t before = s->gets;
+  if (!fg_serve(c)) {
+    fg_handoff(c);
+    return false;
+  }
+  return s->gets != before;  // answered (false: the send failed and c was closed)
 }
 
-static void fg_conn_cb(uv_poll_t *h, int status, int events) {
+// The epoll set has ready connections: each is read (level-triggered: what is left comes back next turn).
+static void fg_events_cb(uv_poll_t *h, int status, int events) {
+  (void)status;
   (void)events;
-  fg_conn *c = h->data;
-  if (status < 0) fg_close_conn(c);
-  else fg_conn_read(c);
+  fg_server *s = h->data;
+  struct epoll_event ev[64];
+  int n;
+  do n = epoll_wait(s->epfd, ev, 64, 0);
+  while (n < 0 && errno == EINTR);
+  for (int i = 0; i < n && s->active; i++) fg_conn_read(ev[i].data.ptr);  // a stop from JS ends the batch
 }
 
 static bool fg_peer_allowed(fg_server *s, const struct ucred *cr) {
@@ -2499,30 +2514,27 @@ static void fg_accept_cb(uv_poll_t *h, int status, int events) {
     return;
   }
   fg_conn *c = calloc(1, sizeof(*c));
-  if (!c || uv_poll_init(h->loop, &c->h, fd) < 0) {
-    free(c);
+  if (!c) {
     fg_adopt(s, fd, NULL, 0, NULL);
     return;
   }
-  c->h.data = c;
   c->srv = s;
   c->fd = fd;
   c->cred = cr;
-  c->last = uv_now(h->loop);
-  s->handles++;
-  s->refs++;
-  if (uv_poll_start(&c->h, UV_READABLE | UV_DISCONNECT, fg_conn_cb) < 0) {
-    uv_close((uv_handle_t *)&c->h, fg_conn_closed);
-    fg_adopt(s, fd, NULL, 0, NULL);
-    return;
-  }
+  c->last = uv_now(s->loop);
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   s->nconns++;
-  // the request is usually there already (a client writes it right after connect): answered now, the poll (whose
-  // epoll registration libuv makes at the next turn of the loop) waits for the next request or the hang-up
-  fg_conn_read(c);
+  // the request is usually there already (a client writes it right after connect): answered now; then the epoll set
+  // waits for the next request or the hang-up
+  if (!fg_conn_read(c)) return;  // answered and closed, or handed over
+  struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e) < 0) {
+    fg_handoff(c);
+    return;
+  }
+  c->polled = true;
 }
 
 // Closes connections that sent nothing for idle_ms (JS's idle rule for its own connections).
@@ -2539,7 +2551,9 @@ static void fg_stop(fg_server *s) {
   if (!s->active) return;
   s->active = false;
   uv_close((uv_handle_t *)&s->listen, fg_server_handle_closed);  // the listening fd is JS's to close
+  uv_close((uv_handle_t *)&s->events, fg_server_handle_closed);
   uv_close((uv_handle_t *)&s->sweep, fg_server_handle_closed);
+  close(s->epfd);
   while (s->conns) fg_close_conn(s->conns);
   for (int i = 0; i < FG_BUCKETS; i++)
     while (s->buckets[i]) {
@@ -2738,10 +2752,12 @@ static napi_value js_fastGetServer(napi_env env, napi_callback_info info) {
     s->gids[s->ngids++] = (gid_t)g;
   }
   s->env = env;
+  s->loop = loop;
   s->lfd = lfd;
   s->max_conns = (int)max_conns;
   s->idle_ms = (uint64_t)idle_ms;
   s->listen.data = s;
+  s->events.data = s;
   s->sweep.data = s;
   static const struct {
     const char *name;
@@ -2760,14 +2776,31 @@ static napi_value js_fastGetServer(napi_env env, napi_callback_info info) {
       free(s);
       return throw_napi(env, "fastGetServer: creating the server object failed");
     }
+  s->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (s->epfd < 0) {
+    int err = errno;
+    free(s);
+    return throw_errno(env, err, "epoll_create1");
+  }
   int r = uv_poll_init(loop, &s->listen, lfd);
+  if (r == 0) {
+    r = uv_poll_init(loop, &s->events, s->epfd);
+    if (r < 0) {
+      s->handles = 1;
+      s->refs = 1;
+      uv_close((uv_handle_t *)&s->listen, fg_server_handle_closed);
+      close(s->epfd);
+      return throw_errno(env, -r, "uv_poll_init epoll fd %d", s->epfd);
+    }
+  }
   if (r < 0) {
+    close(s->epfd);
     free(s);
     return throw_errno(env, -r, "uv_poll_init fd %d", lfd);
   }
   uv_timer_init(loop, &s->sweep);
-  s->handles = 2;
-  s->refs = 2;
+  s->handles = 3;
+  s->refs = 3;
   if (napi_create_reference(env, argv[2], 1, &s->on_adopt) != napi_ok ||
       napi_create_reference(env, argv[3], 1, &s->on_error) != napi_ok ||
       napi_create_reference(env, obj, 1, &s->self) != napi_ok || napi_async_init(env, obj, name, &s->async) != napi_ok) {
@@ -2775,7 +2808,9 @@ static napi_value js_fastGetServer(napi_env env, napi_callback_info info) {
     if (s->on_error) napi_delete_reference(env, s->on_error);
     if (s->self) napi_delete_reference(env, s->self);
     uv_close((uv_handle_t *)&s->listen, fg_server_handle_closed);
+    uv_close((uv_handle_t *)&s->events, fg_server_handle_closed);
     uv_close((uv_handle_t *)&s->sweep, fg_server_handle_closed);
+    close(s->epfd);
     return throw_napi(env, "fastGetServer: napi reference failed");
   }
   s->active = true;
@@ -2791,7 +2826,8 @@ static napi_value js_fastGetServer(napi_env env, napi_callback_info info) {
   uint64_t every = s->idle_ms / 4 < 1000 ? (s->idle_ms / 4 ? s->idle_ms / 4 : 1) : 1000;
   uv_timer_start(&s->sweep, fg_sweep_cb, every, every);
   uv_unref((uv_handle_t *)&s->sweep);
-  r = uv_poll_start(&s->listen, UV_READABLE, fg_accept_cb);
+  r = uv_poll_start(&s->events, UV_READABLE, fg_events_cb);
+  if (r == 0) r = uv_poll_start(&s->listen, UV_READABLE, fg_accept_cb);
   if (r < 0) {
     fg_stop(s);
     return throw_errno(env, -r, "uv_poll_start fd %d", lfd);

@@ -22,7 +22,7 @@ import type { PodInterface } from '../state/types.js';
 import { DEFAULT_IFNAME, type Observed } from './types.js';
 import { applySteps, recordSteps, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
 import { findVfs, ipVfLink, planVfs } from './vf.js';
-import { closeFds, isBusy, openFds } from './fds.js';
+import { closeFds, isBusy, openFds, openNewFds } from './fds.js';
 import { checkRecoverCsn, checkSameCsn, conventionRecord, recoverRecord } from './recover.js';
 
 export { resultForRecover } from './recover.js';
@@ -178,7 +178,7 @@ export class PodNetwork {
       lap('container side applied');
 
       try {
-        fds = openFds(nsPath, plan.interfaces, this.log);
+        fds = await openNewFds(nsPath, plan.interfaces, this.log);
       } catch (e) {
         throw stepError('open-tap', undefined, e);
       }
