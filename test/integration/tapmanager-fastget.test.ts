@@ -4,7 +4,7 @@
 import { describe, it, expect, beforeAll, afterAll, vi } from 'vitest';
 import { readdirSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { startDaemon, stopDaemonAndNet, removeDir, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, stopDaemonAndNet, removeDir, fdsSettled, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { connect, exchange, readFull, readReply, requestBytes, type RawReply } from '../helpers/rawclient.js';
 import { native } from '../../src/native.js';
@@ -136,6 +136,32 @@ describe('get answered by the addon', () => {
     expect(r.fds).toEqual([]);
     expect(r.data.toString()).toContain(k);
     expect(tapFds()).toBe(before);
+  });
+
+  it('garbage from 300 peers (bad magic, partial headers, huge sizes, hang-ups) never stops it, nor leaks an fd', async () => {
+    const k = addPod();
+    const n = native();
+    const fdsBefore = await fdsSettled(d);
+    const valid = requestBytes(GET, k);
+    for (let i = 0; i < 300; i++) {
+      const fd = connect(d.socket, 15_000);
+      try {
+        const kind = i % 5;
+        const junk =
+          kind === 0 ? randomBytes(1 + (i % 200)) // noise
+          : kind === 1 ? valid.subarray(0, 1 + (i % 76)) // a header cut short, then a hang-up
+          : kind === 2 ? Buffer.concat([valid.subarray(0, 5), Buffer.from([0xff, 0xff, 0xff, 0xff]), valid.subarray(9)]) // a 4 GB get
+          : kind === 3 ? Buffer.concat([valid, randomBytes(3)]) // a get, then noise
+          : valid;
+        n.writeAll(fd, junk);
+        if (kind === 3 || kind === 4) expect(seen(readReply(fd)!)).toMatchObject({ command: 0x82, key: k, taps: ['/dev/net/tun'] });
+      } finally {
+        n.close(fd);
+      }
+    }
+    expect(d.alive()).toBe(true);
+    expect(seen(exchange(d.socket, GET, k))).toMatchObject({ command: 0x82, key: k, taps: ['/dev/net/tun'] });
+    expect(await fdsSettled(d)).toBe(fdsBefore);
   });
 
   it('a connection that sends nothing is closed after the request timeout', () => {
