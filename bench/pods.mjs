@@ -43,6 +43,8 @@ if (process.getuid?.() !== 0) throw new Error('needs root (netns, bridge, tap)')
 const cleanup = new Cleanup();
 cleanup.installGuards('pods', 1_800_000);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/** the pause between two rounds of the add figure */
+const SETTLE_MS = 150;
 
 async function addRelease(w, label, n) {
   const ours = { add: [], release: [] };
@@ -60,6 +62,8 @@ async function addRelease(w, label, n) {
     if (i % 2) sides.reverse();
     for (const [into, add] of sides) into.add.push(...(await add()).opsMs);
     for (const [into, , release] of sides) into.release.push(...(await release()).opsMs);
+    // and the kernel's removal of the two netns (cleanup_net, a workqueue) is over before the next round's adds
+    await sleep(SETTLE_MS);
   }
   const syscalls = o.strace && label === '' ? await straceAdds(w) : undefined;
   figure(`add${label}`, 'ms', ours.add, bare.add, { ...(syscalls ? { extra: { syscallsPerAdd: syscalls } } : {}), goal: 1.3, what: 'add over the socket (C client)', baselineWhat: 'ip netns add + bridge ADD, exec\'d by a C program' });
