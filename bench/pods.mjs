@@ -3,7 +3,8 @@
 //   node bench/pods.mjs [--runs 20] [--counts 10,100,250,500] [--burst 250] [--gets 200] [--rounds 3]
 //                       [--figures add,burst,scale] [--strace]
 // add       one add / one release through tapmanager (the C client, bench/c/vmpod-client.c) vs bare-cni
-//           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`)
+//           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`);
+//           the sides take turns going first, and rounds are 150 ms apart (the kernel's netns removal settled)
 // burst     --burst adds by 16 clients at once vs the same bare adds 16 at once; tapmanager's RSS and fds at 0 and
 //           after them; then their releases (16 at once) vs the bare DELs
 // scale     for each count of pods present: add and release (as `add`), get by 8 client processes at once vs a
