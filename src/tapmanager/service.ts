@@ -197,8 +197,8 @@ export class TapmanagerService implements Handler {
       });
       if (r !== 'none') out[r].push(key);
     };
-    // the restored pods' DHCP servers, once every pod answers again (a running VM renews its lease minutes from now;
-    // its get waits for nothing but its taps), each in its key's queue (a release may have come first)
+    // the restored pods' DHCP servers, once every pod is back (a running VM renews its lease minutes from now; a get
+    // before that starts its own pod's servers), each in its key's queue (a release may have come first)
     const startDhcp = (key: string): Promise<void> =>
       this.queue.run(key, async () => {
         await nextTurn();
