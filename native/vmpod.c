@@ -379,6 +379,17 @@ static napi_value make_null(napi_env env) {
   return v;
 }
 
+// One SCM_RIGHTS control message of n fds (n > 0) in ctl, which holds CMSG_SPACE(n ints), aligned for a cmsghdr
+// and zeroed; returns its length for msg_controllen.
+static size_t put_scm_rights(char *ctl, const int *fds, size_t n) {
+  struct cmsghdr *c = (struct cmsghdr *)ctl;
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+  memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+  return CMSG_SPACE(sizeof(int) * n);
+}
+
 static void close_fds(const int *fds, size_t n) {
   for (size_t i = 0; i < n; i++) close(fds[i]);
 }
@@ -593,20 +604,13 @@ static napi_value js_sendMsg(napi_env env, napi_callback_info info) {
     data = &filler;
     len = 1;
   }
-  size_t ctl_len = nfds ? CMSG_SPACE(sizeof(int) * nfds) : 0;
   // union-aligned control buffer, as the kernel and CMSG_* macros expect
   union {
     struct cmsghdr align;
     char buf[CMSG_SPACE(sizeof(int) * MAX_SCM_FDS)];
   } ctl;
   memset(&ctl, 0, sizeof(ctl));
-  if (nfds) {
-    struct cmsghdr *c = (struct cmsghdr *)ctl.buf;
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-  }
+  size_t ctl_len = nfds ? put_scm_rights(ctl.buf, fds, nfds) : 0;
   free(fds);
 
   size_t off = 0;
@@ -661,13 +665,8 @@ static napi_value js_trySendMsg(napi_env env, napi_callback_info info) {
   struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
   struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
   if (nfds) {
-    struct cmsghdr *c = (struct cmsghdr *)ctl.buf;
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
     msg.msg_control = ctl.buf;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    msg.msg_controllen = put_scm_rights(ctl.buf, fds, nfds);
   }
   free(fds);
   if (len == 0) return make_int(env, 0);
@@ -2410,13 +2409,8 @@ static bool fg_serve(fg_conn *c) {
   struct iovec iov = {.iov_base = e->reply + FG_HDR, .iov_len = e->len - FG_HDR};
   struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
   if (e->nfds > 0) {
-    struct cmsghdr *cm = (struct cmsghdr *)ctl.buf;
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)e->nfds);
-    memcpy(CMSG_DATA(cm), e->fds, sizeof(int) * (size_t)e->nfds);
     msg.msg_control = ctl.buf;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)e->nfds);
+    msg.msg_controllen = put_scm_rights(ctl.buf, e->fds, (size_t)e->nfds);
   }
   do n = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
