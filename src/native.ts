@@ -1,4 +1,4 @@
-// Typed loader of the C N-API addon (native/vmpod.c): the only place that makes raw syscalls.
+// Typed loader of the C N-API addon (native/*.c): the only place that makes raw syscalls.
 // Every function is one synchronous call. Failures throw an Error whose `code` is the errno name
 // (e.g. "ENOENT", "EBUSY") and whose message names the operation, e.g. "TUNSETIFF tap0: EBUSY (Device or resource busy)".
 import { existsSync } from 'node:fs';
@@ -59,6 +59,18 @@ export type AdoptFn = (fd: number, prefix: Buffer | null, peer: PeerCred | null,
 /** Bits of the second argument of a poller's callback. */
 export const PollEvent = { Readable: 1, Writable: 2, Disconnect: 4 } as const;
 
+/** The first argument of spawnChild's callback. */
+export const ChildEvent = { Overflow: 1, Done: 2 } as const;
+
+/** How a child of spawnChild ended: exactly one of code and signal is a number. */
+export interface ChildResult {
+  code: number | null;
+  /** the signal number that killed it */
+  signal: number | null;
+  stdout: Buffer;
+  stderr: Buffer;
+}
+
 export interface TapOptions {
   /** IFF_VNET_HDR */
   vnetHdr?: boolean;
@@ -96,6 +108,14 @@ export interface Native {
    * (PollEvent bits). Keep the returned object referenced. want() adds writability.
    */
   pollReadable(fd: number, cb: (err: Error | null, events: number) => void): DuplexPoller;
+  /**
+   * posix_spawn(path) (vfork: the loop waits only for the exec) with argv [path], exactly `env` ("K=V"), stdio on
+   * pipes, in a new session (its pgid is its pid), every signal at its default. stdin is written as the pipe
+   * takes it. cb(ChildEvent.Overflow) once when stdout or stderr passes maxOutputBytes (the rest is dropped), then
+   * cb(ChildEvent.Done, result) once it has exited and both pipes are at EOF. The child is watched with a pidfd and
+   * reaped here. Returns its pid; an exec that fails throws its errno (ENOENT, EACCES, ENOEXEC, ETXTBSY).
+   */
+  spawnChild(path: string, env: string[], stdin: Uint8Array, maxOutputBytes: number, cb: (event: number, result?: ChildResult) => void): number;
   /** open(path) and flock(LOCK_EX|LOCK_NB): the lock lives as long as the returned fd (CLOEXEC). Held elsewhere: throws code EAGAIN. */
   lockExclusive(path: string): number;
   /** close(fd); EBADF throws. */

@@ -3,11 +3,11 @@
 import { constants, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import type { Readable } from 'node:stream';
+import { constants as osConstants } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { listDir } from '../files.js';
+import { native, ChildEvent, type ChildResult } from '../native.js';
 import { pluginFailure } from './errors.js';
 
 export interface PluginRunOptions {
@@ -160,26 +160,16 @@ interface RunOutcome {
   stopped?: 'timeout' | 'abort' | 'overflow';
 }
 
-/** Collects a stream's bytes up to `limit`; calls onOverflow once when it would go past it. */
-function collect(stream: Readable, limit: number, onOverflow: () => void): () => Buffer {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  stream.on('data', (b: Buffer) => {
-    if (size + b.length > limit) {
-      if (size <= limit) onOverflow();
-      size = limit + 1;
-      return;
-    }
-    size += b.length;
-    chunks.push(b);
-  });
-  return () => Buffer.concat(chunks);
+/** A signal number as its name (SIGKILL), as child_process reports it. */
+function signalName(n: number): NodeJS.Signals {
+  for (const [name, num] of Object.entries(osConstants.signals)) if (num === n) return name as NodeJS.Signals;
+  return `SIG${n}` as NodeJS.Signals;
 }
 
 /**
- * Plugins spawned with node:child_process (libuv's spawn, nothing between it and the plugin): no arguments (CNI
- * passes everything in env and stdin), a private environment, stdin written in full. Each plugin runs in its own
- * session (detached => setsid), so a timeout, an abort or an output flood signals the plugin together with
+ * Plugins spawned by the addon (native spawnChild: posix_spawn, so the event loop waits only for the exec, and the
+ * daemon's memory is not copied for a fork): argv is the plugin's path alone (CNI passes everything in env and stdin),
+ * a private environment, stdin written in full. Each plugin runs in its own session (setsid), so a timeout, an abort or an output flood signals the plugin together with
  * anything it started (iptables, helpers): SIGTERM to the group, SIGKILL after killGraceMs, and a final SIGKILL
  * sweep of the group once the plugin has exited, so nothing it started outlives a killed run.
  */
@@ -205,54 +195,47 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
 
   function runOnce(o: PluginRunOptions): Promise<RunOutcome> {
     return new Promise((resolve) => {
-      let child: ChildProcessWithoutNullStreams;
-      try {
-        child = spawn(o.pluginPath, [], { env: o.env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
-      } catch (e) {
-        // libuv refused before any process existed (EMFILE, ENOMEM...)
-        resolve({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), spawnError: e as NodeJS.ErrnoException });
-        return;
-      }
-      const pgidFile = recordGroup(child.pid, o);
+      let pid: number;
       let stopped: RunOutcome['stopped'];
       let graceTimer: NodeJS.Timeout | undefined;
       const stop = (why: 'timeout' | 'abort' | 'overflow'): void => {
         if (stopped !== undefined) return;
         stopped = why;
-        killGroup(child.pid, 'SIGTERM');
-        graceTimer = setTimeout(() => killGroup(child.pid, 'SIGKILL'), killGraceMs);
+        killGroup(pid, 'SIGTERM');
+        graceTimer = setTimeout(() => killGroup(pid, 'SIGKILL'), killGraceMs);
       };
-      const stdout = collect(child.stdout, maxBuffer, () => stop('overflow'));
-      const stderr = collect(child.stderr, maxBuffer, () => stop('overflow'));
-      const timer = setTimeout(() => stop('timeout'), o.timeoutMs);
+      const env = Object.entries(o.env).map(([k, v]) => `${k}=${v}`);
+      let timer: NodeJS.Timeout | undefined;
+      let pgidFile: string | undefined;
       const onAbort = (): void => stop('abort');
-      o.signal?.addEventListener('abort', onAbort, { once: true });
-      let spawnError: NodeJS.ErrnoException | undefined;
-      const finish = (exitCode: number | null, signal: NodeJS.Signals | null): void => {
+      const finish = (r: ChildResult): void => {
         clearTimeout(timer);
         clearTimeout(graceTimer);
         o.signal?.removeEventListener('abort', onAbort);
         // whatever the plugin started in its group (a helper it forked) does not outlive the run
-        killGroup(child.pid, 'SIGKILL');
+        killGroup(pid, 'SIGKILL');
         if (pgidFile !== undefined) rmSync(pgidFile, { force: true });
         resolve({
-          stdout: stdout(),
-          stderr: stderr(),
-          // after a failed spawn, 'close' carries the negative errno as its code: no exit status
-          ...(spawnError !== undefined ? { spawnError } : {}),
-          ...(exitCode === null || spawnError !== undefined ? {} : { exitCode }),
-          ...(signal === null ? {} : { signal }),
+          stdout: r.stdout,
+          stderr: r.stderr,
+          ...(r.code === null ? {} : { exitCode: r.code }),
+          ...(r.signal === null ? {} : { signal: signalName(r.signal) }),
           ...(stopped === undefined ? {} : { stopped }),
         });
       };
-      child.once('error', (e: NodeJS.ErrnoException) => {
-        // spawn failed ('close' follows with no exit status), or a kill failed (the run goes on)
-        if (child.pid === undefined) spawnError = e;
-      });
-      child.once('close', finish);
-      // a plugin that exits without reading its stdin breaks the pipe: its exit status tells what happened
-      child.stdin.on('error', () => {});
-      child.stdin.end(o.stdin);
+      try {
+        pid = native().spawnChild(o.pluginPath, env, o.stdin, maxBuffer, (event, r) => {
+          if (event === ChildEvent.Overflow) stop('overflow');
+          else if (r !== undefined) finish(r);
+        });
+      } catch (e) {
+        // nothing runs: the exec failed (ENOENT, EACCES, ENOEXEC, ETXTBSY), or pipes or memory ran out
+        resolve({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), spawnError: e as NodeJS.ErrnoException });
+        return;
+      }
+      pgidFile = recordGroup(pid, o);
+      timer = setTimeout(() => stop('timeout'), o.timeoutMs);
+      o.signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 

@@ -3,6 +3,7 @@
 // fail, print garbage or hang.
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -225,6 +226,44 @@ describe('misbehaving plugins', () => {
     );
     expect(JSON.parse(await readFile(`${out}.stdin`, 'utf8'))).toEqual({ type: 'vmpcecho', name: `fake-${rand}`, cniVersion: '1.0.0' });
     await client.del(fakeList('vmpcecho'), rtFor('f3'));
+  });
+
+  it('the plugin leads its own session, with SIGPIPE at its default, no signal blocked and only stdio open', async () => {
+    const out = join(tmp, 'proc');
+    // read by bash's builtins where they can be: a child of bash would show bash's masks around its fork
+    await writeScript('vmpcproc', `cat >/dev/null\nps -o pid=,sid=,pgid= -p $$ > ${out}.ids\nwhile read -r k v; do case $k in SigBlk:|SigIgn:) echo "$k $v";; esac; done < /proc/$$/status > ${out}.sig\nls /proc/$$/fd > ${out}.fds\necho '{"cniVersion":"1.0.0","ips":[{"address":"10.9.9.8/32"}]}'`);
+    await client.add(fakeList('vmpcproc'), rtFor('f7'));
+    const [pid, sid, pgid] = (await readFile(`${out}.ids`, 'utf8')).trim().split(/\s+/).map(Number);
+    expect(sid).toBe(pid);
+    expect(pgid).toBe(pid);
+    const sig = Object.fromEntries((await readFile(`${out}.sig`, 'utf8')).trim().split('\n').map((l) => l.split(/:\s+/)));
+    expect(BigInt(`0x${sig.SigBlk}`)).toBe(0n);
+    // SIGPIPE is bit 12 (signal 13): node ignores it, the plugin must not inherit that
+    expect(BigInt(`0x${sig.SigIgn}`) & (1n << 12n)).toBe(0n);
+    // beyond stdio and bash's script fd (255): only what this process itself inherited without close-on-exec
+    const flags = (fd: number): number | undefined => {
+      try {
+        return parseInt(/flags:\s+(\d+)/.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'))?.[1] ?? '0', 8);
+      } catch {
+        return undefined; // the listing's own fd, closed by now
+      }
+    };
+    const inherited = readdirSync('/proc/self/fd').map(Number).filter((fd) => fd > 2 && ((flags(fd) ?? 0o2000000) & 0o2000000) === 0);
+    const seen = (await readFile(`${out}.fds`, 'utf8')).trim().split('\n').map(Number);
+    expect(seen.sort((a, b) => a - b)).toEqual([...new Set([0, 1, 2, 255, ...inherited])].sort((a, b) => a - b));
+    await client.del(fakeList('vmpcproc'), rtFor('f7'));
+  });
+
+  it('a plugin that floods its output is killed and the error says so; one that cannot be exec\'d says why', async () => {
+    await writeScript('vmpcflood', 'cat >/dev/null\nexec yes');
+    const small = new CniClient({ binDirs: [fakeBin], cacheDir: join(tmp, 'cache'), exec: spawnPluginExec({ maxBufferBytes: 4096, killGraceMs: 300 }) });
+    const e = await small.add(fakeList('vmpcflood'), rtFor('f8')).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(CniPluginError);
+    expect((e as Error).message).toBe('plugin vmpcflood ADD failed: its output exceeded the size limit of 4096 bytes (killed)');
+    await writeFile(join(fakeBin, 'vmpcgarbage'), Buffer.from([0x7f, 0x45, 0x4c, 0x46, 0, 0, 0, 0]));
+    await chmod(join(fakeBin, 'vmpcgarbage'), 0o755);
+    const g = await client.add(fakeList('vmpcgarbage'), rtFor('f9')).catch((x: unknown) => x);
+    expect((g as Error).message).toBe(`plugin vmpcgarbage ADD could not be run: spawn ${join(fakeBin, 'vmpcgarbage')}: ENOEXEC (Exec format error)`);
   });
 
   it('a plugin that hangs (and ignores SIGTERM) is killed with SIGKILL after the timeout, its children too', async () => {
