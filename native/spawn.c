@@ -339,7 +339,14 @@ napi_value js_spawnChild(napi_env env, napi_callback_info info) {
   bool more_in = c->in_off < c->in_len && errno == EAGAIN;
   uv_loop_t *loop;
   napi_get_uv_event_loop(env, &loop);
+  if (!more_in) {
+    // all of stdin is in the pipe: its end closes now, not on a later turn of the loop (a plugin reads its stdin
+    // to EOF before it does anything)
+    close(c->fds[1]);
+    c->fds[1] = -1;
+  }
   for (int i = 0; i < 4; i++) {
+    if (c->fds[i] < 0) continue;
     uv_poll_init(loop, &c->h[i], c->fds[i]);  // cannot fail for a pipe or a pidfd on Linux
     c->h[i].data = c;
     c->polling[i] = true;
@@ -360,10 +367,7 @@ napi_value js_spawnChild(napi_env env, napi_callback_info info) {
     return throw_napi(env, "spawnChild: napi setup failed");
   }
   uv_poll_start(&c->h[0], UV_READABLE, child_cb);
-  if (more_in)
-    uv_poll_start(&c->h[1], UV_WRITABLE, child_cb);
-  else
-    child_close(c, 1);
+  if (more_in) uv_poll_start(&c->h[1], UV_WRITABLE, child_cb);
   uv_poll_start(&c->h[2], UV_READABLE | UV_DISCONNECT, child_cb);
   uv_poll_start(&c->h[3], UV_READABLE | UV_DISCONNECT, child_cb);
   ret = make_int(env, c->pid);

@@ -5,7 +5,7 @@ import { parseConfig, usage, type TapmanagerConfig } from '../tapmanager/config.
 import { FdServer } from '../tapmanager/server.js';
 import { TapmanagerService } from '../tapmanager/service.js';
 import { PodNetwork } from '../podnet/index.js';
-import { CniClient, spawnPluginExec, killOrphanPlugins, loadConfList, sweepCacheTemps } from '../cni/index.js';
+import { CniClient, spawnPluginExec, killOrphanPlugins, confListLoader, sweepCacheTemps } from '../cni/index.js';
 import { createLogger, type Logger } from '../log.js';
 import { errorChain } from '../errors.js';
 import { native } from '../native.js';
@@ -72,7 +72,7 @@ export async function runTapmanager(config: TapmanagerConfig, log: Logger, notif
   const metrics = config.httpListen ? (await import('../tapmanager/metrics.js')).createMetrics((): Record<string, number> => service.podsByState(), (): number => server.fastGetsAnswered) : undefined;
   const plugins = spawnPluginExec({ pgidDir });
   const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: metrics ? metrics.timedExec(plugins) : plugins, timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
-  const loadConf = () => loadConfList(config.cniConfDir);
+  const loadConf = confListLoader(config.cniConfDir);
   const pods = new PodNetwork({
     stateDir: config.stateDir,
     cni,

@@ -3,6 +3,7 @@
 // injectRuntimeConfig, pkg/invoke Args.AsEnv; pkg/utils ValidateContainerID/ValidateInterfaceName).
 import { CNI_VALID_NAME } from '../identity.js';
 import { readdir, readFile, stat } from 'node:fs/promises';
+import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { isObj, type Obj } from '../guards.js';
@@ -181,6 +182,38 @@ export async function loadConfList(confDir: string): Promise<NetworkConfigList> 
     throw configError(file, `cannot read: ${(e as NodeJS.ErrnoException).code ?? String(e)}`, e);
   }
   return parseConfList(bytes, file);
+}
+
+/**
+ * loadConfList that keeps the parsed network while nothing it depends on changed: the dir's entries and, through
+ * symlinks, each candidate file's inode, size, mtime and ctime (a kubelet configMap swapping its ..data link changes
+ * the dir). Checking costs a readdir and a stat per candidate; reading and parsing are what an add then saves.
+ */
+export function confListLoader(confDir: string): () => Promise<NetworkConfigList> {
+  let cached: { sig: string; list: NetworkConfigList } | undefined;
+  return async () => {
+    // taken before the load: a change while it reads makes the next call load again
+    const sig = confSignature(confDir);
+    if (sig !== undefined && cached?.sig === sig) return cached.list;
+    const list = await loadConfList(confDir);
+    cached = sig === undefined ? undefined : { sig, list };
+    return list;
+  };
+}
+
+/** What the chosen config depends on, as a string; undefined when the dir cannot be read (no caching then). */
+function confSignature(confDir: string): string | undefined {
+  try {
+    const d = statSync(confDir, { bigint: true });
+    const parts = [`${d.ino}:${d.mtimeNs}`];
+    for (const n of readdirSync(confDir).filter((x) => CONF_EXTENSIONS.some((ext) => x.endsWith(ext))).sort()) {
+      const st = statSync(join(confDir, n), { bigint: true, throwIfNoEntry: false });
+      parts.push(st === undefined ? `${n}:-` : `${n}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}:${st.isFile() ? 'f' : 'o'}`);
+    }
+    return parts.join('/');
+  } catch {
+    return undefined;
+  }
 }
 
 // ---- validating the attachment (before anything runs) ------------------------------------------------

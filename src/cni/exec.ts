@@ -1,7 +1,7 @@
 // Running one plugin (libcni pkg/invoke: RawExec, FindInPath). The client gets a PluginExec; tests pass a
 // recording fake, production passes spawnPluginExec().
-import { constants, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { access, stat } from 'node:fs/promises';
+import { constants, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { access, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -180,15 +180,18 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
   const pgidDir = opts.pgidDir;
   if (pgidDir !== undefined) mkdirSync(pgidDir, { recursive: true, mode: 0o700 });
 
-  /** Records the plugin's group (its pid: detached makes it a session and group leader); returns the file. */
-  function recordGroup(pid: number | undefined, o: PluginRunOptions): string | undefined {
-    if (pgidDir === undefined || pid === undefined) return undefined;
+  /**
+   * Records the plugin's group (its pid: it leads its own session) off the event loop; resolves to the file, or
+   * undefined when there is none (bookkeeping only: the run goes on without it).
+   */
+  async function recordGroup(pid: number, o: PluginRunOptions): Promise<string | undefined> {
+    if (pgidDir === undefined) return undefined;
     const path = join(pgidDir, String(pid));
     const rec: PgidRecord = { pgid: pid, plugin: basename(o.pluginPath), verb: o.env.CNI_COMMAND ?? '?', containerId: o.env.CNI_CONTAINERID ?? '', startTicks: procStat(pid)?.startTicks ?? 0, daemonPid: process.pid };
     try {
-      writeFileSync(path, JSON.stringify(rec), { mode: 0o600 });
+      await writeFile(path, JSON.stringify(rec), { mode: 0o600 });
     } catch {
-      return undefined; // bookkeeping only: the run goes on
+      return undefined;
     }
     return path;
   }
@@ -206,7 +209,7 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
       };
       const env = Object.entries(o.env).map(([k, v]) => `${k}=${v}`);
       let timer: NodeJS.Timeout | undefined;
-      let pgidFile: string | undefined;
+      let pgidFile: Promise<string | undefined> = Promise.resolve(undefined);
       const onAbort = (): void => stop('abort');
       const finish = (r: ChildResult): void => {
         clearTimeout(timer);
@@ -214,14 +217,18 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
         o.signal?.removeEventListener('abort', onAbort);
         // whatever the plugin started in its group (a helper it forked) does not outlive the run
         killGroup(pid, 'SIGKILL');
-        if (pgidFile !== undefined) rmSync(pgidFile, { force: true });
-        resolve({
+        const outcome: RunOutcome = {
           stdout: r.stdout,
           stderr: r.stderr,
           ...(r.code === null ? {} : { exitCode: r.code }),
           ...(r.signal === null ? {} : { signal: signalName(r.signal) }),
           ...(stopped === undefined ? {} : { stopped }),
-        });
+        };
+        // the run is over once its record is gone (a record written after the run ended is removed too)
+        void pgidFile
+          .then((f) => (f === undefined ? undefined : rm(f, { force: true })))
+          .catch(() => {})
+          .then(() => resolve(outcome));
       };
       try {
         pid = native().spawnChild(o.pluginPath, env, o.stdin, maxBuffer, (event, r) => {

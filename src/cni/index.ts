@@ -9,6 +9,7 @@ export {
   CONF_EXTENSIONS,
   formatCniArgs,
   loadConfList,
+  confListLoader,
   MAX_IFNAME_BYTES,
   parseConfList,
   runtimeConfigFor,

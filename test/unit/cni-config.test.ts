@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -6,6 +6,7 @@ import {
   buildEnv,
   buildOneConfig,
   formatCniArgs,
+  confListLoader,
   loadConfList,
   parseConfList,
   runtimeConfigFor,
@@ -121,6 +122,49 @@ describe('loadConfList', () => {
     dir = await mkdtemp(join(tmpdir(), 'vmpc-conf-'));
     await writeFile(join(dir, '10-a.conflist'), '{');
     await expect(loadConfList(dir)).rejects.toThrow(`CNI config ${join(dir, '10-a.conflist')}: not valid JSON`);
+  });
+});
+
+describe('confListLoader', () => {
+  let dir = '';
+  afterEach(async () => {
+    if (dir !== '') await rm(dir, { recursive: true, force: true });
+    dir = '';
+  });
+  const named = (name: string): string => JSON.stringify({ ...conflist, name });
+
+  it('keeps the parsed network while nothing changed, and sees every kind of change', async () => {
+    dir = await mkdtemp(join(tmpdir(), 'vmpc-conf-'));
+    await writeFile(join(dir, '10-a.conflist'), named('first'));
+    const load = confListLoader(dir);
+    const a = await load();
+    expect(a.name).toBe('first');
+    expect(await load()).toBe(a); // the same object: not read again
+    // the file rewritten in place, same size
+    await writeFile(join(dir, '10-a.conflist'), named('other'));
+    expect((await load()).name).toBe('other');
+    // a file that sorts first appears
+    await writeFile(join(dir, '05-b.conflist'), named('earlier'));
+    expect((await load()).name).toBe('earlier');
+    // kubelet's configMap way: the files are links through ..data, which is swapped for a new dir
+    await rm(join(dir, '05-b.conflist'));
+    await rm(join(dir, '10-a.conflist'));
+    await mkdir(join(dir, '..v1'));
+    await writeFile(join(dir, '..v1', '10-a.conflist'), named('v1'));
+    await symlink('..v1', join(dir, '..data'));
+    await symlink(join('..data', '10-a.conflist'), join(dir, '10-a.conflist'));
+    expect((await load()).name).toBe('v1');
+    await mkdir(join(dir, '..v2'));
+    await writeFile(join(dir, '..v2', '10-a.conflist'), named('v2'));
+    await symlink('..v2', join(dir, '..tmp'));
+    await rename(join(dir, '..tmp'), join(dir, '..data'));
+    expect((await load()).name).toBe('v2');
+    // and a broken config is an error every time, until it is fixed
+    await writeFile(join(dir, '..v2', '10-a.conflist'), '{');
+    await expect(load()).rejects.toThrow(/not valid JSON/);
+    await expect(load()).rejects.toThrow(/not valid JSON/);
+    await writeFile(join(dir, '..v2', '10-a.conflist'), named('fixed'));
+    expect((await load()).name).toBe('fixed');
   });
 });
 
