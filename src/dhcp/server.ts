@@ -215,6 +215,8 @@ export interface DhcpServerOptions {
   serverIp: string;
   lease: DhcpLease;
   log: Logger;
+  /** its start line at debug, not info: a restart starts every restored pod's servers, and says so in one line */
+  quiet?: boolean;
   /** default 67; tests may use others */
   port?: number;
   /** default 68 */
@@ -272,7 +274,7 @@ export class DhcpServer {
     const port = opts.port ?? DHCP_SERVER_PORT;
     const fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
     this.watch = new SocketWatch(this.io, fd, (f) => this.io.recvFrom(f, RECV_MAX), (d) => this.handle(d), this.log, 'dhcp server');
-    this.log.info(
+    this.log[opts.quiet === true ? 'debug' : 'info'](
       { nsPath: opts.nsPath, port, serverId: built.serverId, ip: `${opts.lease.ip}/${opts.lease.prefixLength}`, routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`) },
       'dhcp server listening',
     );

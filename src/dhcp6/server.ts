@@ -235,6 +235,8 @@ export interface Dhcp6ServerOptions {
   serverIp: string;
   lease: Lease6;
   log: Logger;
+  /** its start line at debug, not info: a restart starts every restored pod's servers, and says so in one line */
+  quiet?: boolean;
   io?: PacketIo;
   /** replies allowed at once and per second after (default 20, 10) */
   burst?: number;
@@ -271,7 +273,7 @@ export class Dhcp6Server {
     this.log = opts.log.child({ component: 'dhcp6', tap: opts.tap, mac: opts.lease.mac });
     const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ udpPort: DHCP6_SERVER_PORT }));
     this.watch = new SocketWatch(this.io, fd, (f) => this.io.read(f, RECV_MAX), (b) => this.handle(b), this.log, 'dhcp6 server');
-    this.log.info({ nsPath: opts.nsPath, serverIp: this.serverIp, duid: built.serverDuid.toString('hex'), ip: `${opts.lease.ip}/${opts.lease.prefixLength}` }, 'dhcp6 server listening');
+    this.log[opts.quiet === true ? 'debug' : 'info']({ nsPath: opts.nsPath, serverIp: this.serverIp, duid: built.serverDuid.toString('hex'), ip: `${opts.lease.ip}/${opts.lease.prefixLength}` }, 'dhcp6 server listening');
   }
 
   get running(): boolean {

@@ -43,6 +43,8 @@ export interface RaServerOptions {
   routerIp: string;
   lease: Lease6;
   log: Logger;
+  /** its start line at debug, not info: a restart starts every restored pod's servers, and says so in one line */
+  quiet?: boolean;
   io?: PacketIo;
   /** seconds; defaults RFC 4861's */
   intervals?: { min: number; max: number; initial: number };
@@ -105,7 +107,7 @@ export class RaServer {
     this.log = opts.log.child({ component: 'ra', tap: opts.tap, mac: this.vmMac });
     const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ icmpType: ICMP6_RS }));
     this.watch = new SocketWatch(this.io, fd, (f) => this.io.read(f, RECV_MAX), (b) => this.handle(b), this.log, 'ra');
-    this.log.info({ router: this.routerIp, prefix: `${opts.lease.prefix}/${opts.lease.prefixLength}`, defaultRouter: opts.lease.defaultRoute, mtu: opts.lease.mtu }, 'router advertisements on');
+    this.log[opts.quiet === true ? 'debug' : 'info']({ router: this.routerIp, prefix: `${opts.lease.prefix}/${opts.lease.prefixLength}`, defaultRouter: opts.lease.defaultRoute, mtu: opts.lease.mtu }, 'router advertisements on');
     this.advertise();
   }
 

@@ -48,7 +48,8 @@ export class StateStore {
     const path = this.pathOf(rec.key);
     this.ensureDir();
     const tmp = join(this.dir, `${TMP_PREFIX}${rec.key}-${process.pid}-${randomBytes(4).toString('hex')}`);
-    const data = Buffer.from(JSON.stringify(rec, null, 1) + '\n');
+    // one line (jq reads it): indented, a record is 70 % larger, and a restart reads every record before it serves
+    const data = Buffer.from(JSON.stringify(rec) + '\n');
     try {
       const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600);
       try {

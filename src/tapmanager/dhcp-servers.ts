@@ -22,14 +22,18 @@ export class DhcpServers {
     private readonly hooks: Pick<DhcpServerOptions, 'onPacket' | 'onLease'> = {},
   ) {}
 
-  /** Starts (or restarts) the servers of a pod; on a failure stops the ones already started and throws. */
-  start(st: PodNetworkState): void {
+  /**
+   * Starts (or restarts) the servers of a pod; on a failure stops the ones already started and throws. quiet: their
+   * start lines at debug (a restart's; its summary line names the pods).
+   */
+  start(st: PodNetworkState, opts: { quiet?: boolean } = {}): void {
     this.stop(st.key);
     const result = st.csn.Result ? fromV031(st.csn.Result) : undefined;
     if (!result) throw new VmpodError(ErrorCode.State, `pod ${st.key} has no CNI result to serve over DHCP`, { key: st.key, op: 'dhcp' });
     const servers: (DhcpServer | Dhcp6Server | RaServer)[] = [];
     // each server binds what names it (DHCPv4 its bridge, RA and DHCPv6 their tap), so the pod's logger adds the key only
     const log = this.log.child({ key: st.key });
+    const quiet = opts.quiet === true;
     try {
       for (const iface of st.interfaces) {
         if (iface.type !== 'tap') continue;
@@ -42,14 +46,14 @@ export class DhcpServers {
           mac: iface.vmMac,
           defaultDns: this.defaultDns,
         });
-        if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log, ...this.hooks }));
+        if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log, quiet, ...this.hooks }));
         if (guest.v6) {
           // records written before IPv6 support carry no bridgeMac: the planner's rule (the veth's new MAC) applies
           const mac = iface.bridgeMac ?? iface.vethMacNew;
           if (!mac) throw new VmpodError(ErrorCode.State, `pod ${st.key} interface ${iface.cniName} has no bridge MAC to serve IPv6 from`, { key: st.key, op: 'dhcp6' });
           const ip6 = iface.bridgeIp6 ?? formatIpv6(linkLocalFromMac(mac));
-          servers.push(RaServer.start({ nsPath: st.nsPath, tap: iface.tapName, routerMac: mac, routerIp: ip6, lease: guest.v6, log }));
-          servers.push(Dhcp6Server.start({ nsPath: st.nsPath, tap: iface.tapName, serverMac: mac, serverIp: ip6, lease: guest.v6, log }));
+          servers.push(RaServer.start({ nsPath: st.nsPath, tap: iface.tapName, routerMac: mac, routerIp: ip6, lease: guest.v6, log, quiet }));
+          servers.push(Dhcp6Server.start({ nsPath: st.nsPath, tap: iface.tapName, serverMac: mac, serverIp: ip6, lease: guest.v6, log, quiet }));
         }
       }
     } catch (e) {

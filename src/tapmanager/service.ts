@@ -3,7 +3,7 @@
 import { native, type PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
 import { Slots } from './slots.js';
-import { setImmediate as nextTurn } from 'node:timers/promises';
+import { setImmediate as nextTurn, setTimeout as delay } from 'node:timers/promises';
 import type { Handler, Reply, Request } from './server.js';
 import { Command, commandName } from '../protocol/commands.js';
 import { validateKey } from '../identity.js';
@@ -40,6 +40,8 @@ export interface ServiceHooks {
 export interface GetReplies {
   setGetReply(key: string, payload: Buffer, fds: number[]): void;
   forgetGetReply(key: string): void;
+  /** gets answered without the handler so far */
+  readonly fastGetsAnswered?: number;
 }
 
 export class TapmanagerService implements Handler {
@@ -49,6 +51,14 @@ export class TapmanagerService implements Handler {
   private restoreState: 'pending' | 'running' | 'done' = 'pending';
   /** while restoring: the slots the keys' restores wait in (a request promotes its key's) */
   private restoreSlots: Slots | undefined;
+  /**
+   * Restored pods whose DHCP servers the restore starts once every pod is back. A get meanwhile does not start them
+   * first: it hands out the taps at once (a VM it starts asks for its lease seconds later; the restore's DHCP phase
+   * comes after the last restore, within the restart's first second for hundreds of pods).
+   */
+  private readonly dhcpPending = new Set<string>();
+  /** requests the handler has taken (with the server's own gets: how busy the socket is) */
+  private requestsTaken = 0;
   /** get's payload per pod network, encoded at its first get: a pod's interfaces never change while it lives */
   private readonly getPayloads = new WeakMap<PodNetworkState, Buffer>();
   private readonly started = Date.now();
@@ -76,6 +86,7 @@ export class TapmanagerService implements Handler {
   async handle(req: Request, peer: PeerCred): Promise<Reply> {
     const op = commandName(req.command);
     // a request for a pod whose restore still waits for a slot: that restore goes next (the rest wait on)
+    this.requestsTaken++;
     this.restoreSlots?.promote(req.key);
     // the request's logger is made when a line is written: a get at the default level writes none and makes none
     let reqLog: Logger | undefined;
@@ -146,7 +157,7 @@ export class TapmanagerService implements Handler {
         const key = validateKey(req.key);
         return this.queue.run(key, async () => {
           const st = await this.pods.ensureFds(key);
-          if (!this.dhcp.running(key)) this.dhcp.start(st);
+          if (!this.dhcp.running(key) && !this.dhcpPending.has(key)) this.dhcp.start(st);
           // the reply owns copies: a release queued right behind this get may close st.fds while the reply waits
           // for the peer to read
           this.offerGet(st);
@@ -196,17 +207,26 @@ export class TapmanagerService implements Handler {
         return this.pods.restoreKey(key);
       });
       if (r !== 'none') out[r].push(key);
+      if (r === 'restored') {
+        this.dhcpPending.add(key);
+        // its gets are answered by the server from now on: its DHCP servers start in the restore's last phase
+        const st = this.pods.state(key);
+        if (st) this.offerGet(st);
+      }
     };
     // the restored pods' DHCP servers, once every pod is back (a running VM renews its lease minutes from now; a get
     // before that starts its own pod's servers), each in its key's queue (a release may have come first)
-    const startDhcp = (key: string): Promise<void> =>
+    const startDhcp = (key: string, until: number): Promise<void> =>
       this.queue.run(key, async () => {
-        await nextTurn();
+        await this.quietTurn(until);
+        this.dhcpPending.delete(key);
         const st = this.pods.state(key);
         if (!st || this.dhcp.running(key)) return;
         try {
-          this.dhcp.start(st);
+          this.dhcp.start(st, { quiet: true });
         } catch (e) {
+          // its gets go through the handler again, which tries once more and says why it fails
+          this.replies?.forgetGetReply(key);
           this.log.error({ key, err: e }, 'restarting DHCP for a restored pod failed');
           return;
         }
@@ -220,11 +240,26 @@ export class TapmanagerService implements Handler {
     );
     return Promise.all(all).then(async () => {
       this.restoreSlots = undefined;
-      for (const key of out.restored) await startDhcp(key);
+      const until = performance.now() + DHCP_YIELD_MS;
+      for (const key of out.restored) await startDhcp(key, until);
       this.restoreState = 'done';
       this.hooks.onRestored?.((performance.now() - t0) / 1000);
       return out;
     });
+  }
+
+  /**
+   * A turn of the event loop, and then more while requests keep coming (until `until`): the restore's DHCP phase
+   * yields to gets, which VM starts wait on, while a running VM's renewal has minutes to spare.
+   */
+  private async quietTurn(until: number): Promise<void> {
+    const taken = (): number => this.requestsTaken + (this.replies?.fastGetsAnswered ?? 0);
+    for (;;) {
+      const before = taken();
+      await nextTurn();
+      if (taken() === before || performance.now() >= until) return;
+      await delay(QUIET_MS);
+    }
   }
 
   /** get's payload of a pod network, encoded at its first get: a pod's interfaces never change while it lives */
@@ -235,11 +270,12 @@ export class TapmanagerService implements Handler {
   }
 
   /**
-   * A pod that is ready to be got (every tap open, its DHCP servers running) gets its answer kept by the server,
-   * which then answers its gets without this handler; release and recover take it back first (in the key's queue).
+   * A pod that is ready to be got (every tap open, its DHCP servers running or about to start in a restore) gets its
+   * answer kept by the server, which then answers its gets without this handler; release and recover take it back
+   * first (in the key's queue).
    */
   private offerGet(st: PodNetworkState): void {
-    if (!this.replies || !this.dhcp.running(st.key) || st.fds.length !== st.interfaces.length) return;
+    if (!this.replies || !(this.dhcp.running(st.key) || this.dhcpPending.has(st.key)) || st.fds.length !== st.interfaces.length) return;
     try {
       this.replies.setGetReply(st.key, this.getPayload(st), st.fds);
     } catch (e) {
@@ -319,6 +355,10 @@ export interface RestoreOutcome {
   quarantined: string[];
   kept: string[];
 }
+
+/** How long, at most, a restart's DHCP phase yields to requests; and how long it waits each time it sees one. */
+const DHCP_YIELD_MS = 2000;
+const QUIET_MS = 2;
 
 /** How many recorded pods a restart restores at once (each may spawn CNI DEL for a half-made pod). */
 const RESTORE_PARALLEL = 4;

@@ -12,6 +12,7 @@ import { native } from '../../src/native.js';
 const ADD = 0;
 const RELEASE = 1;
 const GET = 2;
+const LIST = 4;
 const STATUS = 6;
 const PODS = 150;
 
@@ -31,10 +32,19 @@ describe('restart with many pods recorded', () => {
       // the first answer comes while the restore runs (startDaemon returns once the socket takes a connection)
       const first = JSON.parse(exchange(d2.socket, STATUS, '').data.toString()) as { ready: boolean; restored: boolean; reasons: string[] };
       expect(first).toMatchObject({ ready: false, restored: false, reasons: ['restoring the pods recorded in the state dir'] });
+      // gets meanwhile are answered with the tap at once (the last pod's moves its restore to the front)
+      for (const k of [keys[PODS - 1]!, keys[0]!]) {
+        const r = exchange(d2.socket, GET, k);
+        expect([k, r.command, r.fds.length]).toEqual([k, 0x82, 1]);
+        for (const fd of r.fds) native().close(fd);
+      }
       for (let i = 0; i < 600; i++) {
         if ((JSON.parse(exchange(d2.socket, STATUS, '').data.toString()) as { restored: boolean }).restored) break;
         await new Promise((r) => setTimeout(r, 50));
       }
+      // restored means every pod's DHCP server listens again
+      const listed = JSON.parse(exchange(d2.socket, LIST, '').data.toString()) as { key: string; dhcp: boolean }[];
+      expect(listed.filter((p) => keys.includes(p.key)).map((p) => [p.key, p.dhcp])).toEqual(keys.slice().sort().map((k) => [k, true]));
       for (const k of keys) {
         const r = exchange(d2.socket, GET, k);
         expect([k, r.command, r.fds.length]).toEqual([k, 0x82, 1]);
