@@ -77,6 +77,16 @@ export const IPV6_POD_SYSCTLS = [
   'net.ipv6.conf.default.accept_dad=0',
 ] as const;
 
+/**
+ * A pod whose CNI result has no IPv6: IPv6 off on every link of its netns (`all`) and on those made later (`default`:
+ * the bridge and the tap), before the container side changes the veth's MAC. The VM's frames are bridged whatever
+ * the netns's own IPv6 (the DHCP filter still drops its DHCPv6 and router solicitations). No undo: it lives and goes
+ * with the netns.
+ */
+export function ipv6OffStep(): Step {
+  return { name: StepName.Ipv6Off, target: 'netns', do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1'] }], undo: [] };
+}
+
 export function rpFilterStep(netns: string): Step {
   return { name: StepName.RpFilter, target: netns, do: [{ op: 'sysctl', settings: [...RP_FILTER_OFF, ...IPV6_POD_SYSCTLS] }], undo: [] };
 }
@@ -227,7 +237,8 @@ export interface ContainerSidePlan {
 /** Steps for every CNI interface with a sandbox, in apply order (lo up first). */
 export function planContainerSide(input: ContainerSidePlanInput): ContainerSidePlan {
   const { observed, result } = input;
-  const steps: Step[] = [loUpStep()];
+  // first: the links' rtnetlink lines that follow stay one batch
+  const steps: Step[] = [...(result.ips.every((a) => !a.address.includes(':')) ? [ipv6OffStep()] : []), loUpStep()];
   const interfaces: PodInterface[] = [];
   const names = new Set(observed.links.map((l) => l.name));
   let ordinal = 0;

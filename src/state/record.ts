@@ -23,6 +23,11 @@ export const StepName = {
   Enslave: 'enslave',
   LinksUp: 'links-up',
   DhcpFilter: 'dhcp-filter',
+  /**
+   * IPv6 off in the pod netns of a pod without IPv6 (plan.ts ipv6OffStep): its links make no link-local address and
+   * send no MLD report, router solicitation or DAD probe (which the node's bridge floods to every pod)
+   */
+  Ipv6Off: 'ipv6-off',
   /** IPv6 forwarding on in the pod netns: the bridge's link-local answers the guest's NS as a router */
   Ipv6Forwarding: 'ipv6-forwarding',
   /** the pod prefix on-link and the CNI result's IPv6 routes via br<i>: where the guest's IPv6 goes */

@@ -238,8 +238,8 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
     const rec = new StateStore(ctx.stateDir).read(ctx.key)!;
     expect(rec.phase).toBe('ready');
     expect(rec.interfaces).toEqual(st.interfaces);
-    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'cni-add', 'lo-up', 'vf-setup']);
-    expect(rec.steps[4]).toEqual({
+    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'cni-add', 'ipv6-off', 'lo-up', 'vf-setup']);
+    expect(rec.steps[5]).toEqual({
       name: 'vf-setup',
       target: ctx.ifName,
       do: [{ op: 'vf-bind', address: VF }, { op: 'vf-link', pf: ctx.pfName, vf: 1, mac: ctx.mac, vlan: 0 }],

@@ -158,6 +158,8 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(link('virtlet-eth0').addrs4).toEqual([]);
     expect(link('br0').addrs4.map((a) => `${a.local}/${a.prefixlen}`)).toEqual(['169.254.254.2/24']);
     expect(o.routes4.filter((r) => r.dev === 'virtlet-eth0')).toEqual([]);
+    // an IPv4-only pod: IPv6 off in its netns, so no link there has an IPv6 address to announce
+    expect((await execa('ip', ['-n', ctx.key, '-6', '-o', 'addr', 'show'])).stdout).toBe('');
     const { stdout: brd } = await execa('ip', ['-d', '-j', '-n', ctx.key, 'link', 'show', 'br0']);
     expect(JSON.parse(brd)[0].linkinfo.info_data.ageing_time).toBe(0);
     const rules = await filterRules(ctx.key);
@@ -186,7 +188,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(atAdd).toEqual({ phase: 'adding', steps: ['netns', 'rp-filter', 'cni-add'] });
     expect(rec.kind).toBe(RECORD_KIND);
     expect(rec.phase).toBe('ready');
-    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'cni-add', 'lo-up', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up', 'dhcp-filter']);
+    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'cni-add', 'ipv6-off', 'lo-up', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up', 'dhcp-filter']);
     expect(statSync(store.pathOf(ctx.key)).mode & 0o777).toBe(0o600);
     expect(pn.keys()).toEqual([ctx.key]);
     expect((await ctx.net.leftovers()).allocations).toHaveLength(1);

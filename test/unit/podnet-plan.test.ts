@@ -46,12 +46,22 @@ function bridgeResult(): CniResult {
 const ipLines = (ops: { op: string; args?: string[] }[]) => ops.filter((o) => o.op === 'ip').map((o) => o.args!.join(' '));
 
 describe('planContainerSide', () => {
+  it('turns IPv6 off in the pod netns only when the result has no IPv6 address', () => {
+    const sysctls = (r: CniResult) =>
+      planContainerSide({ observed: observedAfterBridge(), result: r, newMac: () => '02:11:22:33:44:55' }).steps.flatMap((st) => st.do.flatMap((o) => (o.op === 'sysctl' ? [`${st.name}: ${o.settings.join(' ')}`] : [])));
+    expect(sysctls(bridgeResult())).toEqual(['ipv6-off: net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1']);
+    const dual = bridgeResult();
+    dual.ips.push({ address: 'fd00:10:1::5/64', gateway: 'fd00:10:1::1', interface: 2 });
+    expect(sysctls(dual)).toEqual(['ipv6-forwarding: net.ipv6.conf.all.forwarding=1']);
+  });
+
   it('turns the sandboxed veth into veth + bridge + tap, every step with its undo', () => {
     const plan = planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
     expect(plan.interfaces).toEqual([
       { index: 2, cniName: 'virtlet-eth0', type: 'tap', vmMac: '42:a4:a6:22:80:2e', vethMacNew: '02:11:22:33:44:55', mtu: 1450, tapName: 'tap0', bridgeName: 'br0', bridgeIp: '169.254.254.2', vlanId: 0 },
     ]);
     expect(plan.steps.map((s) => `${s.name}:${s.target}`)).toEqual([
+      'ipv6-off:netns', // the result has no IPv6
       'lo-up:lo',
       'strip-routes:virtlet-eth0',
       'strip-addrs:virtlet-eth0',
@@ -263,10 +273,11 @@ describe('runsOf (how the step engine spawns)', () => {
     expect(runs.map((r) => (r.kind === 'ip' ? `ip x${r.lines.length}` : r.kind === 'ebtables' ? `ebtables x${r.rules.length} ${r.step.name}` : `${r.op.op} ${r.step.name}`))).toEqual([
       'netns-add netns',
       'sysctl rp-filter',
+      'sysctl ipv6-off',
       'ip x13',
       'nft dhcp-filter',
     ]);
-    const ip = runs[2]!;
+    const ip = runs[3]!;
     expect(ip.kind === 'ip' && ip.lines.map((l) => l.step.name)[0]).toBe('lo-up');
     // ebtables rules of two steps (records of earlier versions) are two transactions
     const old = { name: 'dhcp-filter', target: 'virtlet-eth0', do: [], undo: dhcpFilterRules('virtlet-eth0').map((r) => ({ op: 'ebtables' as const, args: ['-D', ...r] })) } as Step;

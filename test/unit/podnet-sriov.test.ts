@@ -53,7 +53,7 @@ describe('planContainerSide with a VF', () => {
     ]);
     expect(plan.interfaces[0]).toMatchObject({ index: 0, vmMac: '5a:00:00:00:00:03', mtu: 9000, vf: vfRec });
     expect(plan.steps.map((s) => `${s.name}:${s.target}`)).toEqual([
-      'lo-up:lo', 'vf-setup:net1', 'strip-routes:virtlet-eth0', 'strip-addrs:virtlet-eth0', 'veth-mac:virtlet-eth0', 'bridge:br1', 'tap:tap1', 'enslave:virtlet-eth0', 'links-up:br1', 'dhcp-filter:virtlet-eth0',
+      'ipv6-off:netns', 'lo-up:lo', 'vf-setup:net1', 'strip-routes:virtlet-eth0', 'strip-addrs:virtlet-eth0', 'veth-mac:virtlet-eth0', 'bridge:br1', 'tap:tap1', 'enslave:virtlet-eth0', 'links-up:br1', 'dhcp-filter:virtlet-eth0',
     ]);
     // nothing of the VF's netdev is touched in the pod netns: no ip op names it
     expect(JSON.stringify(plan.steps.filter((s) => s.name !== 'vf-setup'))).not.toContain('net1');
