@@ -5,8 +5,8 @@
 // add       one add / one release through tapmanager (the C client, bench/c/vmpod-client.c) vs bare-cni
 //           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`);
 //           the sides take turns going first, and rounds are 150 ms apart (the kernel's netns removal settled)
-// burst     --burst adds by 16 clients at once vs the same bare adds 16 at once; tapmanager's RSS and fds at 0 and
-//           after them; then their releases (16 at once) vs the bare DELs
+// burst     --burst bare adds by 16 clients at once, then their DELs; 3 s for the kernel; the same count of adds
+//           through tapmanager, 16 at once, then their releases; tapmanager's RSS and fds at 0 and after its adds
 // scale     for each count of pods present: add and release (as `add`), get by 8 client processes at once vs a
 //           minimal C server answering the same bytes and fd (bench/c/fd-echo-server.c), and restart: spawn ->
 //           first answer and -> every pod answered get, vs an empty tapmanager's spawn -> first answer
@@ -46,6 +46,8 @@ cleanup.installGuards('pods', 1_800_000);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /** the pause between two rounds of the add figure */
 const SETTLE_MS = 150;
+/** the pause after a burst's releases: the kernel removes 250 netns in the background for a second or two */
+const BURST_SETTLE_MS = 3000;
 
 async function addRelease(w, label, n) {
   const ours = { add: [], release: [] };
@@ -126,7 +128,12 @@ async function burst(w) {
   const mem0 = procMem(d.pid);
   const ks = w.keys(burstN, 'b');
   const bs = w.keys(burstN, 'y');
+  // each side starts from the same node: the bare pods are gone (and the kernel has removed their netns) before
+  // ours come, as the bare ones came to a bridge without ours (with them present, every add costs more on both sides:
+  // the bridge plugin's work and the node bridge's flooding grow with its ports)
   const b = await w.bareAdd(bs, PAR);
+  const bd = await w.bareDel(bs, PAR);
+  await sleep(BURST_SETTLE_MS);
   const cpu0 = procCpuS(d.pid);
   const r = await w.add(ks, PAR);
   const cpuMsPerAdd = Math.round(((procCpuS(d.pid) - cpu0) / burstN) * 1e4) / 10;
@@ -134,9 +141,9 @@ async function burst(w) {
   measure('memory@0', 'MB/fds', mem0);
   measure(`memory@${burstN}`, 'MB/fds', mem1, { goalRssMb: 100 });
   figure(`add-burst-${burstN}x${PAR}`, 'ms', [r.totalMs], [b.totalMs], { goal: 1.5, what: `${burstN} adds, ${PAR} clients at once: wall time`, baselineWhat: `the same ${burstN} bare adds, ${PAR} at once`, extra: { daemonCpuMsPerAdd: cpuMsPerAdd, oursPerAdd: r.opsMs.length, oursAddP50: pick(r.opsMs, 50), bareAddP50: pick(b.opsMs, 50) } });
-  const bd = await w.bareDel(bs, PAR);
   const rd = await w.release(ks, PAR);
   figure(`release-burst-${burstN}x${PAR}`, 'ms', [rd.totalMs], [bd.totalMs], { what: `${burstN} releases, ${PAR} at once: wall time`, baselineWhat: `the same ${burstN} bare DELs, ${PAR} at once` });
+  await sleep(BURST_SETTLE_MS);
 }
 
 function pick(xs, p) {
