@@ -169,9 +169,10 @@ function signalName(n: number): NodeJS.Signals {
 /**
  * Plugins spawned by the addon (native spawnChild: posix_spawn, so the event loop waits only for the exec, and the
  * daemon's memory is not copied for a fork): argv is the plugin's path alone (CNI passes everything in env and stdin),
- * a private environment, stdin written in full. Each plugin runs in its own session (setsid), so a timeout, an abort or an output flood signals the plugin together with
- * anything it started (iptables, helpers): SIGTERM to the group, SIGKILL after killGraceMs, and a final SIGKILL
- * sweep of the group once the plugin has exited, so nothing it started outlives a killed run.
+ * a private environment, stdin written in full. Each plugin runs in its own session (setsid), so a timeout, an abort
+ * or an output flood signals the plugin together with anything it started (iptables, helpers): SIGTERM to the group,
+ * SIGKILL after killGraceMs, and a final SIGKILL sweep of the group once the plugin has exited, so nothing it started
+ * outlives a killed run.
  */
 export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
   const killGraceMs = opts.killGraceMs ?? 2000;

@@ -138,6 +138,7 @@ export class TapmanagerService implements Handler {
         const key = validateKey(req.key);
         return this.queue.run(key, async () => {
           this.replies?.forgetGetReply(key);
+          this.dhcpPending.delete(key);
           this.dhcp.stop(key);
           await this.pods.release(key);
           return { payload: null, fds: [] };
@@ -148,6 +149,7 @@ export class TapmanagerService implements Handler {
         const key = validateKey(req.key);
         return this.queue.run(key, async () => {
           this.replies?.forgetGetReply(key);
+          this.dhcpPending.delete(key);
           this.dhcp.stop(key);
           const { leftovers } = await this.pods.release(key, { force: true });
           return { payload: Buffer.from(JSON.stringify({ key, leftovers })), fds: [] };
