@@ -85,8 +85,8 @@ export class TapmanagerService implements Handler {
 
   async handle(req: Request, peer: PeerCred): Promise<Reply> {
     const op = commandName(req.command);
-    // a request for a pod whose restore still waits for a slot: that restore goes next (the rest wait on)
     this.requestsTaken++;
+    // a request for a pod whose restore still waits for a slot: that restore goes next (the rest wait on)
     this.restoreSlots?.promote(req.key);
     // the request's logger is made when a line is written: a get at the default level writes none and makes none
     let reqLog: Logger | undefined;
@@ -216,8 +216,8 @@ export class TapmanagerService implements Handler {
         if (st) this.offerGet(st);
       }
     };
-    // the restored pods' DHCP servers, once every pod is back (a running VM renews its lease minutes from now; a get
-    // before that starts its own pod's servers), each in its key's queue (a release may have come first)
+    // the restored pods' DHCP servers, once every pod is back (a running VM renews its lease minutes from now; gets
+    // meanwhile are answered without them), each in its key's queue (a release may have come first)
     const startDhcp = (key: string, until: number): Promise<void> =>
       this.queue.run(key, async () => {
         await this.quietTurn(until);
