@@ -520,6 +520,25 @@ static napi_value js_pollReadable(napi_env env, napi_callback_info info) {
   return obj;
 }
 
+// exchangePaths(a, b): renameat2(RENAME_EXCHANGE), both names swap their files in one atomic step.
+static napi_value js_exchangePaths(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  if (!get_args(env, info, 2, argv, "exchangePaths")) return NULL;
+  char *a = get_string(env, argv[0], "exchangePaths", "a");
+  if (!a) return NULL;
+  char *b = get_string(env, argv[1], "exchangePaths", "b");
+  napi_value ret = NULL;
+  if (b) {
+    if (renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) < 0)
+      throw_errno(env, errno, "renameat2 %s <-> %s", a, b);
+    else
+      ret = make_undefined(env);
+  }
+  free(a);
+  free(b);
+  return ret;
+}
+
 static napi_value js_close(napi_env env, napi_callback_info info) {
   napi_value argv[1];
   int fd;
@@ -1820,6 +1839,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"fastGetServer", js_fastGetServer},
       {"spawnChild", js_spawnChild},
       {"close", js_close},
+      {"exchangePaths", js_exchangePaths},
       {"connectUnix", js_connectUnix},
       {"writeAll", js_writeAll},
       {"recvMsg", js_recvMsg},

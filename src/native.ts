@@ -120,6 +120,11 @@ export interface Native {
   lockExclusive(path: string): number;
   /** close(fd); EBADF throws. */
   close(fd: number): void;
+  /**
+   * renameat2(a, b, RENAME_EXCHANGE): the two names swap their files atomically. Throws ENOENT when either is
+   * missing, EINVAL where the filesystem cannot.
+   */
+  exchangePaths(a: string, b: string): void;
 
   // ---- Unix stream sockets (client side: blocking, used by vmwrapper and tapctl) ----
   /** socket + connect (blocking, CLOEXEC). */

@@ -55,24 +55,50 @@ export class CniClient {
    * undone here: the caller runs DEL (the spec asks for DEL after a failed ADD).
    */
   async add(list: NetworkConfigList, rt: RuntimeConf, signal?: AbortSignal): Promise<CniResult> {
+    const { result, settled } = await this.addDeferred(list, rt, signal);
+    await settled();
+    return result;
+  }
+
+  /**
+   * add, returning as soon as the last plugin has exited: the result's cache file and the runs' bookkeeping are
+   * still being written, and `settled` waits for them (it rejects when the cache could not be written, which fails
+   * the ADD as add would). The caller awaits it before it relies on the cache (and before a DEL it runs, in any case).
+   */
+  async addDeferred(list: NetworkConfigList, rt: RuntimeConf, signal?: AbortSignal): Promise<{ result: CniResult; settled: () => Promise<void> }> {
     validateRuntime(list, rt, CniVerb.Add);
     const paths = await this.#findAll(list.plugins);
+    const cleanups: Promise<void>[] = [];
+    const settleRuns = (): Promise<unknown> => Promise.all(cleanups);
     let prev: CniResult | undefined;
-    for (const [i, plugin] of list.plugins.entries()) {
-      this.#checkAborted(signal, CniVerb.Add, list, plugin);
-      const prevJson = prev === undefined ? undefined : this.#convertPrev(prev, list, plugin, CniVerb.Add);
-      const conf = buildOneConfig(list, plugin, prevJson, rt.capabilityArgs);
-      const { stdout } = await this.#run(paths[i] as string, plugin, CniVerb.Add, list, rt, conf, signal);
-      prev = parsePluginResult(plugin.type, CniVerb.Add, stdout, list.cniVersion);
+    try {
+      for (const [i, plugin] of list.plugins.entries()) {
+        this.#checkAborted(signal, CniVerb.Add, list, plugin);
+        const prevJson = prev === undefined ? undefined : this.#convertPrev(prev, list, plugin, CniVerb.Add);
+        const conf = buildOneConfig(list, plugin, prevJson, rt.capabilityArgs);
+        const { stdout, cleanup } = await this.#run(paths[i] as string, plugin, CniVerb.Add, list, rt, conf, signal, true);
+        if (cleanup) cleanups.push(cleanup);
+        prev = parsePluginResult(plugin.type, CniVerb.Add, stdout, list.cniVersion);
+      }
+    } catch (e) {
+      await settleRuns();
+      throw e;
     }
     if (prev === undefined) throw new VmpodError(ErrorCode.Internal, `ADD network ${list.name}: the list has no plugins`);
     const path = cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName);
-    try {
-      await writeCacheRecord(path, buildCacheRecord(list, rt, convertResult(prev, list.cniVersion)));
-    } catch (e) {
-      throw new VmpodError(ErrorCode.Cni, `ADD network ${list.name}: cache the result in ${path}`, { cause: e, op: 'cache CNI result' });
-    }
-    return prev;
+    // the write resolves to its error, if any: nothing rejects before the caller asks
+    const cached = writeCacheRecord(path, buildCacheRecord(list, rt, convertResult(prev, list.cniVersion))).then(
+      () => undefined,
+      (e: unknown) => new VmpodError(ErrorCode.Cni, `ADD network ${list.name}: cache the result in ${path}`, { cause: e, op: 'cache CNI result' }),
+    );
+    const result = prev;
+    return {
+      result,
+      settled: async () => {
+        const [err] = await Promise.all([cached, settleRuns()]);
+        if (err !== undefined) throw err;
+      },
+    };
   }
 
   /**
@@ -237,7 +263,8 @@ export class CniClient {
     rt: RuntimeConf,
     conf: Record<string, unknown>,
     signal: AbortSignal | undefined,
-  ): Promise<{ stdout: Buffer; stderr: Buffer }> {
+    deferCleanup = false,
+  ): Promise<{ stdout: Buffer; stderr: Buffer; cleanup?: Promise<void> }> {
     const t0 = performance.now();
     let ok = false;
     try {
@@ -247,6 +274,7 @@ export class CniClient {
         stdin: Buffer.from(JSON.stringify(conf)),
         timeoutMs: this.#timeoutMs,
         ...(signal === undefined ? {} : { signal }),
+        ...(deferCleanup ? { deferCleanup } : {}),
       });
       ok = true;
       return out;

@@ -17,11 +17,19 @@ export interface PluginRunOptions {
   stdin: Buffer;
   timeoutMs: number;
   signal?: AbortSignal;
+  /**
+   * Resolve as soon as the plugin has exited: the bookkeeping after it (its PID record removed) is left to the
+   * `cleanup` of the result, for the caller to await when it is done with the run.
+   */
+  deferCleanup?: boolean;
 }
 
 export interface PluginExec {
-  /** Run the plugin to completion; rejects with CniPluginError on a non-zero exit, a signal, a timeout or an abort. */
-  run(opts: PluginRunOptions): Promise<{ stdout: Buffer; stderr: Buffer }>;
+  /**
+   * Run the plugin to completion; rejects with CniPluginError on a non-zero exit, a signal, a timeout or an abort.
+   * With deferCleanup, `cleanup` settles when the run's bookkeeping is done (it never rejects).
+   */
+  run(opts: PluginRunOptions): Promise<{ stdout: Buffer; stderr: Buffer; cleanup?: Promise<void> }>;
   /** Where `plugin` lives (libcni invoke.Exec.FindInPath); the client uses findInPath() when absent. */
   findInPath?(plugin: string, dirs: readonly string[]): Promise<string>;
 }
@@ -153,6 +161,8 @@ function killGroup(pgid: number | undefined, sig: NodeJS.Signals): void {
 interface RunOutcome {
   stdout: Buffer;
   stderr: Buffer;
+  /** with deferCleanup: the PID record's removal, still running */
+  cleanup?: Promise<void>;
   exitCode?: number;
   signal?: NodeJS.Signals;
   /** spawn(2) itself failed (ENOENT, EACCES, ENOEXEC, ETXTBSY...) */
@@ -226,10 +236,9 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
           ...(stopped === undefined ? {} : { stopped }),
         };
         // the run is over once its record is gone (a record written after the run ended is removed too)
-        void pgidFile
-          .then((f) => (f === undefined ? undefined : rm(f, { force: true })))
-          .catch(() => {})
-          .then(() => resolve(outcome));
+        const cleanup = pgidFile.then((f) => (f === undefined ? undefined : rm(f, { force: true }))).catch(() => {});
+        if (o.deferCleanup === true) resolve({ ...outcome, cleanup });
+        else void cleanup.then(() => resolve(outcome));
       };
       try {
         pid = native().spawnChild(o.pluginPath, env, o.stdin, maxBuffer, (event, r) => {
@@ -257,7 +266,9 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
       for (let attempt = 0; ; attempt++) {
         const r = await runOnce(o);
         const { stdout, stderr, stopped } = r;
-        if (stopped === undefined && r.spawnError === undefined && r.exitCode === 0) return { stdout, stderr };
+        if (stopped === undefined && r.spawnError === undefined && r.exitCode === 0) return { stdout, stderr, ...(r.cleanup ? { cleanup: r.cleanup } : {}) };
+        // a failed run is reported once its bookkeeping is done
+        await r.cleanup;
         const base = { plugin, verb, stdout, stderr, ...(r.exitCode === undefined ? {} : { exitCode: r.exitCode }), ...(r.signal === undefined ? {} : { signal: r.signal }) };
         if (stopped === 'timeout') throw pluginFailure({ ...base, timedOut: true, timeoutMs: o.timeoutMs });
         if (stopped === 'abort') throw pluginFailure({ ...base, aborted: true });

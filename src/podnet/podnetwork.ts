@@ -130,6 +130,8 @@ export class PodNetwork {
     }
     const rec = newRecord({ key, desc, nsPath, phase: Phase.Adding, steps: [], cniIfNames: [this.ifName] });
     let fds: number[] = [];
+    // the CNI ADD's cache file and plugin bookkeeping, written while the container side is made
+    let cniSettled: (() => Promise<void>) | undefined;
     try {
       // the network is read and its plugins located before anything is made: a missing plugin or a broken config
       // dir has run nothing, and leaves nothing for a DEL to do
@@ -154,7 +156,9 @@ export class PodNetwork {
       lap('netns made');
       let result: CniResult;
       try {
-        result = await this.opts.cni.add(list, runtimeConf(rec, this.ifName), signal);
+        const added = await this.opts.cni.addDeferred(list, runtimeConf(rec, this.ifName), signal);
+        result = added.result;
+        cniSettled = added.settled;
       } catch (e) {
         throw stepError(cniStep.name, undefined, e);
       }
@@ -182,6 +186,13 @@ export class PodNetwork {
       } catch (e) {
         throw stepError('open-tap', undefined, e);
       }
+      try {
+        await cniSettled();
+      } catch (e) {
+        throw stepError(cniStep.name, undefined, e);
+      } finally {
+        cniSettled = undefined;
+      }
       const v031 = toV031(completed);
       const csn = buildCsn(v031, nsPath, plan.interfaces);
       rec.phase = Phase.Ready;
@@ -199,6 +210,8 @@ export class PodNetwork {
       closeFds(fds, log);
       const op = isVmpodError(e) && e.op ? e.op : 'add';
       log.error({ err: e, step: op }, 'add failed: rolling back');
+      // the DEL reads the cache the ADD wrote (prevResult): the write is over first, whatever it gave
+      await cniSettled?.().catch(() => {});
       const undoErrors = await undoRecord(this.deps, rec, log);
       let tail = '';
       if (undoErrors.length === 0) {

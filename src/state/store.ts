@@ -1,12 +1,12 @@
-// Per-pod records on disk: <dir>/<key>.json, mode 0600 in a 0700 dir. Writes are atomic: a temporary file
-// in the same dir, rename over the old one (rename is atomic within one filesystem): a crashed or killed tapmanager
-// leaves the old record or the new one, never half. A durable write also fsyncs the file before the rename and the
+// Per-pod records on disk: <dir>/<key>.json, mode 0600 in a 0700 dir. Writes are atomic: the record is written
+// whole into a scratch file in the same dir, which then takes the record's name (a swap of the two names, or a rename:
+// both atomic within one filesystem): a crashed or killed tapmanager leaves the old record or the new one, never half. A durable write also fsyncs the file before the rename and the
 // dir after it, so that the record survives a crash of the machine; only what outlives a reboot needs that (an IPAM
 // allocation, a VF's PF settings), as netns, links and taps vanish with the kernel (docs/decisions.md).
 // Synchronous on purpose: records are small, and a record must be written before the step it announces runs.
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { native } from '../native.js';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { listDir } from '../files.js';
 import { validateKey } from '../identity.js';
@@ -22,6 +22,8 @@ function errno(e: unknown): string | undefined {
 
 export class StateStore {
   private dirReady = false;
+  /** renameat2 RENAME_EXCHANGE works in this dir (until it says otherwise) */
+  private canSwap = true;
 
   constructor(readonly dir: string) {}
 
@@ -43,15 +45,21 @@ export class StateStore {
     return parseRecord(text, key, path);
   }
 
-  /** Temp file (0600) + rename; durable: + fsync of the file before the rename and of the dir after it. */
+  /**
+   * Atomic: the record is written whole into the key's scratch file (0600), which then takes the record's name. When
+   * a record is there already the two files swap names (renameat2 RENAME_EXCHANGE): the old record becomes the next
+   * write's scratch, so rewriting a record creates and frees no inode (each one costs the filesystem a journal entry;
+   * a pod's add writes its record three times). Without a record, or on a filesystem that cannot swap, a rename.
+   * durable: + fsync of the file before it takes the name and of the dir after.
+   */
   write(rec: PodRecord, durable = true): void {
     const path = this.pathOf(rec.key);
     this.ensureDir();
-    const tmp = join(this.dir, `${TMP_PREFIX}${rec.key}-${process.pid}-${randomBytes(4).toString('hex')}`);
+    const scratch = this.scratchOf(rec.key);
     // one line (jq reads it): indented, a record is 70 % larger, and a restart reads every record before it serves
     const data = Buffer.from(JSON.stringify(rec) + '\n');
     try {
-      const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600);
+      const fd = openSync(scratch, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC, 0o600);
       try {
         let off = 0;
         while (off < data.length) off += writeSync(fd, data, off, data.length - off);
@@ -59,22 +67,44 @@ export class StateStore {
       } finally {
         closeSync(fd);
       }
-      renameSync(tmp, path);
+      if (!this.swap(scratch, path)) renameSync(scratch, path);
       if (durable) this.fsyncDir();
     } catch (e) {
-      rmSync(tmp, { force: true });
+      rmSync(scratch, { force: true });
       throw new VmpodError(ErrorCode.State, `write state record ${path}`, { cause: e, key: rec.key, op: 'state-write' });
     }
   }
 
-  /** Removes the record; a missing one is fine. durable: + fsync of the dir. */
+  /** Removes the record (and its scratch file); a missing one is fine. durable: + fsync of the dir. */
   remove(key: string, durable = true): void {
     const path = this.pathOf(key);
     try {
       rmSync(path, { force: true });
+      rmSync(this.scratchOf(key), { force: true });
       if (durable) this.fsyncDir();
     } catch (e) {
       throw new VmpodError(ErrorCode.State, `remove state record ${path}`, { cause: e, key, op: 'state-remove' });
+    }
+  }
+
+  /** The file a record is written into before it takes the record's name: a temporary file (sweepTemps). */
+  private scratchOf(key: string): string {
+    return join(this.dir, `${TMP_PREFIX}${key}`);
+  }
+
+  /** scratch and path swap names; false when there is no record yet or the filesystem cannot (then: rename). */
+  private swap(scratch: string, path: string): boolean {
+    if (!this.canSwap) return false;
+    try {
+      native().exchangePaths(scratch, path);
+      return true;
+    } catch (e) {
+      if (errno(e) === 'ENOENT') return false;
+      if (errno(e) === 'EINVAL' || errno(e) === 'ENOSYS' || errno(e) === 'EOPNOTSUPP') {
+        this.canSwap = false;
+        return false;
+      }
+      throw e;
     }
   }
 

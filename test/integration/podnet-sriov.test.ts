@@ -130,7 +130,7 @@ async function setup(opts: { pluginType?: string; vlan?: number } = {}): Promise
     make(o = {}) {
       const real = new CniClient({ binDirs: [bin], cacheDir });
       const cni = {
-        add: real.add.bind(real), locate: real.locate.bind(real), cachedNetworks: real.cachedNetworks.bind(real),
+        addDeferred: real.addDeferred.bind(real), locate: real.locate.bind(real), cachedNetworks: real.cachedNetworks.bind(real),
         del: async (...a: Parameters<CniClient['del']>) => {
           events.push('cni-del');
           return real.del(...a);

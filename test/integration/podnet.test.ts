@@ -118,10 +118,10 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     let atAdd: { phase: string; steps: string[] } | undefined;
     const pn = ctx.make((real) => {
       const spy = {
-        add: async (...a: Parameters<CniClient['add']>) => {
+        addDeferred: async (...a: Parameters<CniClient['addDeferred']>) => {
           const r = new StateStore(ctx.stateDir).read(ctx.key)!;
           atAdd = { phase: r.phase, steps: r.steps.map((s) => s.name) };
-          return real.add(...a);
+          return real.addDeferred(...a);
         },
         locate: real.locate.bind(real), cachedNetworks: real.cachedNetworks.bind(real),
         del: async (...a: Parameters<CniClient['del']>) => {
@@ -242,11 +242,13 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     // make the dhcp-filter step fail: right after the CNI ADD, something else takes the filter's table name in the pod netns
     const nsenterNft = (...a: string[]) => execa('nsenter', [`--net=${join(NETNS_DIR, ctx.key)}`, '--', 'nft', ...a], { timeout: 10_000 });
     let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
+    let pluginMac: string | undefined;
     const pn = ctx.make(
       (real) =>
         ({
-          add: async (...a: Parameters<CniClient['add']>) => {
-            const r = await real.add(...a);
+          addDeferred: async (...a: Parameters<CniClient['addDeferred']>) => {
+            const r = await real.addDeferred(...a);
+            pluginMac = r.result.interfaces?.find((i) => i.sandbox)?.mac;
             await nsenterNft('add', 'table', 'bridge', 'vmpod-virtlet-eth0');
             return r;
           },
@@ -264,7 +266,9 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(err?.op).toBe('dhcp-filter');
     expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "dhcp-filter" on virtlet-eth0 failed: nf_tables table bridge vmpod-virtlet-eth0 in .*: File exists`));
     const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
-    expect(veth.mac).not.toMatch(/^02:/);
+    // the MAC the plugin gave it is back (ours, swapped in by the container side, is gone)
+    expect(pluginMac).toMatch(/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
+    expect(veth.mac).toBe(pluginMac);
     expect(veth.addrs4).toHaveLength(1);
     expect(veth.master).toBeUndefined();
     await expectNothingLeft(ctx, []);

@@ -78,6 +78,19 @@ afterEach(async () => {
 const cachePath = () => cacheFilePath(cacheDir, 'podnet', 'c0ffee', 'eth0');
 
 describe('ADD', () => {
+  it('addDeferred returns the result at once; settled() waits for the cache file and fails as add does when it cannot be written', async () => {
+    const d = await client.addDeferred(list(), rt);
+    expect(d.result).toEqual(tuningResult);
+    await d.settled();
+    expect(JSON.parse(await readFile(cachePath(), 'utf8')).result).toEqual(tuningResult);
+    // a cache dir that cannot be made: the plugins ran, the ADD still fails (the caller runs DEL)
+    await writeFile(join(cacheDir, 'file'), 'x');
+    const broken = new CniClient({ binDirs: BIN, cacheDir: join(cacheDir, 'file', 'sub'), exec: happyExec(), timeoutMs: 1234 });
+    const e = await broken.addDeferred(list(), rt);
+    expect((await thrown(e.settled())).message).toMatch(/^ADD network podnet: cache the result in .*file\/sub\//);
+    expect((await thrown(broken.add(list(), rt))).message).toMatch(/^ADD network podnet: cache the result in /);
+  });
+
   it('runs the plugins in order, chaining prevResult, and returns the last result normalised', async () => {
     const r = await client.add(list(), rt);
     expect(exec.calls.map((c) => `${c.plugin}:${c.verb}`)).toEqual(['bridge:ADD', 'tuning:ADD', 'portmap:ADD']);

@@ -33,7 +33,7 @@ describe('StateStore', () => {
   });
   afterEach(() => rmSync(base, { recursive: true, force: true }));
 
-  it('round-trips a record; the file is 0600 in a 0700 dir; no temporary file stays', () => {
+  it('round-trips a record; the file is 0600 in a 0700 dir; a rewrite swaps with the scratch file, which goes with the record', () => {
     const s = new StateStore(dir);
     expect(s.read('pod-1')).toBeUndefined();
     expect(s.keys()).toEqual([]);
@@ -42,15 +42,29 @@ describe('StateStore', () => {
     expect(s.read('pod-1')).toEqual(rec);
     expect(statSync(join(dir, 'pod-1.json')).mode & 0o777).toBe(0o600);
     expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(readdirSync(dir)).toEqual(['pod-1.json']); // the first write renames its scratch into place
+    const first = statSync(join(dir, 'pod-1.json')).ino;
     rec.phase = 'ready';
     s.write(rec);
     expect(s.read('pod-1')!.phase).toBe('ready');
-    expect(readdirSync(dir)).toEqual(['pod-1.json']);
+    // the rewrite swapped names: the old record is the scratch now (a temporary file, never read as a record)
+    expect(readdirSync(dir).sort()).toEqual(['.tmp-pod-1', 'pod-1.json']);
+    expect(statSync(join(dir, '.tmp-pod-1')).ino).toBe(first);
+    rec.phase = 'releasing';
+    s.write(rec);
+    expect(statSync(join(dir, 'pod-1.json')).ino).toBe(first); // no new inode: the two files take turns
+    expect(statSync(join(dir, 'pod-1.json')).mode & 0o777).toBe(0o600);
+    expect(s.read('pod-1')!.phase).toBe('releasing');
     s.write(sample('pod-0'));
     expect(s.keys()).toEqual(['pod-0', 'pod-1']);
     s.remove('pod-1');
     s.remove('pod-1');
     expect(s.keys()).toEqual(['pod-0']);
+    expect(readdirSync(dir)).toEqual(['pod-0.json']);
+    // a restart sweeps scratch files: the record is whole without them
+    s.write(sample('pod-0'));
+    expect(new StateStore(dir).sweepTemps()).toEqual(['.tmp-pod-0']);
+    expect(new StateStore(dir).read('pod-0')).toEqual(sample('pod-0'));
   });
 
   it('a new store on the same dir reads what the old one wrote', () => {
