@@ -5,8 +5,9 @@
 // add       one add / one release through tapmanager (the C client, bench/c/vmpod-client.c) vs bare-cni
 //           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`);
 //           the sides take turns going first, and rounds are 150 ms apart (the kernel's netns removal settled)
-// burst     --burst bare adds by 16 clients at once, then their DELs; 3 s for the kernel; the same count of adds
-//           through tapmanager, 16 at once, then their releases; tapmanager's RSS and fds at 0 and after its adds
+// burst     --rounds rounds: --burst bare adds by 16 clients at once, then their DELs, and the same count of adds
+//           through tapmanager, 16 at once, then their releases, the sides taking turns going first, 3 s for the
+//           kernel after each; tapmanager's RSS and fds at 0 and after its first burst
 // scale     for each count of pods present: add and release (as `add`), get by 8 client processes at once vs a
 //           minimal C server answering the same bytes and fd (bench/c/fd-echo-server.c), and restart: spawn ->
 //           first answer and -> every pod answered get, vs an empty tapmanager's spawn -> first answer
@@ -126,24 +127,43 @@ function tracer(args) {
 async function burst(w) {
   const d = w.daemon;
   const mem0 = procMem(d.pid);
-  const ks = w.keys(burstN, 'b');
-  const bs = w.keys(burstN, 'y');
-  // each side starts from the same node: the bare pods are gone (and the kernel has removed their netns) before
-  // ours come, as the bare ones came to a bridge without ours (with them present, every add costs more on both sides:
-  // the bridge plugin's work and the node bridge's flooding grow with its ports)
-  const b = await w.bareAdd(bs, PAR);
-  const bd = await w.bareDel(bs, PAR);
-  await sleep(BURST_SETTLE_MS);
-  const cpu0 = procCpuS(d.pid);
-  const r = await w.add(ks, PAR);
-  const cpuMsPerAdd = Math.round(((procCpuS(d.pid) - cpu0) / burstN) * 1e4) / 10;
-  const mem1 = procMem(d.pid);
+  let mem1;
+  const ours = { add: [], release: [], cpu: [], p50: [] };
+  const bare = { add: [], release: [], p50: [] };
+  // --rounds rounds, the sides taking turns going first; each side starts from the same node: the other side's pods
+  // are gone (and the kernel has removed their netns) before it comes (with them present, every add costs more: the
+  // bridge plugin's work and the node bridge's flooding grow with its ports)
+  for (let round = 0; round < rounds; round++) {
+    const sides = [
+      async () => {
+        const bs = w.keys(burstN, 'y');
+        const b = await w.bareAdd(bs, PAR);
+        bare.add.push(b.totalMs);
+        bare.p50.push(pick(b.opsMs, 50));
+        bare.release.push((await w.bareDel(bs, PAR)).totalMs);
+      },
+      async () => {
+        const ks = w.keys(burstN, 'b');
+        const cpu0 = procCpuS(d.pid);
+        const r = await w.add(ks, PAR);
+        ours.cpu.push(((procCpuS(d.pid) - cpu0) / burstN) * 1e3);
+        mem1 ??= procMem(d.pid);
+        ours.add.push(r.totalMs);
+        ours.p50.push(pick(r.opsMs, 50));
+        ours.release.push((await w.release(ks, PAR)).totalMs);
+      },
+    ];
+    if (round % 2) sides.reverse();
+    for (const side of sides) {
+      await side();
+      await sleep(BURST_SETTLE_MS);
+    }
+  }
+  const med = (xs) => pick(xs, 50);
   measure('memory@0', 'MB/fds', mem0);
   measure(`memory@${burstN}`, 'MB/fds', mem1, { goalRssMb: 100 });
-  figure(`add-burst-${burstN}x${PAR}`, 'ms', [r.totalMs], [b.totalMs], { goal: 1.5, what: `${burstN} adds, ${PAR} clients at once: wall time`, baselineWhat: `the same ${burstN} bare adds, ${PAR} at once`, extra: { daemonCpuMsPerAdd: cpuMsPerAdd, oursPerAdd: r.opsMs.length, oursAddP50: pick(r.opsMs, 50), bareAddP50: pick(b.opsMs, 50) } });
-  const rd = await w.release(ks, PAR);
-  figure(`release-burst-${burstN}x${PAR}`, 'ms', [rd.totalMs], [bd.totalMs], { what: `${burstN} releases, ${PAR} at once: wall time`, baselineWhat: `the same ${burstN} bare DELs, ${PAR} at once` });
-  await sleep(BURST_SETTLE_MS);
+  figure(`add-burst-${burstN}x${PAR}`, 'ms', ours.add, bare.add, { goal: 1.5, what: `${burstN} adds, ${PAR} clients at once: wall time`, baselineWhat: `the same ${burstN} bare adds, ${PAR} at once`, extra: { daemonCpuMsPerAdd: Math.round(med(ours.cpu) * 10) / 10, oursAddP50: med(ours.p50), bareAddP50: med(bare.p50) } });
+  figure(`release-burst-${burstN}x${PAR}`, 'ms', ours.release, bare.release, { what: `${burstN} releases, ${PAR} at once: wall time`, baselineWhat: `the same ${burstN} bare DELs, ${PAR} at once` });
 }
 
 function pick(xs, p) {
