@@ -143,16 +143,28 @@ export class CniClient {
       }
     }
     const failures: unknown[] = [];
+    // each run's bookkeeping (its PID record's removal) goes on while the next plugin runs and the cache goes
+    const cleanups: Promise<void>[] = [];
     for (const plugin of [...list.plugins].reverse()) {
       this.#checkAborted(signal, CniVerb.Del, list, plugin);
       try {
         const path = await this.#find(plugin.type);
-        await this.#run(path, plugin, CniVerb.Del, list, rt, buildOneConfig(list, plugin, prevJson, rt.capabilityArgs), signal);
+        const { cleanup } = await this.#run(path, plugin, CniVerb.Del, list, rt, buildOneConfig(list, plugin, prevJson, rt.capabilityArgs), signal, true);
+        if (cleanup) cleanups.push(cleanup);
       } catch (e) {
         this.#log.warn({ err: e, network: list.name, containerId: rt.containerId, plugin: plugin.type }, 'CNI DEL failed; continuing with the next plugin');
         failures.push(e);
       }
     }
+    try {
+      await this.#delEnd(list, rt, failures);
+    } finally {
+      await Promise.all(cleanups);
+    }
+  }
+
+  /** DEL's end: every failure reported, or (none) the cache record removed. */
+  async #delEnd(list: NetworkConfigList, rt: RuntimeConf, failures: unknown[]): Promise<void> {
     if (failures.length === 1) throw failures[0];
     if (failures.length > 1) {
       const msgs = failures.map((f) => (f instanceof Error ? f.message : String(f)));
