@@ -1462,7 +1462,7 @@ static void netns_add_free(netns_add_t *w) {
 
 static void netns_add_complete(napi_env env, napi_status status, void *data) {
   netns_add_t *w = data;
-  if (status != napi_ok) netns_add_fail(w, ECANCELED, "netnsAdd %s: cancelled", w->path);
+  if (status != napi_ok) netns_add_fail(w, ECANCELED, "netns %s: cancelled", w->path);
   settle_promise(env, w->deferred, w->err, w->what, NULL);
   napi_delete_async_work(env, w->work);
   netns_add_free(w);
@@ -1509,21 +1509,34 @@ fail:
 
 // `ip netns del`: detach the netns mount and remove the file. The kernel frees the netns once nothing holds it
 // (a process in it, an open fd such as a tap's). A path that is no mount (EINVAL) is still removed.
+static void netns_del_execute(napi_env env, void *data) {
+  (void)env;
+  netns_add_t *w = data;
+  if (umount2(w->path, MNT_DETACH) < 0 && errno != EINVAL)
+    netns_add_fail(w, errno, "netnsDel: umount %s", w->path);
+  else if (unlink(w->path) < 0)
+    netns_add_fail(w, errno, "netnsDel: remove %s", w->path);
+}
+
+// netnsDel(path) -> Promise: on a pool thread (the unlink can wait on the filesystem's journal)
 static napi_value js_netnsDel(napi_env env, napi_callback_info info) {
-  napi_value argv[1], ret = NULL;
+  napi_value argv[1];
   char *path = get_args(env, info, 1, argv, "netnsDel") ? get_string(env, argv[0], "netnsDel", "path") : NULL;
   if (!path) return NULL;
   if (path[0] != '/') {
     throw_type(env, "netnsDel: path must be absolute, got \"%s\"", path);
-  } else if (umount2(path, MNT_DETACH) < 0 && errno != EINVAL) {
-    throw_errno(env, errno, "netnsDel: umount %s", path);
-  } else if (unlink(path) < 0) {
-    throw_errno(env, errno, "netnsDel: remove %s", path);
-  } else {
-    napi_get_undefined(env, &ret);
+    free(path);
+    return NULL;
   }
-  free(path);
-  return ret;
+  netns_add_t *w = calloc(1, sizeof(*w));
+  if (!w) {
+    free(path);
+    return throw_errno(env, ENOMEM, "netnsDel");
+  }
+  w->path = path;
+  napi_value promise = queue_promise(env, "vmpod.netnsDel", netns_del_execute, netns_add_complete, w, &w->work, &w->deferred);
+  if (!promise) netns_add_free(w);
+  return promise;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -160,8 +160,11 @@ export interface Native {
    * that thread only, and it goes back at once); rejects with errno's code (EEXIST: the name is taken), leaving no file.
    */
   netnsAdd(dir: string, name: string): Promise<void>;
-  /** `ip netns del`: detach the netns mount at path and remove the file (a path that is no mount is removed too). */
-  netnsDel(path: string): void;
+  /**
+   * `ip netns del`, on a libuv pool thread: detach the netns mount at path and remove the file (a path that is no
+   * mount is removed too). A relative path throws TypeError at once.
+   */
+  netnsDel(path: string): Promise<void>;
   /**
    * rtnetlink in the netns at nsPath, on a libuv pool thread: the batch of requests (src/net/rtnl.ts encodeBatch: netlink
    * messages with link names to resolve to ifindexes there, persistent taps) runs in order; resolves with the answers

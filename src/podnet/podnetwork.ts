@@ -276,7 +276,7 @@ export class PodNetwork {
     }
     // not durable: a record that comes back after a crash of the machine is undone again, and every undo op
     // tolerates "already undone"
-    this.store.remove(key, false);
+    await this.store.removeAsync(key);
     log.info({ durationMs: Math.round(performance.now() - t0), ...(rec.quarantine ? { quarantineFinished: true } : {}) }, 'pod network released');
     return { leftovers: [] };
   }

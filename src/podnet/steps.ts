@@ -233,7 +233,7 @@ async function undoOne(deps: StepDeps, rec: PodRecord, op: Op, log: Logger): Pro
       return deps.cniDel(rec, op.ifName, op.config);
     case 'netns-del':
       if (!existsSync(join(deps.netnsDir, op.name))) return;
-      native().netnsDel(join(deps.netnsDir, op.name));
+      await native().netnsDel(join(deps.netnsDir, op.name));
       return;
     case 'vf-restore-driver':
       return restoreVfDriver(deps.sysfs, op, log);

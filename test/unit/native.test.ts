@@ -468,8 +468,8 @@ describe('netnsAdd, netnsDel', () => {
     made.push(second);
     await n.netnsAdd('/var/run/netns', second);
     expect((await execa('ip', ['netns', 'exec', second, 'readlink', '/proc/self/ns/net'])).stdout.trim()).not.toBe(inode);
-    n.netnsDel(`/var/run/netns/${name}`);
-    n.netnsDel(`/var/run/netns/${second}`);
+    await n.netnsDel(`/var/run/netns/${name}`);
+    await n.netnsDel(`/var/run/netns/${second}`);
     expect(await netnsList()).not.toContain(name);
     expect(await netnsList()).not.toContain(second);
   });
@@ -490,9 +490,9 @@ describe('netnsAdd, netnsDel', () => {
     expect(() => n.netnsDel('x')).toThrow(TypeError);
     const name = `vmpt-${rand()}`;
     fs.writeFileSync(`/var/run/netns/${name}`, '');
-    n.netnsDel(`/var/run/netns/${name}`);
+    await n.netnsDel(`/var/run/netns/${name}`);
     expect(fs.existsSync(`/var/run/netns/${name}`)).toBe(false);
-    expect(errorOf(() => n.netnsDel(`/var/run/netns/${name}`)).code).toBe('ENOENT');
+    await expect(n.netnsDel(`/var/run/netns/${name}`)).rejects.toMatchObject({ code: 'ENOENT' });
   });
 });
 
