@@ -1,10 +1,13 @@
 // vmpod_native: the only place in vmpod-node that makes raw syscalls.
 //
-// Every exported function is one synchronous call. Failures throw an Error whose `code` is the errno
-// name ("EBUSY"), `errno` the positive errno number, and whose message names the operation and the
-// object, e.g. "TUNSETIFF tap0 in /var/run/netns/x: EBUSY (Device or resource busy)". Bad JS
-// arguments throw TypeError. Every fd this file creates is close-on-exec. Blocking calls retry EINTR.
+// Every exported function is one synchronous call, except those that return a promise (work on a libuv pool
+// thread) or take a callback (spawnChild, the fast get server, pollers): src/native.ts says which. Failures throw
+// (or reject with) an Error whose `code` is the errno name ("EBUSY"), `errno` the positive errno number, and
+// whose message names the operation and the object, e.g. "TUNSETIFF tap0 in /var/run/netns/x: EBUSY (Device or
+// resource busy)". Bad JS arguments throw TypeError. Every fd the addon creates is close-on-exec. Blocking calls
+// retry EINTR.
 //
+// The other files: common.c (errors, argument helpers, declared in common.h), fastget.c, spawn.c.
 // The typed interface and the doc of every function is src/native.ts.
 
 #include "common.h"

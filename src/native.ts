@@ -1,5 +1,6 @@
 // Typed loader of the C N-API addon (native/*.c): the only place that makes raw syscalls.
-// Every function is one synchronous call. Failures throw an Error whose `code` is the errno name
+// Every function is one synchronous call unless its type says Promise or it takes a callback. Failures throw (or
+// reject with) an Error whose `code` is the errno name
 // (e.g. "ENOENT", "EBUSY") and whose message names the operation, e.g. "TUNSETIFF tap0: EBUSY (Device or resource busy)".
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';

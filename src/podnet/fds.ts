@@ -42,9 +42,9 @@ export function openFds(nsPath: string, interfaces: PodInterface[], log: Logger)
 const NEW_TAP_BUSY_WAITS_MS = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /**
- * openFds for taps made a moment ago (add). The addon makes a persistent tap with an fd it closes at once; a
- * process forked at that moment on another thread (a CNI plugin of another pod, spawned by the event loop) holds a
- * copy of that fd until it execs (close-on-exec), and meanwhile the tap is attached and TUNSETIFF answers EBUSY.
+ * openFds for taps made a moment ago (add). The addon makes a persistent tap on a pool thread with an fd it closes
+ * at once; a CNI plugin of another pod spawned at that moment (by the event loop's thread) holds a copy of the fd
+ * table until it execs (close-on-exec), and meanwhile the tap is attached and TUNSETIFF answers EBUSY.
  * Nothing else can hold a tap of a netns made for this add, so EBUSY is waited out, for up to 255 ms.
  */
 export async function openNewFds(nsPath: string, interfaces: PodInterface[], log: Logger): Promise<number[]> {
@@ -53,7 +53,7 @@ export async function openNewFds(nsPath: string, interfaces: PodInterface[], log
       return openFds(nsPath, interfaces, log);
     } catch (e) {
       if (!isBusy(e)) throw e;
-      log.debug({ nsPath, waitMs: ms }, 'a new tap is busy (a process forked meanwhile still holds the fd that made it): waiting');
+      log.debug({ nsPath, waitMs: ms }, 'a new tap is busy (a process spawned meanwhile still holds the fd that made it): waiting');
       await new Promise((r) => setTimeout(r, ms));
     }
   }

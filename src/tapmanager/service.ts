@@ -230,9 +230,8 @@ export class TapmanagerService implements Handler {
           // its gets go through the handler again, which tries once more and says why it fails
           this.replies?.forgetGetReply(key);
           this.log.error({ key, err: e }, 'restarting DHCP for a restored pod failed');
-          return;
         }
-        this.offerGet(st);
+        // its get answer went to the server when it was restored
       });
     const all = this.pods.recordedKeys().map((key) =>
       this.queue.run(key, () => one(key)).catch((e: unknown) => {
