@@ -53,7 +53,7 @@ export async function openNewFds(nsPath: string, interfaces: PodInterface[], log
       return openFds(nsPath, interfaces, log);
     } catch (e) {
       if (!isBusy(e)) throw e;
-      log.debug({ nsPath, waitMs: ms }, 'a new tap is busy (a process spawned meanwhile still holds the fd that made it): waiting');
+      log.debug({ nsPath, waitMs: ms }, 'a new tap is busy (a process forked meanwhile still holds the fd that made it): waiting');
       await new Promise((r) => setTimeout(r, ms));
     }
   }
