@@ -124,7 +124,11 @@ static void fg_unlink_conn(fg_conn *c) {
 
 static void fg_close_conn(fg_conn *c) {
   fg_unlink_conn(c);
-  close(c->fd);  // which takes it out of the epoll set
+  // out of the epoll set before the close: a close takes a socket out only with its last reference, and a plugin
+  // spawned a moment ago still holds one (exec releases the vfork parent before it closes the close-on-exec fds);
+  // the set would go on reporting the socket with a pointer to freed memory
+  if (c->polled) epoll_ctl(c->srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
   free(c);
 }
 
