@@ -4,7 +4,7 @@
 // dir after it, so that the record survives a crash of the machine; only what outlives a reboot needs that (an IPAM
 // allocation, a VF's PF settings), as netns, links and taps vanish with the kernel (docs/decisions.md).
 // Synchronous on purpose: records are small, and a record must be written before the step it announces runs.
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
+import { closeSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
@@ -60,10 +60,13 @@ export class StateStore {
     // one line (jq reads it): indented, a record is 70 % larger, and a restart reads every record before it serves
     const data = Buffer.from(JSON.stringify(rec) + '\n');
     try {
-      const fd = openSync(scratch, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC, 0o600);
+      // written over from the start and cut to length, not truncated first: truncating frees the file's blocks,
+      // which on a filesystem mounted with discard waits for the device, for a block the write takes again at once
+      const fd = openSync(scratch, constants.O_WRONLY | constants.O_CREAT, 0o600);
       try {
         let off = 0;
-        while (off < data.length) off += writeSync(fd, data, off, data.length - off);
+        while (off < data.length) off += writeSync(fd, data, off, data.length - off, off);
+        ftruncateSync(fd, data.length);
         if (durable) fsyncSync(fd);
       } finally {
         closeSync(fd);
