@@ -1,6 +1,6 @@
 // The fds a pod hands to its VM (get): one per interface, opened through the addon (a tap must be opened inside
 // the pod netns, in one synchronous call), closed through it.
-import { openSync } from 'node:fs';
+import { close, openSync } from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { native } from '../native.js';
@@ -69,6 +69,25 @@ export function closeFds(fds: number[], log: Logger): void {
       log.error({ err: e, fd }, 'closing a tap fd failed');
     }
   }
+}
+
+/**
+ * closeFds on the libuv pool, all at once: the last close of a tap detaches it, which waits for an RCU grace period
+ * (the kernel's tun_detach: synchronize_net), some milliseconds that the event loop and the caller need not wait out
+ * one by one. Empties `fds` at once; resolves when every close is over (a failure is logged).
+ */
+export async function closeFdsOffLoop(fds: number[], log: Logger): Promise<void> {
+  await Promise.all(
+    fds.splice(0).map(
+      (fd) =>
+        new Promise<void>((resolve) => {
+          close(fd, (e) => {
+            if (e) log.error({ err: e, fd }, 'closing a tap fd failed');
+            resolve();
+          });
+        }),
+    ),
+  );
 }
 
 /**
