@@ -194,6 +194,8 @@ export interface ContainerSidePlanInput {
   vfs?: ReadonlySet<string>;
   /** SR-IOV enabled: the planned setup of each VF (by link name); a VF without one is refused */
   vfSetups?: ReadonlyMap<string, VfSetupRecord>;
+  /** the CNI_IFNAME that preparedSteps made interface 0's bridge, tap and filter for (add), absent when none were */
+  prepared?: string;
 }
 
 /** What to tell when a VF shows up and SR-IOV support is off. */
@@ -229,6 +231,71 @@ export function vlanFromConf(plugins: readonly { type: string; [k: string]: unkn
   return undefined;
 }
 
+/**
+ * Interface i's bridge: its MTU, ageing_time 0 (learning off: Flannel), 169.254.254.2/24; with `v6`, a fixed MAC (a
+ * bridge's own follows its ports) and a link-local made from it, usable at once (nodad). Without `mtu` it is the
+ * kernel's default until the plan sets it (preparedSteps).
+ */
+function bridgeStep(br: string, mtu?: string, v6?: { mac: string; ip6: string }): Step {
+  const mtuArgs = mtu === undefined ? [] : ['mtu', mtu];
+  return {
+    name: StepName.Bridge,
+    target: br,
+    do: v6
+      ? [
+          ip('link', 'add', 'name', br, 'address', v6.mac, ...mtuArgs, 'type', 'bridge', 'ageing_time', '0'),
+          ip('link', 'set', 'dev', br, 'addrgenmode', 'none'),
+          ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br),
+          ip('addr', 'add', `${v6.ip6}/64`, 'dev', br, 'nodad'),
+        ]
+      : [ip('link', 'add', 'name', br, ...mtuArgs, 'type', 'bridge', 'ageing_time', '0'), ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br)],
+    undo: [{ ...ip('link', 'del', 'dev', br), withNetns: true }],
+  };
+}
+
+/**
+ * Interface i's tap: persistent (ip tuntap sets TUNSETPERSIST), so it outlives our fd and a restarted daemon reopens
+ * it by name; vnet_hdr: qemu's virtio-net/vhost use the virtio header (qemu probes the fd's flags itself).
+ */
+function tapStep(tap: string, mtu?: string): Step {
+  return {
+    name: StepName.Tap,
+    target: tap,
+    do: [ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr'), ...(mtu === undefined ? [] : [ip('link', 'set', 'dev', tap, 'mtu', mtu)])],
+    undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
+  };
+}
+
+/**
+ * The DHCP filter of CNI link `veth` and its tap. The IPv6 rules go on an IPv4-only interface too: a guest that
+ * solicits DHCPv6 or routers anyway (many do) must not reach the CNI network's, nor take its answers: it gets exactly
+ * the CNI result, which has no IPv6. The rules match links by name, so the table can be made before the links exist.
+ */
+function dhcpFilterStep(veth: string, tap: string): Step {
+  const table = filterTable(veth);
+  return { name: StepName.DhcpFilter, target: veth, do: [{ op: 'nft', table, rules: [...dhcpFilterRules(veth), ...dhcp6FilterRules(veth, tap)] }], undo: [{ op: 'nft-del', table, withNetns: true }] };
+}
+
+/**
+ * What add makes in the new pod netns while the CNI plugins run, as none of it depends on their result: interface
+ * 0's bridge (down, without MTU) and tap, and the DHCP filter of the link the plugins make as CNI_IFNAME `veth`.
+ * The plan (input `prepared`) finishes them when its first interface is that link and gets a tap, and deletes them
+ * first otherwise (dropPreparedStep).
+ */
+export function preparedSteps(veth: string): Step[] {
+  return [bridgeStep(bridgeName(0)), tapStep(tapName(0)), dhcpFilterStep(veth, tapName(0))];
+}
+
+/** The prepared bridge, tap and filter deleted: the result's first interface is not the one they were made for. */
+export function dropPreparedStep(veth: string): Step {
+  return {
+    name: StepName.DropPrepared,
+    target: bridgeName(0),
+    do: [ip('link', 'del', 'dev', bridgeName(0)), ip('link', 'del', 'dev', tapName(0)), { op: 'nft-del', table: filterTable(veth) }],
+    undo: [],
+  };
+}
+
 export interface ContainerSidePlan {
   interfaces: PodInterface[];
   steps: Step[];
@@ -241,6 +308,14 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
   const steps: Step[] = [...(result.ips.every((a) => !a.address.includes(':')) ? [ipv6OffStep()] : []), loUpStep()];
   const interfaces: PodInterface[] = [];
   const names = new Set(observed.links.map((l) => l.name));
+  const first = result.interfaces.find(hasSandbox);
+  const reusePrepared = input.prepared !== undefined && first?.name === input.prepared && !input.vfs?.has(first.name);
+  if (input.prepared !== undefined) {
+    // ours: not a conflict; and when they do not fit, they go before anything is made in their names
+    names.delete(bridgeName(0));
+    names.delete(tapName(0));
+    if (!reusePrepared) steps.push(dropPreparedStep(input.prepared));
+  }
   let ordinal = 0;
   result.interfaces.forEach((ci, index) => {
     if (!hasSandbox(ci)) return;
@@ -314,28 +389,22 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     }
     const bridgeMac = mac.toLowerCase();
     const bridgeIp6 = v6 ? formatIpv6(linkLocalFromMac(bridgeMac)) : undefined;
-    steps.push({
-      name: StepName.Bridge,
-      target: br,
-      do: v6
-        ? [
-            // a fixed MAC (a bridge's own follows its ports) and a link-local made from it, usable at once (nodad)
-            ip('link', 'add', 'name', br, 'address', bridgeMac, 'mtu', mtu, 'type', 'bridge', 'ageing_time', '0'),
-            ip('link', 'set', 'dev', br, 'addrgenmode', 'none'),
-            ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br),
-            ip('addr', 'add', `${bridgeIp6}/64`, 'dev', br, 'nodad'),
-          ]
-        : [ip('link', 'add', 'name', br, 'mtu', mtu, 'type', 'bridge', 'ageing_time', '0'), ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br)],
-      undo: [{ ...ip('link', 'del', 'dev', br), withNetns: true }],
-    });
-    steps.push({
-      name: StepName.Tap,
-      target: tap,
-      // persistent (ip tuntap sets TUNSETPERSIST), so the tap outlives our fd: a restarted daemon reopens it by
-      // name. vnet_hdr: qemu's virtio-net/vhost use the virtio header; qemu probes the fd's flags itself.
-      do: [ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr'), ip('link', 'set', 'dev', tap, 'mtu', mtu)],
-      undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
-    });
+    if (i === 0 && reusePrepared) {
+      // made while the CNI plugins ran (preparedSteps), down, without MTU or IPv6: what the result decides comes now
+      steps.push({
+        name: StepName.Bridge,
+        target: br,
+        do: [
+          ip('link', 'set', 'dev', br, 'mtu', mtu),
+          ...(v6 ? [ip('link', 'set', 'dev', br, 'address', bridgeMac), ip('link', 'set', 'dev', br, 'addrgenmode', 'none'), ip('addr', 'add', `${bridgeIp6}/64`, 'dev', br, 'nodad')] : []),
+        ],
+        undo: [],
+      });
+      steps.push({ name: StepName.Tap, target: tap, do: [ip('link', 'set', 'dev', tap, 'mtu', mtu)], undo: [] });
+    } else {
+      steps.push(bridgeStep(br, mtu, v6 ? { mac: bridgeMac, ip6: bridgeIp6! } : undefined));
+      steps.push(tapStep(tap, mtu));
+    }
     steps.push({
       name: StepName.Enslave,
       target: v,
@@ -343,11 +412,7 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
       undo: [ip('link', 'set', 'dev', v, 'nomaster')],
     });
     steps.push({ name: StepName.LinksUp, target: br, do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
-    // the IPv6 rules on an IPv4-only interface too: a guest that solicits DHCPv6 or routers anyway (many do) must
-    // not reach the CNI network's, nor take its answers: it gets exactly the CNI result, which has no IPv6
-    const rules = [...dhcpFilterRules(v), ...dhcp6FilterRules(v, tap)];
-    const table = filterTable(v);
-    steps.push({ name: StepName.DhcpFilter, target: v, do: [{ op: 'nft', table, rules }], undo: [{ op: 'nft-del', table, withNetns: true }] });
+    if (!(i === 0 && reusePrepared)) steps.push(dhcpFilterStep(v, tap));
     if (v6) {
       steps.push({ name: StepName.Ipv6Forwarding, target: br, do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=1'] }], undo: [] });
       const routeOps = [

@@ -17,12 +17,12 @@ import { StateStore } from '../state/store.js';
 import { Phase, StepName, newRecord, type PodRecord } from '../state/record.js';
 import { NetExec, observeNetns } from './exec.js';
 import { completeResult, withPodDns } from './result.js';
-import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, randomLaaMac } from './plan.js';
+import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, preparedSteps, randomLaaMac } from './plan.js';
 import type { PodInterface } from '../state/types.js';
 import { DEFAULT_IFNAME, type Observed } from './types.js';
 import { applySteps, recordSteps, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
 import { findVfs, ipVfLink, planVfs } from './vf.js';
-import { closeFds, isBusy, openFds, openNewFds } from './fds.js';
+import { closeFds, closeFdsOffLoop, isBusy, openFds, openNewFds } from './fds.js';
 import { checkRecoverCsn, checkSameCsn, conventionRecord, recoverRecord } from './recover.js';
 
 export { resultForRecover } from './recover.js';
@@ -142,26 +142,38 @@ export class PodNetwork {
       } catch (e) {
         throw stepError(StepName.CniAdd, undefined, e);
       }
-      // one durable write covers the netns and the CNI ADD (its DEL must follow even a failed ADD): the record
-      // is on disk before either runs; the container side is recorded once more before it is applied, and the
-      // ready record once at the end (three atomic writes per add, the first one durable: decisions.md).
-      // The exact config goes with the pod: its DEL runs against this network, whatever the config dir holds then.
+      // one durable write covers the netns, what is prepared in it and the CNI ADD (its DEL must follow even a
+      // failed ADD): the record is on disk before any of them runs; the container side is recorded once more before
+      // it is applied, and the ready record once at the end (three atomic writes per add, the first one durable:
+      // decisions.md). The exact config goes with the pod: its DEL runs against this network, whatever the config
+      // dir holds then.
       const nsSteps = podNetnsSteps(key);
+      const prepSteps = preparedSteps(this.ifName);
       const cniStep = cniAddStep(this.ifName, list.bytes.toString('base64'));
       const lap = (what: string) => log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, what);
       lap('config read');
-      recordSteps(this.store, rec, [...nsSteps, cniStep]);
+      // prepared before the CNI ADD in the record: a rollback's DEL comes first, and the netns's removal takes them
+      recordSteps(this.store, rec, [...nsSteps, ...prepSteps, cniStep]);
       lap('recorded');
       await runSteps(this.deps, rec, nsSteps, signal);
       lap('netns made');
+      // the bridge, tap and filter that need nothing from the result are made on a pool thread while the plugins
+      // run (they take most of an add, waiting); both are over before anything goes on, or back
+      const prepared = runSteps(this.deps, rec, prepSteps, signal).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       let result: CniResult;
       try {
         const added = await this.opts.cni.addDeferred(list, runtimeConf(rec, this.ifName), signal);
         result = added.result;
         cniSettled = added.settled;
       } catch (e) {
+        await prepared;
         throw stepError(cniStep.name, undefined, e);
       }
+      const prepError = await prepared;
+      if (prepError !== undefined) throw prepError;
       log.debug({ result, ms: Math.round(performance.now() - t0) }, 'CNI ADD done');
 
       let observed: Observed;
@@ -173,7 +185,7 @@ export class PodNetwork {
         completed = withPodDns(completeResult(result, observed, nsPath), desc.DNS);
         const vfs = findVfs(this.deps.sysfs, observed, completed);
         const vfSetups = this.opts.enableSriov ? await planVfs(this.deps.sysfs, this.deps.vfLink, observed, vfs, list, log, signal) : undefined;
-        plan = planContainerSide({ observed, result: completed, newMac: () => randomLaaMac(), vfs: new Set(vfs.keys()), ...(vfSetups ? { vfSetups } : {}) });
+        plan = planContainerSide({ observed, result: completed, newMac: () => randomLaaMac(), vfs: new Set(vfs.keys()), prepared: this.ifName, ...(vfSetups ? { vfSetups } : {}) });
       } catch (e) {
         throw stepError('plan', undefined, e);
       }
@@ -242,8 +254,17 @@ export class PodNetwork {
     const t0 = performance.now();
     const nsPath = this.nsPathOf(key);
     const st = this.states.get(key);
-    if (st) closeFds(st.fds, log);
+    // the taps close on the pool while the undo runs: each waits for a grace period (closeFdsOffLoop)
+    const closing = st ? closeFdsOffLoop(st.fds, log) : undefined;
     this.states.delete(key);
+    try {
+      return await this.releaseRecorded(key, nsPath, st, log, opts, t0);
+    } finally {
+      await closing;
+    }
+  }
+
+  private async releaseRecorded(key: string, nsPath: string, st: PodNetworkState | undefined, log: Logger, opts: { force?: boolean }, t0: number): Promise<{ leftovers: string[] }> {
     const { rec: found, corrupt } = this.readRecord(key);
     let rec = found;
     if (corrupt) log.error({ err: corrupt }, 'state record unreadable: releasing by convention (CNI DEL, netns removal)');

@@ -13,7 +13,7 @@ import type { Sysfs } from '../devices/sysfs.js';
 import { bindToVfio } from '../devices/bind.js';
 import { vfLinkArgv } from '../devices/vf.js';
 import type { StateStore } from '../state/store.js';
-import { StepName, type Op, type PodRecord, type Step } from '../state/record.js';
+import type { Op, PodRecord, Step } from '../state/record.js';
 import { addFilterTable, deleteFilterTable, isAlreadyUndone, runIpLines, type NetExec } from './exec.js';
 import { restoreVfDriver, restoreVfLink, returnVfNetdev, type VfLink } from './vf.js';
 
@@ -120,9 +120,10 @@ export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], si
     } catch (e) {
       if (run.kind === 'one' && run.op.op === 'netns-add') {
         // netnsAdd (as `ip netns add`) cleans up after itself when it fails: nothing of ours to undo, and the netns (if it
-        // exists now) is someone else's: drop the step so rollback does not delete it, and the CNI ADD recorded
-        // with it (it never ran: no DEL to make)
-        rec.steps = rec.steps.filter((s) => s !== step && s.name !== StepName.CniAdd);
+        // exists now) is someone else's: drop the step so rollback does not delete it, and every step recorded
+        // after it (none ran: no CNI DEL to make, nothing in that netns is ours)
+        const at = rec.steps.indexOf(step);
+        if (at >= 0) rec.steps = rec.steps.slice(0, at);
         deps.store.write(rec);
       }
       throw stepError(step.name, step.target, e);
@@ -161,9 +162,12 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
       // one nf_tables transaction by the addon: the table with all its rules, or nothing
       await addFilterTable(rec.nsPath, op.table, op.rules, sig.signal);
       return;
+    case 'nft-del':
+      // the prepared filter that the plan does not use (plan.ts dropPreparedStep)
+      await deleteFilterTable(rec.nsPath, op.table);
+      return;
     case 'ip':
     case 'ebtables':
-    case 'nft-del':
     case 'netns-del':
     case 'cni-add':
     case 'cni-del':

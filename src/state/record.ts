@@ -34,6 +34,11 @@ export const StepName = {
   Ipv6Routes: 'ipv6-routes',
   /** an SR-IOV VF handed to the VM: vfio-pci binding and the VF's MAC/VLAN on its PF (host side) */
   VfSetup: 'vf-setup',
+  /**
+   * the bridge, tap and filter made while the CNI plugins ran (plan.ts preparedSteps) deleted, as the result's first
+   * interface is not the one they were made for (an SR-IOV VF, or a plugin that names it otherwise)
+   */
+  DropPrepared: 'drop-prepared',
 } as const;
 export type StepName = (typeof StepName)[keyof typeof StepName];
 

@@ -238,8 +238,9 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
     const rec = new StateStore(ctx.stateDir).read(ctx.key)!;
     expect(rec.phase).toBe('ready');
     expect(rec.interfaces).toEqual(st.interfaces);
-    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'cni-add', 'ipv6-off', 'lo-up', 'vf-setup']);
-    expect(rec.steps[5]).toEqual({
+    // the bridge, tap and filter made while the plugin ran are deleted again: the interface is a VF
+    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'bridge', 'tap', 'dhcp-filter', 'cni-add', 'ipv6-off', 'lo-up', 'drop-prepared', 'vf-setup']);
+    expect(rec.steps[9]).toEqual({
       name: 'vf-setup',
       target: ctx.ifName,
       do: [{ op: 'vf-bind', address: VF }, { op: 'vf-link', pf: ctx.pfName, vf: 1, mac: ctx.mac, vlan: 0 }],

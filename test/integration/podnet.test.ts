@@ -14,6 +14,7 @@ import { macToBase64 } from '../../src/protocol/mac.js';
 import { netnsStep, cniAddStep, planContainerSide, randomLaaMac } from '../../src/podnet/plan.js';
 import { parseObserved } from '../helpers/ipjson.js';
 import { RECORD_KIND } from '../../src/state/record.js';
+import { native } from '../../src/native.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 
 const NETNS_DIR = '/var/run/netns';
@@ -109,6 +110,18 @@ async function rpFilters(key: string, devs: string[]): Promise<string[]> {
   return stdout.split('\n');
 }
 
+/** Opens the tap `name` in the netns (as a VM would hold it), waiting up to 5 s for it to be made. */
+async function holdTap(nsPath: string, name: string): Promise<number> {
+  for (let i = 0; ; i++) {
+    try {
+      return native().openTap(nsPath, name, { vnetHdr: true });
+    } catch (e) {
+      if (i >= 500) throw e;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+}
+
 describe('PodNetwork (real kernel, bridge + host-local)', () => {
   it('add builds netns, veth -> bridge + tap, hands a tap fd; release leaves nothing', async () => {
     const ctx = await setup({ mtu: 1400 });
@@ -185,10 +198,11 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     // the record: ready, 0600, every step there
     const store = new StateStore(ctx.stateDir);
     const rec = store.read(ctx.key)!;
-    expect(atAdd).toEqual({ phase: 'adding', steps: ['netns', 'rp-filter', 'cni-add'] });
+    // durable before anything is made: the netns, what is made in it while the plugin runs, the CNI ADD
+    expect(atAdd).toEqual({ phase: 'adding', steps: ['netns', 'rp-filter', 'bridge', 'tap', 'dhcp-filter', 'cni-add'] });
     expect(rec.kind).toBe(RECORD_KIND);
     expect(rec.phase).toBe('ready');
-    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'cni-add', 'ipv6-off', 'lo-up', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up', 'dhcp-filter']);
+    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'bridge', 'tap', 'dhcp-filter', 'cni-add', 'ipv6-off', 'lo-up', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up']);
     expect(statSync(store.pathOf(ctx.key)).mode & 0o777).toBe(0o600);
     expect(pn.keys()).toEqual([ctx.key]);
     expect((await ctx.net.leftovers()).allocations).toHaveLength(1);
@@ -239,17 +253,19 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
 
   it('a failure after the container side was built undoes it (veth restored), then CNI DEL and netns removal', async () => {
     const ctx = await setup();
-    // make the dhcp-filter step fail: right after the CNI ADD, something else takes the filter's table name in the pod netns
-    const nsenterNft = (...a: string[]) => execa('nsenter', [`--net=${join(NETNS_DIR, ctx.key)}`, '--', 'nft', ...a], { timeout: 10_000 });
+    // make the tap's open fail: right after the CNI ADD, something else holds the pod's tap (a single-queue tap takes one
+    // open file), so add gives up once the whole container side is built
+    const nsPath = join(NETNS_DIR, ctx.key);
     let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
     let pluginMac: string | undefined;
+    let held: number | undefined;
     const pn = ctx.make(
       (real) =>
         ({
           addDeferred: async (...a: Parameters<CniClient['addDeferred']>) => {
             const r = await real.addDeferred(...a);
             pluginMac = r.result.interfaces?.find((i) => i.sandbox)?.mac;
-            await nsenterNft('add', 'table', 'bridge', 'vmpod-virtlet-eth0');
+            held = await holdTap(nsPath, 'tap0');
             return r;
           },
           locate: real.locate.bind(real),
@@ -262,9 +278,11 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
       await pn.add(ctx.key, desc(ctx.key));
     } catch (e) {
       err = e as Error;
+    } finally {
+      if (held !== undefined) native().close(held);
     }
-    expect(err?.op).toBe('dhcp-filter');
-    expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "dhcp-filter" on virtlet-eth0 failed: nf_tables table bridge vmpod-virtlet-eth0 in .*: File exists`));
+    expect(err?.op).toBe('open-tap');
+    expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "open-tap" failed: open tap tap0 in ${nsPath}: .*EBUSY`));
     const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
     // the MAC the plugin gave it is back (ours, swapped in by the container side, is gone)
     expect(pluginMac).toMatch(/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);

@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { planContainerSide, buildCsn, randomLaaMac, observedBeforeFromCsn, dhcpFilterRules, podNetnsSteps, rpFilterStep } from '../../src/podnet/plan.js';
+import { planContainerSide, buildCsn, randomLaaMac, observedBeforeFromCsn, dhcpFilterRules, podNetnsSteps, preparedSteps, rpFilterStep } from '../../src/podnet/plan.js';
 import { runsOf, ebtablesRestoreInput } from '../../src/podnet/steps.js';
 import { ruleExprs } from '../../src/podnet/filter.js';
 import type { Op, Step } from '../../src/state/record.js';
@@ -189,6 +189,76 @@ describe('planContainerSide', () => {
     const observed = observedAfterBridge();
     observed.links.push({ name: 'br0', index: 9, kind: 'bridge', mac: '42:00:00:00:00:01', mtu: 1500, up: true, addrs4: [] });
     expect(() => planContainerSide({ observed, result: bridgeResult(), newMac: randomLaaMacFn })).toThrow(/already has a link named br0/);
+  });
+});
+
+describe('preparedSteps: what add makes while the CNI plugins run', () => {
+  /** the netns after the plugin ran, with the prepared bridge and tap in it */
+  function observedWithPrepared(): Observed {
+    const o = observedAfterBridge();
+    o.links.push({ name: 'br0', index: 4, kind: 'bridge', mac: '4a:00:00:00:00:01', mtu: 1500, up: false, addrs4: [{ local: '169.254.254.2', prefixlen: 24 }] });
+    o.links.push({ name: 'tap0', index: 5, kind: 'tun', mac: '4a:00:00:00:00:02', mtu: 1500, up: false, addrs4: [] });
+    return o;
+  }
+  const allOps = (steps: Step[]) => steps.flatMap((s) => s.do.map((o) => `${s.name}: ${o.op === 'ip' ? o.args.join(' ') : o.op}`));
+
+  it('are interface 0 bridge (no MTU yet), its tap and the DHCP filter of CNI_IFNAME, each undone with the netns', () => {
+    const steps = preparedSteps('virtlet-eth0');
+    expect(allOps(steps)).toEqual([
+      'bridge: link add name br0 type bridge ageing_time 0',
+      'bridge: addr add 169.254.254.2/24 dev br0',
+      'tap: tuntap add dev tap0 mode tap vnet_hdr',
+      'dhcp-filter: nft',
+    ]);
+    expect(steps[2]!.do[0]).toMatchObject({ op: 'nft', table: 'vmpod-virtlet-eth0', rules: expect.arrayContaining([['FORWARD', '-o', 'virtlet-eth0', '-p', 'IPv4', '--ip-proto', 'udp', '--ip-dport', '67', '-j', 'DROP']]) });
+    expect(steps.every((s) => s.undo.every((o) => 'withNetns' in o && o.withNetns))).toBe(true);
+  });
+
+  it('the plan finishes them when interface 0 is that link: MTU set, nothing made twice', () => {
+    const plan = planContainerSide({ observed: observedWithPrepared(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55', prepared: 'virtlet-eth0' });
+    const ops = allOps(plan.steps);
+    expect(ops).toContain('bridge: link set dev br0 mtu 1450');
+    expect(ops).toContain('tap: link set dev tap0 mtu 1450');
+    expect(ops.filter((o) => / add name | tuntap add |: nft$/.test(o))).toEqual([]);
+    expect(plan.steps.map((s) => s.name)).not.toContain('drop-prepared');
+    expect(plan.steps.find((s) => s.name === 'bridge')!.undo).toEqual([]);
+    expect(plan.interfaces.map((i) => [i.tapName, i.bridgeName])).toEqual([['tap0', 'br0']]);
+  });
+
+  it('an IPv6 interface: the prepared bridge gets the MAC and link-local of the plan before it is up', () => {
+    const r = bridgeResult();
+    r.ips.push({ address: 'fd00:10:1::5/64', gateway: 'fd00:10:1::1', interface: 2 });
+    const plan = planContainerSide({ observed: observedWithPrepared(), result: r, newMac: () => '02:11:22:33:44:55', prepared: 'virtlet-eth0' });
+    const ops = allOps(plan.steps);
+    const at = (o: string) => ops.indexOf(o);
+    expect(at('bridge: link set dev br0 address 02:11:22:33:44:55')).toBeGreaterThan(-1);
+    expect(at('bridge: link set dev br0 addrgenmode none')).toBeGreaterThan(-1);
+    expect(at('bridge: addr add fe80::11:22ff:fe33:4455/64 dev br0 nodad')).toBeGreaterThan(-1);
+    expect(at('bridge: link set dev br0 addrgenmode none')).toBeLessThan(at('links-up: link set dev br0 up'));
+  });
+
+  it('deletes them first when interface 0 is not that link (a VF, or another name), and plans as without them', () => {
+    const dropped = (prepared: string, vfs?: Set<string>) => {
+      const plan = planContainerSide({
+        observed: observedWithPrepared(),
+        result: bridgeResult(),
+        newMac: () => '02:11:22:33:44:55',
+        prepared,
+        ...(vfs ? { vfs, vfSetups: new Map([['virtlet-eth0', { kind: 'vmpodVfSetupV1', ifname: 'virtlet-eth0', pfIfname: 'pf0', vfIndex: 1, address: '0000:3b:02.1', originalMac: '42:a4:a6:22:80:2e', originalVlan: 0, mac: '42:a4:a6:22:80:2e', vlan: 0 } as never]]) } : {}),
+      });
+      return plan.steps;
+    };
+    const other = dropped('eth0');
+    expect(other.map((s) => s.name).slice(0, 3)).toEqual(['ipv6-off', 'lo-up', 'drop-prepared']);
+    expect(other[2]!.do).toEqual([
+      { op: 'ip', args: ['link', 'del', 'dev', 'br0'] },
+      { op: 'ip', args: ['link', 'del', 'dev', 'tap0'] },
+      { op: 'nft-del', table: 'vmpod-eth0' },
+    ]);
+    expect(allOps(other)).toContain('bridge: link add name br0 mtu 1450 type bridge ageing_time 0');
+    expect(other.map((s) => s.name)).toContain('dhcp-filter');
+    const vf = dropped('virtlet-eth0', new Set(['virtlet-eth0']));
+    expect(vf.map((s) => s.name)).toEqual(['ipv6-off', 'lo-up', 'drop-prepared', 'vf-setup']);
   });
 });
 
