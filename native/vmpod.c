@@ -1032,6 +1032,51 @@ out:
   return ret;
 }
 
+// The first setting that is not name=value with a name of [a-z0-9_.-] (no leading '.', no ".."), or NULL.
+static const char *sysctl_bad_setting(char **settings) {
+  for (char **p = settings; *p; p++) {
+    char *eq = strchr(*p, '=');
+    size_t nlen = eq ? (size_t)(eq - *p) : 0;
+    bool ok = eq && nlen > 0 && nlen < 200 && (*p)[0] != '.' && strstr(*p, "..") == NULL;
+    for (size_t i = 0; ok && i < nlen; i++) {
+      char c = (*p)[i];
+      ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    }
+    if (!ok) return *p;
+  }
+  return NULL;
+}
+
+// Writes each checked setting to /proc/sys in the calling thread's netns (/proc/sys/net shows the netns of the thread
+// that opens the file); stops at the first failure: its errno, with *failed the setting. 0 when all were written.
+static int sysctl_write_all(char **settings, const char **failed) {
+  for (char **p = settings; *p; p++) {
+    char path[256] = "/proc/sys/";
+    char *eq = strchr(*p, '=');
+    size_t nlen = (size_t)(eq - *p);
+    memcpy(path + 10, *p, nlen);
+    path[10 + nlen] = '\0';
+    for (char *c = path + 10; *c; c++)
+      if (*c == '.') *c = '/';
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+      *failed = *p;
+      return errno;
+    }
+    size_t vlen = strlen(eq + 1);
+    ssize_t w;
+    do w = write(fd, eq + 1, vlen);
+    while (w < 0 && errno == EINTR);
+    int err = w < 0 ? errno : (size_t)w != vlen ? EIO : 0;
+    close(fd);
+    if (err) {
+      *failed = *p;
+      return err;
+    }
+  }
+  return 0;
+}
+
 // sysctlInNetns(nsPath, ["net.ipv4.conf.all.rp_filter=0", ...]): writes each setting to /proc/sys inside the
 // netns. /proc/sys/net shows the netns of the thread that opens the file, so the files are opened inside;
 // the netns is left before returning, also on an error. Names are checked before anything is entered.
@@ -1043,47 +1088,15 @@ static napi_value js_sysctlInNetns(napi_env env, napi_callback_info info) {
   char **settings = get_string_array(env, argv[1], "sysctlInNetns", "settings");
   napi_value ret = NULL;
   if (!settings) goto out;
-  for (char **p = settings; *p; p++) {
-    char *eq = strchr(*p, '=');
-    size_t nlen = eq ? (size_t)(eq - *p) : 0;
-    bool ok = eq && nlen > 0 && nlen < 200 && (*p)[0] != '.' && strstr(*p, "..") == NULL;
-    for (size_t i = 0; ok && i < nlen; i++) {
-      char c = (*p)[i];
-      ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-    }
-    if (!ok) {
-      throw_type(env, "sysctlInNetns: setting \"%s\" is not name=value with a name of [a-z0-9_.-]", *p);
-      goto out;
-    }
+  const char *bad = sysctl_bad_setting(settings);
+  if (bad) {
+    throw_type(env, "sysctlInNetns: setting \"%s\" is not name=value with a name of [a-z0-9_.-]", bad);
+    goto out;
   }
   netns_guard_t g;
   if (!netns_enter(env, "sysctlInNetns", ns_path, &g)) goto out;
-  int err = 0;
   const char *failed = NULL;
-  for (char **p = settings; *p && !err; p++) {
-    char path[256] = "/proc/sys/";
-    char *eq = strchr(*p, '=');
-    size_t nlen = (size_t)(eq - *p);
-    memcpy(path + 10, *p, nlen);
-    path[10 + nlen] = '\0';
-    for (char *c = path + 10; *c; c++)
-      if (*c == '.') *c = '/';
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) {
-      err = errno;
-      failed = *p;
-      break;
-    }
-    size_t vlen = strlen(eq + 1);
-    ssize_t w;
-    do w = write(fd, eq + 1, vlen);
-    while (w < 0 && errno == EINTR);
-    if (w < 0 || (size_t)w != vlen) {
-      err = w < 0 ? errno : EIO;
-      failed = *p;
-    }
-    close(fd);
-  }
+  int err = sysctl_write_all(settings, &failed);
   netns_leave(&g, ns_path);
   if (err) {
     throw_errno(env, err, "sysctl %s in %s", failed, ns_path);
@@ -1393,6 +1406,7 @@ typedef struct {
   napi_deferred deferred;
   char *dir;
   char *path;
+  char **settings;  // netnsAdd: sysctls written inside the new netns before it is left (NULL: none)
   int err;
   char what[320];
 } netns_add_t;
@@ -1443,7 +1457,15 @@ static void netns_add_execute(napi_env env, void *data) {
     err = errno, step = "unshare(CLONE_NEWNET)";
     close(orig);
   } else {
-    if (mount("/proc/thread-self/ns/net", w->path, "none", MS_BIND, NULL) < 0) err = errno, step = "bind the new netns";
+    const char *failed = NULL;
+    if (mount("/proc/thread-self/ns/net", w->path, "none", MS_BIND, NULL) < 0) {
+      err = errno, step = "bind the new netns";
+    } else if (w->settings && (err = sysctl_write_all(w->settings, &failed)) != 0) {
+      // made, but not as asked: gone again, as if it had never been
+      snprintf(w->what, sizeof(w->what), "sysctl -w %s", failed);
+      step = w->what;
+      umount2(w->path, MNT_DETACH);
+    }
     // a pool thread left in the pod's netns would run later work there: abort rather than go on
     if (setns(orig, CLONE_NEWNET) < 0) {
       fprintf(stderr, "vmpod_native: setns back after creating %s failed: %s; aborting\n", w->path, strerror(errno));
@@ -1453,13 +1475,16 @@ static void netns_add_execute(napi_env env, void *data) {
   }
   if (err) {
     unlink(w->path);
-    netns_add_fail(w, err, "netnsAdd %s: %s", w->path, step);
+    char what[sizeof(w->what)];
+    snprintf(what, sizeof(what), "%s", step);
+    netns_add_fail(w, err, "netnsAdd %s: %s", w->path, what);
   }
 }
 
 static void netns_add_free(netns_add_t *w) {
   free(w->dir);
   free(w->path);
+  if (w->settings) free_strv(w->settings);
   free(w);
 }
 
@@ -1477,9 +1502,13 @@ static bool netns_name_ok(const char *name) {
   return n > 0 && n < 256 && strchr(name, '/') == NULL && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
+// netnsAdd(dir, name, sysctls?: string[]): the named netns, with the sysctls (as sysctlInNetns takes them) written
+// inside it by the thread that made it; a failure removes it again.
 static napi_value js_netnsAdd(napi_env env, napi_callback_info info) {
-  napi_value argv[2];
-  if (!get_args(env, info, 2, argv, "netnsAdd")) return NULL;
+  size_t argc = 3;
+  napi_value argv[3];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2)
+    return throw_type(env, "netnsAdd: expected (dir, name[, sysctls])");
   netns_add_t *w = calloc(1, sizeof(*w));
   if (!w) return throw_errno(env, ENOMEM, "netnsAdd");
   napi_value promise = NULL;
@@ -1499,6 +1528,17 @@ static napi_value js_netnsAdd(napi_env env, napi_callback_info info) {
     goto fail;
   }
   snprintf(w->path, plen, "%s/%s", w->dir, name);
+  napi_valuetype t = napi_undefined;
+  if (argc > 2) napi_typeof(env, argv[2], &t);
+  if (t != napi_undefined) {
+    w->settings = get_string_array(env, argv[2], "netnsAdd", "sysctls");
+    if (!w->settings) goto fail;
+    const char *bad = sysctl_bad_setting(w->settings);
+    if (bad) {
+      throw_type(env, "netnsAdd: setting \"%s\" is not name=value with a name of [a-z0-9_.-]", bad);
+      goto fail;
+    }
+  }
   promise = queue_promise(env, "vmpod.netnsAdd", netns_add_execute, netns_add_complete, w, &w->work, &w->deferred);
   if (!promise) goto fail;
   free(name);

@@ -159,8 +159,10 @@ export interface Native {
    * `ip netns add`: a new netns bind-mounted on the new file dir/name, dir made a shared mount first (bound on
    * itself when it is no mount point) so the netns mounts propagate. Made on a libuv pool thread (unshare moves
    * that thread only, and it goes back at once); rejects with errno's code (EEXIST: the name is taken), leaving no file.
+   * sysctls (as sysctlInNetns takes them) are written inside the new netns by the same thread before it leaves; one
+   * that fails removes the netns again, and the error says `sysctl -w <setting>`.
    */
-  netnsAdd(dir: string, name: string): Promise<void>;
+  netnsAdd(dir: string, name: string, sysctls?: readonly string[]): Promise<void>;
   /**
    * `ip netns del`, on a libuv pool thread: detach the netns mount at path and remove the file (a path that is no
    * mount is removed too). A relative path throws TypeError at once.

@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
-import { listDir } from '../files.js';
+import { listDir, type Spares } from '../files.js';
 import { join } from 'node:path';
 import type { NetworkConfigList, RuntimeConf } from './config.js';
 
@@ -122,15 +122,19 @@ export async function readCacheRecord(path: string, expect: { networkName: strin
 /**
  * Write atomically: a temporary file in the same directory (mode 0600: results hold the pod's addressing), rename over
  * the target. A reader sees the old record or the new one, never half. Not fsynced, as libcni does not: DEL after a
- * crash of the machine runs without prevResult, which the CNI spec allows (the state record keeps the config).
+ * crash of the machine runs without prevResult, which the CNI spec allows (the state record keeps the config). The
+ * temporary file is a spare when there is one (files.ts Spares), written over and cut to length.
  */
-export async function writeCacheRecord(path: string, rec: CacheRecord): Promise<void> {
+export async function writeCacheRecord(path: string, rec: CacheRecord, spares?: Spares): Promise<void> {
   const dir = join(path, '..');
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const tmp = `${path}${TMP_INFIX}${process.pid}-${randomBytes(4).toString('hex')}`;
-  const fh = await open(tmp, 'wx', 0o600);
+  const reused = spares?.take(tmp) === true;
+  const fh = await open(tmp, reused ? 'r+' : 'wx', 0o600);
   try {
-    await fh.writeFile(JSON.stringify(rec));
+    const data = Buffer.from(JSON.stringify(rec));
+    await fh.write(data, 0, data.length, 0);
+    if (reused) await fh.truncate(data.length);
   } catch (e) {
     await fh.close().catch(() => undefined);
     await rm(tmp, { force: true });
@@ -145,7 +149,7 @@ export async function writeCacheRecord(path: string, rec: CacheRecord): Promise<
   }
 }
 
-/** Remove the record; a missing one is fine (DEL must succeed twice). */
-export async function removeCacheRecord(path: string): Promise<void> {
-  await rm(path, { force: true });
+/** Remove the record (kept as a spare when there is room); a missing one is fine (DEL must succeed twice). */
+export async function removeCacheRecord(path: string, spares?: Spares): Promise<void> {
+  if ((await spares?.give(path)) !== true) await rm(path, { force: true });
 }

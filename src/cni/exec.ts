@@ -1,14 +1,14 @@
 // Running one plugin (libcni pkg/invoke: RawExec, FindInPath). The client gets a PluginExec; tests pass a
 // recording fake, production passes spawnPluginExec().
-import { constants, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { access, rm, stat, writeFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { access, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import { ErrorCode, VmpodError } from '../errors.js';
-import { listDir } from '../files.js';
 import { native, ChildEvent, type ChildResult } from '../native.js';
 import { pluginFailure } from './errors.js';
+import { PgidSlots, killGroup, ticksSinceBoot } from './pgid.js';
 
 export interface PluginRunOptions {
   pluginPath: string;
@@ -61,8 +61,9 @@ export interface SpawnPluginExecOptions {
   /** stdout/stderr limit per stream (default 1 MiB; a CNI result is a few KiB): a plugin printing more is killed */
   maxBufferBytes?: number;
   /**
-   * Where each running plugin's process group is recorded (one file per pgid, removed when the run ends), so that
-   * a daemon started after a kill -9 finds the plugins its predecessor left running (killOrphanPlugins).
+   * Where each running plugin's process group is recorded (pgid.ts PgidSlots: a slot file per plugin running at once,
+   * blank again when the run ends), so that a daemon started after a kill -9 finds the plugins its predecessor left
+   * running (killOrphanPlugins).
    */
   pgidDir?: string;
 }
@@ -70,102 +71,12 @@ export interface SpawnPluginExecOptions {
 /** Default bound on a plugin's captured stdout and stderr (each). */
 export const DEFAULT_PLUGIN_OUTPUT_BYTES = 1024 * 1024;
 
-/** What a pgid file holds: enough to tell the plugin's group from a later one that reuses the number. */
-export interface PgidRecord {
-  pgid: number;
-  plugin: string;
-  verb: string;
-  containerId: string;
-  /**
-   * /proc/<pid>/stat starttime (clock ticks since boot) of the group leader, or a lower bound of it taken just
-   * before its spawn: the group's processes started no earlier
-   */
-  startTicks: number;
-  /** the daemon that ran it: a plugin whose parent is still this live daemon is not an orphan */
-  daemonPid?: number;
-}
-
-/** Fields of /proc/<pid>/stat we use; undefined when the process is gone. */
-function procStat(pid: number): { ppid: number; pgrp: number; session: number; startTicks: number } | undefined {
-  let text: string;
-  try {
-    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  } catch {
-    return undefined;
-  }
-  // "pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime
-  // cstime priority nice num_threads itrealvalue starttime ...": comm may hold spaces and parens
-  const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return { ppid: Number(f[1]), pgrp: Number(f[2]), session: Number(f[3]), startTicks: Number(f[19]) };
-}
-
-/**
- * Now, in /proc/<pid>/stat's starttime unit (USER_HZ ticks, 100 a second, since boot), rounded down: taken just before
- * a spawn, it is at most the child's starttime (the monotonic clock never runs ahead of the boot-time clock that
- * starttime counts), without reading /proc, which costs the event loop a fraction of a millisecond per plugin.
- */
-function ticksSinceBoot(): number {
-  return Number(process.hrtime.bigint() / 10_000_000n);
-}
-
-/** Pids of the processes in process group `pgid` started no earlier than `sinceTicks`. */
-function groupMembers(pgid: number, sinceTicks: number): number[] {
-  const out: number[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const st = procStat(Number(name));
-    if (st && st.pgrp === pgid && st.startTicks >= sinceTicks) out.push(Number(name));
-  }
-  return out;
-}
-
-/**
- * Daemon start: SIGKILL every plugin process group recorded in `pgidDir` that still has members (plugins a
- * killed daemon left running: they would otherwise go on changing a pod network nobody tracks), and remove the
- * records. A pgid reused by an unrelated later process is told apart by its start time. Returns what was killed.
- */
-export function killOrphanPlugins(pgidDir: string): (PgidRecord & { pids: number[] })[] {
-  const killed: (PgidRecord & { pids: number[] })[] = [];
-  for (const name of listDir(pgidDir)) {
-    const path = join(pgidDir, name);
-    let rec: PgidRecord | undefined;
-    try {
-      const v = JSON.parse(readFileSync(path, 'utf8')) as PgidRecord;
-      if (Number.isSafeInteger(v.pgid) && v.pgid > 1 && Number.isSafeInteger(v.startTicks)) rec = v;
-    } catch {
-      // a torn or foreign file: nothing to kill by it
-    }
-    const leader = rec ? procStat(rec.pgid) : undefined;
-    // a plugin of a daemon that is still alive (another tapmanager on this state dir) is not ours to kill
-    if (rec && leader && rec.daemonPid !== undefined && leader.ppid === rec.daemonPid && rec.daemonPid !== process.pid) continue;
-    if (rec && rec.pgid !== process.pid) {
-      const pids = groupMembers(rec.pgid, rec.startTicks);
-      if (pids.length > 0) {
-        killGroup(rec.pgid, 'SIGKILL');
-        killed.push({ ...rec, pids });
-      }
-    }
-    rmSync(path, { force: true });
-  }
-  return killed;
-}
-
 /** ETXTBSY: the binary is still open for writing (being installed). libcni retries this one errno. */
 const TEXT_BUSY_RETRIES = 3;
 
 function checkTimeout(timeoutMs: number, what: string): void {
   if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0) {
     throw new VmpodError(ErrorCode.Config, `${what} must be a positive integer of milliseconds, got ${JSON.stringify(timeoutMs)}`);
-  }
-}
-
-/** kill(2) on a whole process group; ESRCH (already gone) is the expected case and ignored. */
-function killGroup(pgid: number | undefined, sig: NodeJS.Signals): void {
-  if (pgid === undefined || pgid <= 0) return;
-  try {
-    process.kill(-pgid, sig);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
   }
 }
 
@@ -200,23 +111,11 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
   const killGraceMs = opts.killGraceMs ?? 2000;
   const maxBuffer = opts.maxBufferBytes ?? DEFAULT_PLUGIN_OUTPUT_BYTES;
   checkTimeout(killGraceMs, 'killGraceMs');
-  const pgidDir = opts.pgidDir;
-  if (pgidDir !== undefined) mkdirSync(pgidDir, { recursive: true, mode: 0o700 });
+  const slots = opts.pgidDir === undefined ? undefined : new PgidSlots(opts.pgidDir);
 
-  /**
-   * Records the plugin's group (its pid: it leads its own session) off the event loop; resolves to the file, or
-   * undefined when there is none (bookkeeping only: the run goes on without it).
-   */
-  async function recordGroup(pid: number, startTicks: number, o: PluginRunOptions): Promise<string | undefined> {
-    if (pgidDir === undefined) return undefined;
-    const path = join(pgidDir, String(pid));
-    const rec: PgidRecord = { pgid: pid, plugin: basename(o.pluginPath), verb: o.env.CNI_COMMAND ?? '?', containerId: o.env.CNI_CONTAINERID ?? '', startTicks, daemonPid: process.pid };
-    try {
-      await writeFile(path, JSON.stringify(rec), { mode: 0o600 });
-    } catch {
-      return undefined;
-    }
-    return path;
+  /** Records the plugin's group (its pid: it leads its own session); the slot, or undefined when there is none. */
+  function recordGroup(pid: number, startTicks: number, o: PluginRunOptions): number | undefined {
+    return slots?.put({ pgid: pid, plugin: basename(o.pluginPath), verb: o.env.CNI_COMMAND ?? '?', containerId: o.env.CNI_CONTAINERID ?? '', startTicks, daemonPid: process.pid });
   }
 
   function runOnce(o: PluginRunOptions): Promise<RunOutcome> {
@@ -232,7 +131,7 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
       };
       const env = Object.entries(o.env).map(([k, v]) => `${k}=${v}`);
       let timer: NodeJS.Timeout | undefined;
-      let pgidFile: Promise<string | undefined> = Promise.resolve(undefined);
+      let slot: number | undefined;
       const onAbort = (): void => stop('abort');
       const finish = (r: ChildResult): void => {
         clearTimeout(timer);
@@ -247,8 +146,9 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
           ...(r.signal === null ? {} : { signal: signalName(r.signal) }),
           ...(stopped === undefined ? {} : { stopped }),
         };
-        // the run is over once its record is gone (a record written after the run ended is removed too)
-        const cleanup = pgidFile.then((f) => (f === undefined ? undefined : rm(f, { force: true }))).catch(() => {});
+        // the run is over once its record is gone
+        if (slot !== undefined) slots?.clear(slot);
+        const cleanup = Promise.resolve();
         if (o.deferCleanup === true) resolve({ ...outcome, cleanup });
         else void cleanup.then(() => resolve(outcome));
       };
@@ -263,7 +163,7 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
         resolve({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), spawnError: e as NodeJS.ErrnoException });
         return;
       }
-      pgidFile = recordGroup(pid, startTicks, o);
+      slot = recordGroup(pid, startTicks, o);
       timer = setTimeout(() => stop('timeout'), o.timeoutMs);
       o.signal?.addEventListener('abort', onAbort, { once: true });
     });

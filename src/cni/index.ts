@@ -22,7 +22,8 @@ export {
   type PluginConf,
   type RuntimeConf,
 } from './config.js';
-export { spawnPluginExec, findInPath, killOrphanPlugins, DEFAULT_PLUGIN_OUTPUT_BYTES, type PgidRecord, type SpawnPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
+export { spawnPluginExec, findInPath, DEFAULT_PLUGIN_OUTPUT_BYTES, type SpawnPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
+export { killOrphanPlugins, readPgidRecord, type PgidRecord } from './pgid.js';
 export { CniClient, parsePluginResult, type CniClientOptions } from './client.js';
 export {
   CNI_VERSIONS,

@@ -14,13 +14,14 @@ import { Sysfs } from '../devices/sysfs.js';
 import { toV031 } from '../protocol/result.js';
 import type { CniResult } from '../cni/types.js';
 import { StateStore } from '../state/store.js';
+import type { Spares } from '../files.js';
 import { Phase, StepName, newRecord, type PodRecord } from '../state/record.js';
 import { NetExec, observeNetns } from './exec.js';
 import { completeResult, withPodDns } from './result.js';
 import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, preparedSteps, randomLaaMac } from './plan.js';
 import type { PodInterface } from '../state/types.js';
 import { DEFAULT_IFNAME, type Observed } from './types.js';
-import { applySteps, recordSteps, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
+import { applySteps, recordStepsThenSync, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
 import { findVfs, ipVfLink, planVfs } from './vf.js';
 import { closeFds, closeFdsOffLoop, isBusy, openFds, openNewFds } from './fds.js';
 import { checkRecoverCsn, checkSameCsn, conventionRecord, recoverRecord } from './recover.js';
@@ -32,6 +33,8 @@ export const IP_NETNS_DIR = '/var/run/netns';
 
 export interface PodNetworkOptions {
   stateDir: string;
+  /** the state records' spare files, shared with the CNI client's cache (default: the state dir's own) */
+  spares?: Spares;
   cni: CniClient;
   loadConfList: () => Promise<NetworkConfigList>;
   log: Logger;
@@ -86,7 +89,7 @@ export class PodNetwork {
       throw new VmpodError(ErrorCode.Config, `netnsDir ${JSON.stringify(this.netnsDir)}: only ${IP_NETNS_DIR} (or /run/netns) is supported, as iproute2's "ip netns" uses it`);
     }
     this.ifName = opts.ifNamePrefix ?? DEFAULT_IFNAME;
-    this.store = new StateStore(opts.stateDir);
+    this.store = new StateStore(opts.stateDir, opts.spares);
     this.exec = new NetExec(opts.cmdTimeoutMs);
     this.log = opts.log;
     this.deps = {
@@ -152,10 +155,16 @@ export class PodNetwork {
       const cniStep = cniAddStep(this.ifName, list.bytes.toString('base64'));
       const lap = (what: string) => log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, what);
       lap('config read');
-      // prepared before the CNI ADD in the record: a rollback's DEL comes first, and the netns's removal takes them
-      recordSteps(this.store, rec, [...nsSteps, ...prepSteps, cniStep]);
+      // prepared before the CNI ADD in the record: a rollback's DEL comes first, and the netns's removal takes them.
+      // The netns is made while the record's fsyncs run (a reboot takes it anyway); the CNI ADD waits for both.
+      const durable = recordStepsThenSync(this.store, rec, [...nsSteps, ...prepSteps, cniStep]);
       lap('recorded');
-      await runSteps(this.deps, rec, nsSteps, signal);
+      try {
+        await runSteps(this.deps, rec, nsSteps, signal);
+      } finally {
+        await durable.catch(() => {});
+      }
+      await durable;
       lap('netns made');
       // the bridge, tap and filter that need nothing from the result are made on a pool thread while the plugins
       // run (they take most of an add, waiting); both are over before anything goes on, or back

@@ -76,8 +76,21 @@ export function ebtablesRestoreInput(rules: readonly (readonly string[])[]): str
  */
 export function recordSteps(store: StateStore, rec: PodRecord, steps: Step[]): void {
   rec.steps.push(...steps);
-  store.write(rec, steps.some((s) => s.do.some((o) => OUTLIVES_REBOOT.has(o.op))));
+  store.write(rec, outlivesReboot(steps));
 }
+
+/**
+ * recordSteps, with the durable part left to finish meanwhile: the record is written (atomically) at once, and the
+ * promise resolves once it is on disk. Whatever outlives a reboot must wait for it; what lives in the pod netns need not.
+ */
+export function recordStepsThenSync(store: StateStore, rec: PodRecord, steps: Step[]): Promise<void> {
+  rec.steps.push(...steps);
+  if (outlivesReboot(steps)) return store.writeThenSync(rec);
+  store.write(rec, false);
+  return Promise.resolve();
+}
+
+const outlivesReboot = (steps: Step[]): boolean => steps.some((s) => s.do.some((o) => OUTLIVES_REBOOT.has(o.op)));
 
 const OUTLIVES_REBOOT: ReadonlySet<string> = new Set(['cni-add', 'vf-bind', 'vf-link']);
 
@@ -97,7 +110,16 @@ export async function applySteps(deps: StepDeps, rec: PodRecord, steps: Step[], 
  */
 export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void> {
   const sig = signal ? { signal } : {};
-  for (const run of runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))))) {
+  const runs = runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))));
+  for (let r = 0; r < runs.length; r++) {
+    const run = runs[r]!;
+    const next = runs[r + 1];
+    if (run.kind === 'one' && run.op.op === 'netns-add' && next?.kind === 'one' && next.op.op === 'sysctl') {
+      // the netns and its sysctls (rp-filter) in one pool-thread call: the thread that made the netns is in it
+      await addNetnsWithSysctls(deps, rec, run.step, run.op.name, next.step, next.op.settings);
+      r++;
+      continue;
+    }
     if (run.kind === 'ip') {
       let failures;
       try {
@@ -118,16 +140,31 @@ export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], si
       if (run.kind === 'ebtables') throw new VmpodError(ErrorCode.Internal, `step ${step.name}: ebtables rules are no longer applied`);
       await applyOne(deps, rec, step, run.op, sig);
     } catch (e) {
-      if (run.kind === 'one' && run.op.op === 'netns-add') {
-        // netnsAdd (as `ip netns add`) cleans up after itself when it fails: nothing of ours to undo, and the netns (if it
-        // exists now) is someone else's: drop the step so rollback does not delete it, and every step recorded
-        // after it (none ran: no CNI DEL to make, nothing in that netns is ours)
-        const at = rec.steps.indexOf(step);
-        if (at >= 0) rec.steps = rec.steps.slice(0, at);
-        deps.store.write(rec);
-      }
+      if (run.kind === 'one' && run.op.op === 'netns-add') forgetNetns(deps, rec, step);
       throw stepError(step.name, step.target, e);
     }
+  }
+}
+
+/**
+ * netnsAdd (as `ip netns add`) cleans up after itself when it fails: nothing of ours to undo, and the netns (if it
+ * exists now) is someone else's: the step is dropped so that rollback does not delete it, with every step recorded after
+ * it (none ran: no CNI DEL to make, nothing in that netns is ours).
+ */
+function forgetNetns(deps: StepDeps, rec: PodRecord, step: Step): void {
+  const at = rec.steps.indexOf(step);
+  if (at >= 0) rec.steps = rec.steps.slice(0, at);
+  deps.store.write(rec);
+}
+
+/** A netns step and the sysctl step after it, applied by one netnsAdd; a failure names the step it came from. */
+async function addNetnsWithSysctls(deps: StepDeps, rec: PodRecord, netns: Step, name: string, sysctl: Step, settings: string[]): Promise<void> {
+  try {
+    await native().netnsAdd(deps.netnsDir, name, settings);
+  } catch (e) {
+    forgetNetns(deps, rec, netns);
+    const failed = e instanceof Error && / sysctl -w /.test(e.message) ? sysctl : netns;
+    throw stepError(failed.name, failed.target, e);
   }
 }
 

@@ -3,19 +3,37 @@
 // both atomic within one filesystem): a crashed or killed tapmanager leaves the old record or the new one, never half. A durable write also fsyncs the file before the rename and the
 // dir after it, so that the record survives a crash of the machine; only what outlives a reboot needs that (an IPAM
 // allocation, a VF's PF settings), as netns, links and taps vanish with the kernel (docs/decisions.md).
-// Synchronous on purpose: records are small, and a record must be written before the step it announces runs.
-import { closeSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
+// Synchronous on purpose: records are small, and a record must be written before the step it announces runs (a
+// durable one may finish its fsyncs on the pool while what does not outlive a reboot goes on: writeThenSync).
+import { closeSync, fsync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
 import { ErrorCode, VmpodError } from '../errors.js';
-import { listDir } from '../files.js';
+import { Spares, listDir } from '../files.js';
 import { validateKey } from '../identity.js';
 import { parseRecord, type PodRecord } from './record.js';
 
 const SUFFIX = '.json';
+/** the spare files of the records (files.ts Spares), a dir that keys() never lists */
+const SPARE_DIR = '.spare';
 /** temporary files start with "." so keys() never sees them ("." is not a valid first key char for a record name we write) */
 const TMP_PREFIX = '.tmp-';
+
+/** The spare files of a state dir: `<dir>/.spare`, which keys() never lists. */
+export function stateSpares(dir: string): Spares {
+  return new Spares(join(dir, SPARE_DIR));
+}
+
+/** fsync of a file or dir on the libuv pool (opened and closed here, which costs the loop no wait). */
+async function fsyncPath(path: string): Promise<void> {
+  const fd = openSync(path, constants.O_RDONLY);
+  try {
+    await new Promise<void>((resolve, reject) => fsync(fd, (e) => (e ? reject(e) : resolve())));
+  } finally {
+    closeSync(fd);
+  }
+}
 
 function errno(e: unknown): string | undefined {
   return (e as NodeJS.ErrnoException | undefined)?.code;
@@ -25,8 +43,17 @@ export class StateStore {
   private dirReady = false;
   /** renameat2 RENAME_EXCHANGE works in this dir (until it says otherwise) */
   private canSwap = true;
+  /** the keys whose scratch file exists (the old record after a swap); the others take a spare (`.spare/`) first */
+  readonly #scratches = new Set<string>();
+  readonly #spares: Spares;
 
-  constructor(readonly dir: string) {}
+  /** spares: the pool to share (the CNI cache takes from it too); default one of its own in `<dir>/.spare` */
+  constructor(
+    readonly dir: string,
+    spares?: Spares,
+  ) {
+    this.#spares = spares ?? stateSpares(dir);
+  }
 
   pathOf(key: string): string {
     validateKey(key);
@@ -60,8 +87,10 @@ export class StateStore {
     // one line (jq reads it): indented, a record is 70 % larger, and a restart reads every record before it serves
     const data = Buffer.from(JSON.stringify(rec) + '\n');
     try {
-      // written over from the start and cut to length, not truncated first: truncating frees the file's blocks,
+      // into an inode that exists: the key's scratch, or a spare (files.ts Spares); a new one only when there is none.
+      // Written over from the start and cut to length, not truncated first: truncating frees the file's blocks,
       // which on a filesystem mounted with discard waits for the device, for a block the write takes again at once
+      if (!this.#scratches.has(rec.key)) this.#spares.take(scratch);
       const fd = openSync(scratch, constants.O_WRONLY | constants.O_CREAT, 0o600);
       try {
         let off = 0;
@@ -71,20 +100,41 @@ export class StateStore {
       } finally {
         closeSync(fd);
       }
-      if (!this.swap(scratch, path)) renameSync(scratch, path);
+      if (this.swap(scratch, path)) this.#scratches.add(rec.key);
+      else {
+        renameSync(scratch, path);
+        this.#scratches.delete(rec.key);
+      }
       if (durable) this.fsyncDir();
     } catch (e) {
+      this.#scratches.delete(rec.key);
       rmSync(scratch, { force: true });
       throw new VmpodError(ErrorCode.State, `write state record ${path}`, { cause: e, key: rec.key, op: 'state-write' });
     }
+  }
+
+  /**
+   * write, atomic at once and durable once the promise resolves: the fsyncs of the file and of the dir run on the
+   * pool meanwhile. For a record whose durability only what comes later needs: add makes the netns meanwhile (a
+   * reboot takes it anyway), and runs the CNI ADD, whose IPAM allocation outlives a reboot, only after.
+   */
+  writeThenSync(rec: PodRecord): Promise<void> {
+    this.write(rec, false);
+    const path = this.pathOf(rec.key);
+    return Promise.all([fsyncPath(path), fsyncPath(this.dir)]).then(
+      () => undefined,
+      (e: unknown) => {
+        throw new VmpodError(ErrorCode.State, `write state record ${path}: fsync`, { cause: e, key: rec.key, op: 'state-write' });
+      },
+    );
   }
 
   /** Removes the record (and its scratch file); a missing one is fine. durable: + fsync of the dir. */
   remove(key: string, durable = true): void {
     const path = this.pathOf(key);
     try {
-      rmSync(path, { force: true });
-      rmSync(this.scratchOf(key), { force: true });
+      this.#scratches.delete(key);
+      for (const p of [path, this.scratchOf(key)]) if (!this.#spares.giveSync(p)) rmSync(p, { force: true });
       if (durable) this.fsyncDir();
     } catch (e) {
       throw new VmpodError(ErrorCode.State, `remove state record ${path}`, { cause: e, key, op: 'state-remove' });
@@ -98,7 +148,8 @@ export class StateStore {
   async removeAsync(key: string): Promise<void> {
     const path = this.pathOf(key);
     try {
-      await Promise.all([rm(path, { force: true }), rm(this.scratchOf(key), { force: true })]);
+      this.#scratches.delete(key);
+      await Promise.all([path, this.scratchOf(key)].map(async (p) => (await this.#spares.give(p)) || rm(p, { force: true })));
     } catch (e) {
       throw new VmpodError(ErrorCode.State, `remove state record ${path}`, { cause: e, key, op: 'state-remove' });
     }

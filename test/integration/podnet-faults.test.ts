@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
 import { PodNetwork } from '../../src/podnet/index.js';
 import { StateStore } from '../../src/state/store.js';
-import { CniClient, spawnPluginExec, loadConfList } from '../../src/cni/index.js';
+import { CniClient, spawnPluginExec, loadConfList, readPgidRecord } from '../../src/cni/index.js';
 import { silentLogger } from '../../src/log.js';
 import { makeCniConf, type CniConfOptions, type CniTestNet } from '../helpers/cniconf.js';
 import { processAlive } from '../helpers/baseline.js';
@@ -75,7 +75,8 @@ async function expectNothingLeft(ctx: Ctx) {
   expect(left).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   expect(new StateStore(ctx.stateDir).keys(), 'records').toEqual([]);
   expect(ctx.net.faultyRuns().filter((r) => processAlive(r.pid)), 'plugin processes still running').toEqual([]);
-  expect(existsSync(ctx.pgidDir) ? readdirSync(ctx.pgidDir) : [], 'pgid records').toEqual([]);
+  // the slot files stay (reused by the next plugin), blank
+  expect(existsSync(ctx.pgidDir) ? readdirSync(ctx.pgidDir).flatMap((n) => readPgidRecord(join(ctx.pgidDir, n)) ?? []) : [], 'pgid records').toEqual([]);
 }
 
 async function errorOf(p: Promise<unknown>): Promise<Error & { code?: string }> {

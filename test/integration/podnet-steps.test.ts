@@ -2,7 +2,7 @@
 // rp_filter 2 (what a new netns copies from an Ubuntu host), and the undo run that removes the netns. The host's
 // own sysctls are never touched: the netns's copies are set to 2 from inside it.
 import { describe, it, expect, afterEach } from 'vitest';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -69,6 +69,21 @@ describe('step engine: rp-filter', () => {
     const bad = rpFilterStep(key);
     bad.do = [{ op: 'sysctl', settings: ['net.ipv4.conf.vmpod-nosuchdev.rp_filter=0'] }];
     await expect(applySteps(deps, rec, [bad])).rejects.toMatchObject({ op: 'rp-filter', message: expect.stringMatching(new RegExp(`^step "rp-filter" on ${key} failed: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0 in .*: .+`)) });
+    expect(await undoRecord(deps, rec, silentLogger())).toEqual([]);
+  });
+
+  it('made with the netns in one call: a failing sysctl removes the netns again and names rp-filter', async () => {
+    const { key, deps, rec } = setup();
+    const [netns, rpFilter] = podNetnsSteps(key);
+    rpFilter!.do = [{ op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.vmpod-nosuchdev.rp_filter=0'] }];
+    await expect(applySteps(deps, rec, [netns!, rpFilter!])).rejects.toMatchObject({
+      op: 'rp-filter',
+      message: expect.stringMatching(new RegExp(`^step "rp-filter" on ${key} failed: netnsAdd .*/${key}: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0: ENOENT`)),
+    });
+    expect(await listNetns()).not.toContain(key);
+    expect(existsSync(join(NETNS_DIR, key))).toBe(false);
+    // nothing of it is left to undo: the record drops the netns and what came after
+    expect(deps.store.read(key)!.steps).toEqual([]);
     expect(await undoRecord(deps, rec, silentLogger())).toEqual([]);
   });
 });

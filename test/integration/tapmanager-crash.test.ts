@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
 import { makeCniConf } from '../helpers/cniconf.js';
+import { readPgidRecord } from '../../src/cni/index.js';
 import { BIN, startDaemon, stopDaemonAndNet } from '../helpers/daemon.js';
 import { processAlive } from '../helpers/baseline.js';
 
@@ -18,6 +19,9 @@ async function waitFor(what: string, cond: () => boolean | Promise<boolean>, ms 
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/** The PID records in a plugins dir: the slots that hold one. */
+const pidRecords = (dir: string) => readdirSync(dir).flatMap((n) => readPgidRecord(join(dir, n)) ?? []);
 
 const tapctl = (socket: string, ...args: string[]) => execa(process.execPath, [BIN.tapctl, '--socket', socket, ...args], { reject: false, timeout: 120_000 });
 
@@ -33,7 +37,8 @@ describe('tapmanager killed with SIGKILL mid-add', () => {
       await waitFor('the hanging plugin', () => net.faultyRuns().some((r) => r.verb === 'ADD'));
       const plugin = net.faultyRuns().find((r) => r.verb === 'ADD')!.pid;
       expect((await net.leftovers()).allocations).toHaveLength(1);
-      expect(readdirSync(join(d1.stateDir, 'plugins'))).toEqual([String(plugin)]);
+      // the plugin's group is recorded while it runs (a slot file per plugin running at once)
+      expect(pidRecords(join(d1.stateDir, 'plugins')).map((r) => [r.pgid, r.verb, r.containerId])).toEqual([[plugin, 'ADD', key]]);
 
       d1.proc.kill('SIGKILL');
       await waitFor('the daemon to die', () => !d1.alive());
@@ -51,7 +56,7 @@ describe('tapmanager killed with SIGKILL mid-add', () => {
       // the socket answers at once, the rollback runs in the background (its CNI DEL is a plugin too): ready once done
       const socket2 = d2.socket;
       await waitFor('the restore (status --ready)', async () => (await tapctl(socket2, 'status', '--ready')).exitCode === 0);
-      expect(readdirSync(join(d1.stateDir, 'plugins'))).toEqual([]);
+      expect(pidRecords(join(d1.stateDir, 'plugins'))).toEqual([]);
       expect(readdirSync(d1.stateDir).filter((n) => n.startsWith('.tmp-'))).toEqual([]);
       expect(existsSync(join(net.cacheDir, 'results', `x-${key}-eth0.tmp-1-deadbeef`))).toBe(false);
       // the cut-off add was rolled back: no record, no netns, the IP freed

@@ -474,6 +474,26 @@ describe('netnsAdd, netnsDel', () => {
     expect(await netnsList()).not.toContain(second);
   });
 
+  it('writes its sysctls inside the new netns, and a failing one leaves no netns', async () => {
+    const name = `vmpt-${rand()}`;
+    made.push(name);
+    const host = fs.readFileSync('/proc/sys/net/ipv4/conf/default/rp_filter', 'utf8').trim();
+    const want = host === '2' ? '1' : '2';
+    await n.netnsAdd('/var/run/netns', name, [`net.ipv4.conf.default.rp_filter=${want}`, 'net.ipv6.conf.default.accept_dad=0']);
+    const read = (k: string) => execa('ip', ['netns', 'exec', name, 'cat', `/proc/sys/net/${k}`]).then((r) => r.stdout.trim());
+    expect([await read('ipv4/conf/default/rp_filter'), await read('ipv6/conf/default/accept_dad')]).toEqual([want, '0']);
+    expect(fs.readFileSync('/proc/sys/net/ipv4/conf/default/rp_filter', 'utf8').trim()).toBe(host);
+    await n.netnsDel(`/var/run/netns/${name}`);
+    const bad = `vmpt-${rand()}`;
+    made.push(bad);
+    await expect(n.netnsAdd('/var/run/netns', bad, ['net.ipv4.conf.vmpt-nosuchdev.rp_filter=0'])).rejects.toMatchObject({
+      code: 'ENOENT',
+      message: `netnsAdd /var/run/netns/${bad}: sysctl -w net.ipv4.conf.vmpt-nosuchdev.rp_filter=0: ENOENT (No such file or directory)`,
+    });
+    expect(fs.existsSync(`/var/run/netns/${bad}`)).toBe(false);
+    expect(await netnsList()).not.toContain(bad);
+  });
+
   it('a taken name rejects with EEXIST and leaves the existing netns alone', async () => {
     const name = `vmpt-${rand()}`;
     made.push(name);
@@ -487,6 +507,7 @@ describe('netnsAdd, netnsDel', () => {
   it('refuses names that are not one file name, and removes a file that is no mount', async () => {
     expect(() => n.netnsAdd('/var/run/netns', '../x')).toThrow(TypeError);
     expect(() => n.netnsAdd('relative', 'x')).toThrow(TypeError);
+    expect(() => n.netnsAdd('/var/run/netns', 'x', ['net/../../x=1'])).toThrow(/netnsAdd: setting "net\/..\/..\/x=1" is not name=value/);
     expect(() => n.netnsDel('x')).toThrow(TypeError);
     const name = `vmpt-${rand()}`;
     fs.writeFileSync(`/var/run/netns/${name}`, '');

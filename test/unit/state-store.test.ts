@@ -42,13 +42,13 @@ describe('StateStore', () => {
     expect(s.read('pod-1')).toEqual(rec);
     expect(statSync(join(dir, 'pod-1.json')).mode & 0o777).toBe(0o600);
     expect(statSync(dir).mode & 0o777).toBe(0o700);
-    expect(readdirSync(dir)).toEqual(['pod-1.json']); // the first write renames its scratch into place
+    expect(readdirSync(dir).filter((n) => n !== '.spare')).toEqual(['pod-1.json']); // the first write renames its scratch into place
     const first = statSync(join(dir, 'pod-1.json')).ino;
     rec.phase = 'ready';
     s.write(rec);
     expect(s.read('pod-1')!.phase).toBe('ready');
     // the rewrite swapped names: the old record is the scratch now (a temporary file, never read as a record)
-    expect(readdirSync(dir).sort()).toEqual(['.tmp-pod-1', 'pod-1.json']);
+    expect(readdirSync(dir).sort()).toEqual(['.spare', '.tmp-pod-1', 'pod-1.json']);
     expect(statSync(join(dir, '.tmp-pod-1')).ino).toBe(first);
     rec.phase = 'releasing';
     s.write(rec);
@@ -57,10 +57,20 @@ describe('StateStore', () => {
     expect(s.read('pod-1')!.phase).toBe('releasing');
     s.write(sample('pod-0'));
     expect(s.keys()).toEqual(['pod-0', 'pod-1']);
+    const pod1 = [statSync(join(dir, 'pod-1.json')).ino, statSync(join(dir, '.tmp-pod-1')).ino];
     s.remove('pod-1');
     s.remove('pod-1');
     expect(s.keys()).toEqual(['pod-0']);
-    expect(readdirSync(dir)).toEqual(['pod-0.json']);
+    // a removed record's two files are kept as spares, which the next records are written into (no new inode)
+    expect(readdirSync(dir).sort()).toEqual(['.spare', 'pod-0.json']);
+    expect(readdirSync(join(dir, '.spare')).map((n) => statSync(join(dir, '.spare', n)).ino).sort()).toEqual([...pod1].sort());
+    const small = { ...sample('p2'), desc: { podId: 'p', podNs: 'n', podName: 'x' } };
+    s.write(small);
+    expect(pod1).toContain(statSync(join(dir, 'p2.json')).ino);
+    // written over and cut to length: nothing of the longer record that was in that file before
+    expect(s.read('p2')).toEqual(small);
+    expect(readdirSync(join(dir, '.spare'))).toHaveLength(1);
+    s.remove('p2');
     // a restart sweeps scratch files: the record is whole without them
     s.write(sample('pod-0'));
     expect(new StateStore(dir).sweepTemps()).toEqual(['.tmp-pod-0']);
