@@ -83,3 +83,4 @@ int64_t now_ms(void);
 // ---- entry points in their own files
 napi_value js_fastGetServer(napi_env env, napi_callback_info info);  // fastget.c
 napi_value js_spawnChild(napi_env env, napi_callback_info info);     // spawn.c
+napi_value js_killGroup(napi_env env, napi_callback_info info);      // spawn.c

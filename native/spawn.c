@@ -387,3 +387,14 @@ fail:
   free_strv(envp);
   return NULL;
 }
+
+// killGroup(pgid, signo) -> 0 or the errno: kill(-pgid, signo) without an exception (ESRCH, a group that is gone, is
+// the usual answer to the sweep after a plugin's exit, and an exception costs the loop more than the kill).
+napi_value js_killGroup(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  int64_t pgid, sig;
+  if (!get_args(env, info, 2, argv, "killGroup") || !get_int(env, argv[0], "killGroup", "pgid", 2, INT32_MAX, &pgid) ||
+      !get_int(env, argv[1], "killGroup", "signal", 0, 64, &sig))
+    return NULL;
+  return make_int(env, kill(-(pid_t)pgid, (int)sig) < 0 ? errno : 0);
+}

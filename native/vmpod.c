@@ -1894,6 +1894,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"pollReadable", js_pollReadable},
       {"fastGetServer", js_fastGetServer},
       {"spawnChild", js_spawnChild},
+      {"killGroup", js_killGroup},
       {"close", js_close},
       {"exchangePaths", js_exchangePaths},
       {"connectUnix", js_connectUnix},

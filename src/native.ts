@@ -117,6 +117,8 @@ export interface Native {
    * reaped here. Returns its pid; an exec that fails throws its errno (ENOENT, EACCES, ENOEXEC, ETXTBSY).
    */
   spawnChild(path: string, env: string[], stdin: Uint8Array, maxOutputBytes: number, cb: (event: number, result?: ChildResult) => void): number;
+  /** kill(-pgid, signal): 0, or the errno (ESRCH: the group is gone) without an exception. pgid >= 2. */
+  killGroup(pgid: number, signal: number): number;
   /** open(path) and flock(LOCK_EX|LOCK_NB): the lock lives as long as the returned fd (CLOEXEC). Held elsewhere: throws code EAGAIN. */
   lockExclusive(path: string): number;
   /** close(fd); EBADF throws. */

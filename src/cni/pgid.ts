@@ -3,7 +3,10 @@
 // from a later one that reuses its number.
 import { closeSync, constants, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { constants as osConstants } from 'node:os';
+import { ErrorCode, VmpodError } from '../errors.js';
 import { listDir } from '../files.js';
+import { native } from '../native.js';
 
 /** What a PID record holds: enough to tell the plugin's group from a later one that reuses the number. */
 export interface PgidRecord {
@@ -145,10 +148,7 @@ export class PgidSlots {
 
 /** kill(2) on a whole process group; ESRCH (already gone) is the expected case and ignored. */
 export function killGroup(pgid: number | undefined, sig: NodeJS.Signals): void {
-  if (pgid === undefined || pgid <= 0) return;
-  try {
-    process.kill(-pgid, sig);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
-  }
+  if (pgid === undefined || pgid <= 1) return;
+  const err = native().killGroup(pgid, osConstants.signals[sig]);
+  if (err !== 0 && err !== osConstants.errno.ESRCH) throw new VmpodError(ErrorCode.Syscall, `kill process group ${pgid} with ${sig}: errno ${err}`);
 }

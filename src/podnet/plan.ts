@@ -194,7 +194,7 @@ export interface ContainerSidePlanInput {
   vfs?: ReadonlySet<string>;
   /** SR-IOV enabled: the planned setup of each VF (by link name); a VF without one is refused */
   vfSetups?: ReadonlyMap<string, VfSetupRecord>;
-  /** the CNI_IFNAME that preparedSteps made interface 0's bridge, tap and filter for (add), absent when none were */
+  /** the CNI_IFNAME that preparedSteps made interface 0's bridge, tap and filter for (add; lo is up then), absent when none were */
   prepared?: string;
 }
 
@@ -277,13 +277,17 @@ function dhcpFilterStep(veth: string, tap: string): Step {
 }
 
 /**
- * What add makes in the new pod netns while the CNI plugins run, as none of it depends on their result: interface
- * 0's bridge (down, without MTU) and tap, and the DHCP filter of the link the plugins make as CNI_IFNAME `veth`.
+ * What add makes in the new pod netns while the CNI plugins run, as none of it depends on their result: lo up,
+ * interface 0's bridge (down, without MTU) and tap (its port), and the DHCP filter of the link the plugins make as
+ * CNI_IFNAME `veth`.
  * The plan (input `prepared`) finishes them when its first interface is that link and gets a tap, and deletes them
  * first otherwise (dropPreparedStep).
  */
 export function preparedSteps(veth: string): Step[] {
-  return [bridgeStep(bridgeName(0)), tapStep(tapName(0)), dhcpFilterStep(veth, tapName(0))];
+  const tap = tapStep(tapName(0));
+  // the tap is a port of the bridge from the start (the veth joins it once the plugins made it)
+  tap.do.push(ip('link', 'set', 'dev', tapName(0), 'master', bridgeName(0)));
+  return [loUpStep(), bridgeStep(bridgeName(0)), tap, dhcpFilterStep(veth, tapName(0))];
 }
 
 /** The prepared bridge, tap and filter deleted: the result's first interface is not the one they were made for. */
@@ -305,7 +309,7 @@ export interface ContainerSidePlan {
 export function planContainerSide(input: ContainerSidePlanInput): ContainerSidePlan {
   const { observed, result } = input;
   // first: the links' rtnetlink lines that follow stay one batch
-  const steps: Step[] = [...(result.ips.every((a) => !a.address.includes(':')) ? [ipv6OffStep()] : []), loUpStep()];
+  const steps: Step[] = [...(result.ips.every((a) => !a.address.includes(':')) ? [ipv6OffStep()] : []), ...(input.prepared === undefined ? [loUpStep()] : [])];
   const interfaces: PodInterface[] = [];
   const names = new Set(observed.links.map((l) => l.name));
   const first = result.interfaces.find(hasSandbox);
@@ -408,7 +412,7 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     steps.push({
       name: StepName.Enslave,
       target: v,
-      do: [ip('link', 'set', 'dev', v, 'master', br), ip('link', 'set', 'dev', tap, 'master', br)],
+      do: [ip('link', 'set', 'dev', v, 'master', br), ...(i === 0 && reusePrepared ? [] : [ip('link', 'set', 'dev', tap, 'master', br)])],
       undo: [ip('link', 'set', 'dev', v, 'nomaster')],
     });
     steps.push({ name: StepName.LinksUp, target: br, do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });

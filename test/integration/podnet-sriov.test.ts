@@ -239,7 +239,7 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
     expect(rec.phase).toBe('ready');
     expect(rec.interfaces).toEqual(st.interfaces);
     // the bridge, tap and filter made while the plugin ran are deleted again: the interface is a VF
-    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'bridge', 'tap', 'dhcp-filter', 'cni-add', 'ipv6-off', 'lo-up', 'drop-prepared', 'vf-setup']);
+    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'lo-up', 'bridge', 'tap', 'dhcp-filter', 'cni-add', 'ipv6-off', 'drop-prepared', 'vf-setup']);
     expect(rec.steps[9]).toEqual({
       name: 'vf-setup',
       target: ctx.ifName,

@@ -199,10 +199,10 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const store = new StateStore(ctx.stateDir);
     const rec = store.read(ctx.key)!;
     // durable before anything is made: the netns, what is made in it while the plugin runs, the CNI ADD
-    expect(atAdd).toEqual({ phase: 'adding', steps: ['netns', 'rp-filter', 'bridge', 'tap', 'dhcp-filter', 'cni-add'] });
+    expect(atAdd).toEqual({ phase: 'adding', steps: ['netns', 'rp-filter', 'lo-up', 'bridge', 'tap', 'dhcp-filter', 'cni-add'] });
     expect(rec.kind).toBe(RECORD_KIND);
     expect(rec.phase).toBe('ready');
-    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'bridge', 'tap', 'dhcp-filter', 'cni-add', 'ipv6-off', 'lo-up', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up']);
+    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'lo-up', 'bridge', 'tap', 'dhcp-filter', 'cni-add', 'ipv6-off', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up']);
     expect(statSync(store.pathOf(ctx.key)).mode & 0o777).toBe(0o600);
     expect(pn.keys()).toEqual([ctx.key]);
     expect((await ctx.net.leftovers()).allocations).toHaveLength(1);

@@ -202,16 +202,19 @@ describe('preparedSteps: what add makes while the CNI plugins run', () => {
   }
   const allOps = (steps: Step[]) => steps.flatMap((s) => s.do.map((o) => `${s.name}: ${o.op === 'ip' ? o.args.join(' ') : o.op}`));
 
-  it('are interface 0 bridge (no MTU yet), its tap and the DHCP filter of CNI_IFNAME, each undone with the netns', () => {
+  it('are lo up, interface 0 bridge (no MTU yet), its tap as its port and the DHCP filter of CNI_IFNAME, each undone with the netns', () => {
     const steps = preparedSteps('virtlet-eth0');
     expect(allOps(steps)).toEqual([
+      'lo-up: link set dev lo up',
       'bridge: link add name br0 type bridge ageing_time 0',
       'bridge: addr add 169.254.254.2/24 dev br0',
       'tap: tuntap add dev tap0 mode tap vnet_hdr',
+      'tap: link set dev tap0 master br0',
       'dhcp-filter: nft',
     ]);
-    expect(steps[2]!.do[0]).toMatchObject({ op: 'nft', table: 'vmpod-virtlet-eth0', rules: expect.arrayContaining([['FORWARD', '-o', 'virtlet-eth0', '-p', 'IPv4', '--ip-proto', 'udp', '--ip-dport', '67', '-j', 'DROP']]) });
+    expect(steps[3]!.do[0]).toMatchObject({ op: 'nft', table: 'vmpod-virtlet-eth0', rules: expect.arrayContaining([['FORWARD', '-o', 'virtlet-eth0', '-p', 'IPv4', '--ip-proto', 'udp', '--ip-dport', '67', '-j', 'DROP']]) });
     expect(steps.every((s) => s.undo.every((o) => 'withNetns' in o && o.withNetns))).toBe(true);
+    expect(steps[0]!.undo).toEqual([]);
   });
 
   it('the plan finishes them when interface 0 is that link: MTU set, nothing made twice', () => {
@@ -219,6 +222,8 @@ describe('preparedSteps: what add makes while the CNI plugins run', () => {
     const ops = allOps(plan.steps);
     expect(ops).toContain('bridge: link set dev br0 mtu 1450');
     expect(ops).toContain('tap: link set dev tap0 mtu 1450');
+    // lo is up and the tap a port already: the veth alone joins the bridge
+    expect(ops.filter((o) => o.startsWith('lo-up') || o.startsWith('enslave'))).toEqual(['enslave: link set dev virtlet-eth0 master br0']);
     expect(ops.filter((o) => / add name | tuntap add |: nft$/.test(o))).toEqual([]);
     expect(plan.steps.map((s) => s.name)).not.toContain('drop-prepared');
     expect(plan.steps.find((s) => s.name === 'bridge')!.undo).toEqual([]);
@@ -249,8 +254,8 @@ describe('preparedSteps: what add makes while the CNI plugins run', () => {
       return plan.steps;
     };
     const other = dropped('eth0');
-    expect(other.map((s) => s.name).slice(0, 3)).toEqual(['ipv6-off', 'lo-up', 'drop-prepared']);
-    expect(other[2]!.do).toEqual([
+    expect(other.map((s) => s.name).slice(0, 2)).toEqual(['ipv6-off', 'drop-prepared']);
+    expect(other[1]!.do).toEqual([
       { op: 'ip', args: ['link', 'del', 'dev', 'br0'] },
       { op: 'ip', args: ['link', 'del', 'dev', 'tap0'] },
       { op: 'nft-del', table: 'vmpod-eth0' },
@@ -258,7 +263,7 @@ describe('preparedSteps: what add makes while the CNI plugins run', () => {
     expect(allOps(other)).toContain('bridge: link add name br0 mtu 1450 type bridge ageing_time 0');
     expect(other.map((s) => s.name)).toContain('dhcp-filter');
     const vf = dropped('virtlet-eth0', new Set(['virtlet-eth0']));
-    expect(vf.map((s) => s.name)).toEqual(['ipv6-off', 'lo-up', 'drop-prepared', 'vf-setup']);
+    expect(vf.map((s) => s.name)).toEqual(['ipv6-off', 'drop-prepared', 'vf-setup']);
   });
 });
 
