@@ -1595,6 +1595,7 @@ static napi_value js_netnsDel(napi_env env, napi_callback_info info) {
 //   kind 1, a persistent tap: char name[16]; u32 flags (IFF_*): TUNSETIFF, then TUNSETPERSIST, as `ip tuntap add`.
 //   kind 2, an nf_tables transaction: the messages from NFNL_MSG_BATCH_BEGIN to NFNL_MSG_BATCH_END, sent at once
 //           on a NETLINK_NETFILTER socket in the netns (all of it is committed, or none).
+//   kind 3, sysctls: "name=value" lines (16 at most), written to /proc/sys in the netns, as sysctlInNetns does.
 // The answer, per request that ran: i32 errno (0: done), u32 data length, u32 text length, the data (a dump's
 // messages), the text (on a failure: strerror, then the kernel's extended ack or what failed). Without force the batch stops at the first
 // failure, as `ip -batch` does; with force every request runs, as `ip -force -batch`.
@@ -1732,10 +1733,32 @@ static int nl_netfilter(int *nfsock, uint8_t *body, size_t len, uint8_t *buf, ch
   }
 }
 
+// Sysctls (kind 3): "name=value" lines, as sysctlInNetns takes them, written in this thread's netns (the pod's).
+static int nl_sysctl(const uint8_t *body, size_t len, char *text, size_t tcap) {
+  char copy[4096];
+  char *settings[17];
+  size_t n = 0;
+  if (len == 0 || len >= sizeof(copy)) return snprintf(text, tcap, "malformed sysctl request"), EINVAL;
+  memcpy(copy, body, len);
+  copy[len] = '\0';
+  for (char *save = NULL, *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    if (n == 16) return snprintf(text, tcap, "more than 16 sysctls in one request"), EINVAL;
+    settings[n++] = line;
+  }
+  settings[n] = NULL;
+  const char *bad = sysctl_bad_setting(settings);
+  if (bad) return snprintf(text, tcap, "setting \"%s\" is not name=value with a name of [a-z0-9_.-]", bad), EINVAL;
+  const char *failed = NULL;
+  int err = sysctl_write_all(settings, &failed);
+  if (err) snprintf(text, tcap, "sysctl -w %s", failed);
+  return err;
+}
+
 // One request (kind, body); 0 or an errno, with text saying what.
 static int nl_request(int sock, int *nfsock, uint32_t kind, uint8_t *body, size_t len, uint32_t seq, uint8_t *buf, nl_batch_t *w, char *text, size_t tcap) {
   if (kind == 1) return nl_tap(body, len, text, tcap);
   if (kind == 2) return nl_netfilter(nfsock, body, len, buf, text, tcap);
+  if (kind == 3) return nl_sysctl(body, len, text, tcap);
   if (kind != 0 || len < 4) return snprintf(text, tcap, "unknown request kind %u", kind), EINVAL;
   uint32_t nfix;
   memcpy(&nfix, body, 4);

@@ -33,10 +33,10 @@ export function u32(n: number): Buffer {
 export const cstr = (s: string): Buffer => Buffer.concat([Buffer.from(s), Buffer.alloc(1)]);
 
 /**
- * A request of netlinkInNetns: a netlink message with the offsets where link names' ifindexes go, a persistent tap, or
- * an nf_tables transaction (its messages, batch begin to batch end).
+ * A request of netlinkInNetns: a netlink message with the offsets where link names' ifindexes go, a persistent tap, an
+ * nf_tables transaction (its messages, batch begin to batch end), or sysctls ("name=value", written in the netns).
  */
-export type NlRequest = { msg: Buffer; fix: { offset: number; name: string }[] } | { tap: string; flags: number } | { nftBatch: Buffer };
+export type NlRequest = { msg: Buffer; fix: { offset: number; name: string }[] } | { tap: string; flags: number } | { nftBatch: Buffer } | { sysctl: readonly string[] };
 
 /**
  * Builds one message: header, the fixed part (its u32 at `indexOf.at`, when given, is the ifindex of link `indexOf.name`),
@@ -91,6 +91,7 @@ export function encodeBatch(reqs: readonly NlRequest[]): Buffer {
   for (const r of reqs) {
     let body: Buffer;
     if ('nftBatch' in r) body = r.nftBatch;
+    else if ('sysctl' in r) body = Buffer.from(r.sysctl.join('\n'));
     else if ('tap' in r) {
       body = Buffer.alloc(IFNAMSIZ + 4);
       body.write(r.tap, 0, IFNAMSIZ - 1);
@@ -105,7 +106,7 @@ export function encodeBatch(reqs: readonly NlRequest[]): Buffer {
       body = Buffer.concat([fixes, r.msg]);
     }
     const head = Buffer.alloc(8);
-    head.writeUInt32LE('nftBatch' in r ? 2 : 'tap' in r ? 1 : 0, 0);
+    head.writeUInt32LE('sysctl' in r ? 3 : 'nftBatch' in r ? 2 : 'tap' in r ? 1 : 0, 0);
     head.writeUInt32LE(body.length, 4);
     out.push(head, body);
   }

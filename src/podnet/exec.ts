@@ -95,9 +95,16 @@ export async function runIpLines(nsPath: string, lines: readonly (readonly strin
   return answers.flatMap((a, i) => (a.errno === 0 ? [] : [{ line: i + 1, message: a.text }]));
 }
 
-/** The netns's links, addresses and main-table routes, from three rtnetlink dumps in one addon call. */
-export async function observeNetns(nsPath: string, signal?: AbortSignal): Promise<Observed> {
-  const answers = await netlink(nsPath, OBSERVE_REQUESTS, false, signal);
+/**
+ * The netns's links, addresses and main-table routes, from three rtnetlink dumps in one addon call; `sysctls`
+ * ("name=value") are written in the netns first, in the same call.
+ */
+export async function observeNetns(nsPath: string, signal?: AbortSignal, sysctls: readonly string[] = []): Promise<Observed> {
+  const answers = await netlink(nsPath, sysctls.length > 0 ? [{ sysctl: sysctls }, ...OBSERVE_REQUESTS] : OBSERVE_REQUESTS, false, signal);
+  if (sysctls.length > 0) {
+    const s = answers.shift();
+    if (!s || s.errno !== 0) throw new VmpodError(ErrorCode.Syscall, `in ${nsPath}: ${s?.text ?? `sysctl -w ${sysctls.join(' ')}: no answer`}`, { op: 'sysctl' });
+  }
   const failed = answers.find((a) => a.errno !== 0);
   if (failed || answers.length !== 3) throw new VmpodError(ErrorCode.Netlink, `read links and routes of ${nsPath}: ${failed?.text ?? 'no answer'}`);
   return decodeObserved(answers[0]!.data, answers[1]!.data, answers[2]!.data);

@@ -84,8 +84,10 @@ export const IPV6_POD_SYSCTLS = [
  * with the netns.
  */
 export function ipv6OffStep(): Step {
-  return { name: StepName.Ipv6Off, target: 'netns', do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1'] }], undo: [] };
+  return { name: StepName.Ipv6Off, target: 'netns', do: [{ op: 'sysctl', settings: [...IPV6_OFF] }], undo: [] };
 }
+
+export const IPV6_OFF = ['net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1'] as const;
 
 export function rpFilterStep(netns: string): Step {
   return { name: StepName.RpFilter, target: netns, do: [{ op: 'sysctl', settings: [...RP_FILTER_OFF, ...IPV6_POD_SYSCTLS] }], undo: [] };

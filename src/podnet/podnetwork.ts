@@ -18,10 +18,10 @@ import type { Spares } from '../files.js';
 import { Phase, StepName, newRecord, type PodRecord } from '../state/record.js';
 import { NetExec, observeNetns } from './exec.js';
 import { completeResult, withPodDns } from './result.js';
-import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, preparedSteps, randomLaaMac } from './plan.js';
+import { IPV6_OFF, buildCsn, cniAddStep, planContainerSide, podNetnsSteps, preparedSteps, randomLaaMac } from './plan.js';
 import type { PodInterface } from '../state/types.js';
 import { DEFAULT_IFNAME, type Observed } from './types.js';
-import { applySteps, recordStepsThenSync, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
+import { recordSteps, recordStepsThenSync, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
 import { findVfs, ipVfLink, planVfs } from './vf.js';
 import { closeFds, closeFdsOffLoop, isBusy, openFds, openNewFds } from './fds.js';
 import { checkRecoverCsn, checkSameCsn, conventionRecord, recoverRecord } from './recover.js';
@@ -188,18 +188,22 @@ export class PodNetwork {
       let observed: Observed;
       let plan: ReturnType<typeof planContainerSide>;
       let completed: CniResult;
+      // a result with addresses, none of them IPv6: the plan's first step turns IPv6 off (plan.ts ipv6OffStep), which
+      // is done here already, in the call that observes the netns (before the veth's MAC changes, as the plan has it)
+      const ipv6OffNow = result.ips.length > 0 && result.ips.every((a) => !a.address.includes(':'));
       try {
-        observed = await observeNetns(nsPath, signal);
+        observed = await observeNetns(nsPath, signal, ipv6OffNow ? IPV6_OFF : []);
         // the request's DNS goes into the result the runtime keeps (Virtlet's), and so to DHCP after a recover
         completed = withPodDns(completeResult(result, observed, nsPath), desc.DNS);
         const vfs = findVfs(this.deps.sysfs, observed, completed);
         const vfSetups = this.opts.enableSriov ? await planVfs(this.deps.sysfs, this.deps.vfLink, observed, vfs, list, log, signal) : undefined;
         plan = planContainerSide({ observed, result: completed, newMac: () => randomLaaMac(), vfs: new Set(vfs.keys()), prepared: this.ifName, ...(vfSetups ? { vfSetups } : {}) });
       } catch (e) {
-        throw stepError('plan', undefined, e);
+        throw stepError(ipv6OffNow && isVmpodError(e) && e.op === 'sysctl' ? StepName.Ipv6Off : 'plan', undefined, e);
       }
       log.debug({ observed, steps: plan.steps.length, ms: Math.round((performance.now() - t0) * 10) / 10 }, 'container-side network planned');
-      await applySteps(this.deps, rec, plan.steps, signal);
+      recordSteps(this.store, rec, plan.steps);
+      await runSteps(this.deps, rec, ipv6OffNow ? plan.steps.filter((st) => st.name !== StepName.Ipv6Off) : plan.steps, signal);
       lap('container side applied');
 
       try {

@@ -82,6 +82,23 @@ describe('observeNetns (rtnetlink dumps)', () => {
   it('a netns that does not exist is a clear error', async () => {
     await expect(observeNetns('/var/run/netns/vmpnl-nosuch')).rejects.toThrow(/netlink in \/var\/run\/netns\/vmpnl-nosuch: .*open the netns.*ENOENT/);
   });
+
+  it('writes sysctls in the netns first, in the same call; a failing one is a clear error and nothing is read', async () => {
+    const n = await netns();
+    await n.ip('link', 'add', 'va', 'type', 'veth', 'peer', 'name', 'vb');
+    await n.ip('link', 'set', 'dev', 'va', 'up');
+    const ours = await observeNetns(n.path, undefined, ['net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1']);
+    const sysctl = (k: string) => execa('ip', ['netns', 'exec', n.ns, 'sysctl', '-n', k]).then((r) => r.stdout.trim());
+    expect([await sysctl('net.ipv6.conf.all.disable_ipv6'), await sysctl('net.ipv6.conf.va.disable_ipv6')]).toEqual(['1', '1']);
+    // what was read is the netns after them: no IPv6 address left on the link that was up
+    expect(ours.links.find((l) => l.name === 'va')?.linkLocal6 ?? []).toEqual([]);
+    expect(await sysctl('net.ipv6.conf.all.disable_ipv6')).toBe('1');
+    await expect(observeNetns(n.path, undefined, ['net.ipv6.conf.vmpnl-nosuch.disable_ipv6=1'])).rejects.toMatchObject({
+      code: 'SYSCALL',
+      message: `in ${n.path}: No such file or directory: sysctl -w net.ipv6.conf.vmpnl-nosuch.disable_ipv6=1`,
+    });
+    await expect(observeNetns(n.path, undefined, ['net/../x=1'])).rejects.toMatchObject({ code: 'SYSCALL', message: expect.stringContaining('is not name=value') });
+  });
 });
 
 describe('runIpLines (the planner\'s ip lines as rtnetlink requests)', () => {
