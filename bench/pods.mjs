@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 // Pod network figures against their bare baselines, interleaved in one run (root; after `npm run build`):
-//   node bench/pods.mjs [--runs 20] [--counts 10,100,250,500] [--burst 250] [--gets 200] [--rounds 3]
+//   node bench/pods.mjs [--runs 30] [--warmup 5] [--counts 10,100,250,500] [--burst 250] [--gets 200] [--rounds 3]
 //                       [--figures add,burst,scale] [--strace]
 // add       one add / one release through tapmanager (the C client, bench/c/vmpod-client.c) vs bare-cni
 //           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`);
-//           the sides take turns going first, and rounds are 150 ms apart (the kernel's netns removal settled)
+//           the sides take turns going first, and rounds are 150 ms apart (the kernel's netns removal settled);
+//           --warmup untimed rounds of both sides first (a fresh daemon's first adds compile its code)
 // burst     --rounds rounds: --burst bare adds by 16 clients at once, then their DELs, and the same count of adds
 //           through tapmanager, 16 at once, then their releases, the sides taking turns going first, 3 s for the
 //           kernel after each; tapmanager's RSS and fds at 0 and after its first burst
@@ -23,7 +24,8 @@ import { helper } from './lib/cc.mjs';
 
 const { values: o } = parseArgs({
   options: {
-    runs: { type: 'string', default: '20' },
+    runs: { type: 'string', default: '30' },
+    warmup: { type: 'string', default: '5' },
     counts: { type: 'string', default: '10,100,250,500' },
     burst: { type: 'string', default: '250' },
     gets: { type: 'string', default: '200' },
@@ -33,6 +35,7 @@ const { values: o } = parseArgs({
   },
 });
 const runs = Number(o.runs);
+const warmup = Number(o.warmup);
 const counts = o.counts.split(',').map(Number);
 const burstN = Number(o.burst);
 const gets = Number(o.gets);
@@ -53,6 +56,17 @@ const BURST_SETTLE_MS = 3000;
 async function addRelease(w, label, n) {
   const ours = { add: [], release: [] };
   const bare = { add: [], release: [] };
+  // untimed rounds first, on both sides: a daemon's first adds after its start compile its code (the JIT), and the
+  // bare side gets its binaries into the page cache; the figure is the steady state a node's pods see
+  for (let i = 0; i < warmup; i++) {
+    const [k] = w.keys(1, 'w');
+    const [b] = w.keys(1, 'y');
+    await w.add([k]);
+    await w.bareAdd([b]);
+    await w.release([k]);
+    await w.bareDel([b]);
+    await sleep(SETTLE_MS);
+  }
   for (let i = 0; i < n; i++) {
     // interleaved, so both sides see the same machine, and each goes first every other time: the first add of a
     // round runs while the kernel still tears down the two netns released just before (cleanup_net holds the
