@@ -1,7 +1,6 @@
 // Running one plugin (libcni pkg/invoke: RawExec, FindInPath). The client gets a PluginExec; tests pass a
 // recording fake, production passes spawnPluginExec().
-import { constants } from 'node:fs';
-import { access, stat } from 'node:fs/promises';
+import { accessSync, constants, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -41,9 +40,11 @@ export async function findInPath(plugin: string, dirs: readonly string[]): Promi
   }
   for (const dir of dirs) {
     const p = join(dir, plugin);
+    // synchronous: a lookup the dentry cache answers costs less than a hop to the pool and back, and every add looks
+    // its plugins up (a missing one throws no exception here)
     try {
-      if ((await stat(p)).isFile()) {
-        await access(p, constants.X_OK);
+      if (statSync(p, { throwIfNoEntry: false })?.isFile()) {
+        accessSync(p, constants.X_OK);
         return p;
       }
     } catch {

@@ -1,4 +1,4 @@
-export { PodNetwork, IP_NETNS_DIR, type PodNetworkOptions, type PodNetworkState } from './podnetwork.js';
+export { PodNetwork, IP_NETNS_DIR, describeInterfaces, type PodNetworkOptions, type PodNetworkState } from './podnetwork.js';
 export { resultForRecover } from './recover.js';
 export { BRIDGE_IP, BRIDGE_PREFIX, DEFAULT_IFNAME, bridgeName, tapName, type Observed, type ObservedLink, type ObservedRoute, type ObservedAddr } from './types.js';
 export { planContainerSide, buildCsn, randomLaaMac, dhcpFilterRules, netnsStep, rpFilterStep, podNetnsSteps, RP_FILTER_OFF, cniAddStep, loUpStep, observedBeforeFromCsn, vfSetupStep, vlanFromConf, SRIOV_DISABLED_HINT, type ContainerSidePlan, type ContainerSidePlanInput } from './plan.js';

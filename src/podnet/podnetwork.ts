@@ -203,7 +203,18 @@ export class PodNetwork {
       }
       log.debug({ observed, steps: plan.steps.length, ms: Math.round((performance.now() - t0) * 10) / 10 }, 'container-side network planned');
       recordSteps(this.store, rec, plan.steps);
-      await runSteps(this.deps, rec, ipv6OffNow ? plan.steps.filter((st) => st.name !== StepName.Ipv6Off) : plan.steps, signal);
+      const applying = runSteps(this.deps, rec, ipv6OffNow ? plan.steps.filter((st) => st.name !== StepName.Ipv6Off) : plan.steps, signal);
+      // the reply's csn is built while a pool thread applies the steps (pure; should it throw, the steps end first)
+      let v031: ReturnType<typeof toV031>;
+      let csn: ContainerSideNetwork;
+      try {
+        v031 = toV031(completed);
+        csn = buildCsn(v031, nsPath, plan.interfaces);
+      } catch (e) {
+        await applying.catch(() => {});
+        throw e;
+      }
+      await applying;
       lap('container side applied');
 
       try {
@@ -218,8 +229,6 @@ export class PodNetwork {
       } finally {
         cniSettled = undefined;
       }
-      const v031 = toV031(completed);
-      const csn = buildCsn(v031, nsPath, plan.interfaces);
       rec.phase = Phase.Ready;
       rec.result = v031;
       rec.csn = csn;
@@ -229,7 +238,8 @@ export class PodNetwork {
       this.store.write(rec, false);
       const st: PodNetworkState = { key, nsPath, csn, interfaces: plan.interfaces, fds, desc };
       this.states.set(key, st);
-      log.info({ durationMs: Math.round(performance.now() - t0), interfaces: plan.interfaces.map(describeIf) }, 'pod network added');
+      // the request's line (tapmanager's "add done") says so at info, with describeInterfaces
+      log.debug({ durationMs: Math.round(performance.now() - t0), interfaces: describeInterfaces(st) }, 'pod network added');
       return st;
     } catch (e) {
       closeFds(fds, log);
@@ -311,7 +321,8 @@ export class PodNetwork {
     // not durable: a record that comes back after a crash of the machine is undone again, and every undo op
     // tolerates "already undone"
     await this.store.removeAsync(key);
-    log.info({ durationMs: Math.round(performance.now() - t0), ...(rec.quarantine ? { quarantineFinished: true } : {}) }, 'pod network released');
+    // the request's line says so at info; a quarantine finished here is worth one of its own
+    log[rec.quarantine ? 'info' : 'debug']({ durationMs: Math.round(performance.now() - t0), ...(rec.quarantine ? { quarantineFinished: true } : {}) }, 'pod network released');
     return { leftovers: [] };
   }
 
@@ -564,6 +575,9 @@ function runtimeConf(rec: PodRecord, ifName: string): RuntimeConf {
   };
 }
 
-function describeIf(i: PodInterface): string {
-  return i.type === 'vf' ? `${i.cniName}->vfio-pci ${i.pciAddress ?? '?'} (VF ${i.vf?.vfIndex ?? '?'} of ${i.vf?.pfIfname ?? '?'})` : `${i.cniName}->${i.bridgeName}/${i.tapName}`;
+/** A pod's interfaces for a log line: `virtlet-eth0->br0/tap0`, or a VF's PCI address and PF. */
+export function describeInterfaces(st: Pick<PodNetworkState, 'interfaces'>): string[] {
+  return st.interfaces.map((i) =>
+    i.type === 'vf' ? `${i.cniName}->vfio-pci ${i.pciAddress ?? '?'} (VF ${i.vf?.vfIndex ?? '?'} of ${i.vf?.pfIfname ?? '?'})` : `${i.cniName}->${i.bridgeName}/${i.tapName}`,
+  );
 }

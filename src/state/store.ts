@@ -5,7 +5,7 @@
 // allocation, a VF's PF settings), as netns, links and taps vanish with the kernel (docs/decisions.md).
 // Synchronous on purpose: records are small, and a record must be written before the step it announces runs (a
 // durable one may finish its fsyncs on the pool while what does not outlive a reboot goes on: writeThenSync).
-import { closeSync, fsync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
+import { closeSync, existsSync, fsync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
@@ -63,6 +63,8 @@ export class StateStore {
   /** The record, undefined when there is none; a corrupt record throws VmpodError(State). */
   read(key: string): PodRecord | undefined {
     const path = this.pathOf(key);
+    // the usual answer of an add (no record yet) without an exception
+    if (!existsSync(path)) return undefined;
     let text: string;
     try {
       text = readFileSync(path, 'utf8');

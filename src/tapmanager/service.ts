@@ -12,7 +12,7 @@ import { macToBase64 } from '../protocol/mac.js';
 import type { GetInfo } from '../protocol/payloads.js';
 import { InterfaceType } from '../protocol/payloads.js';
 import { KeyQueue } from './keyqueue.js';
-import type { PodNetwork, PodNetworkState } from '../podnet/index.js';
+import { describeInterfaces, type PodNetwork, type PodNetworkState } from '../podnet/index.js';
 import type { PodSummary, StatusReport } from '../protocol/status.js';
 import { DhcpServers } from './dhcp-servers.js';
 import { VmpodError, ErrorCode, errorChain } from '../errors.js';
@@ -93,13 +93,15 @@ export class TapmanagerService implements Handler {
     const log = (): Logger => (reqLog ??= this.log.child({ key: req.key, op, command: req.command, peerPid: peer.pid }));
     const t0 = performance.now();
     try {
-      const reply = await this.dispatch(req, log);
+      // what the request's line says besides its duration (add: the pod's interfaces)
+      const said: Record<string, unknown> = {};
+      const reply = await this.dispatch(req, log, said);
       const ms = performance.now() - t0;
       this.hooks.onRequest?.(op, 'ok', ms / 1000);
       // get comes on every VM start and list and status are polled: a line each at debug only, the metrics count them
       // (add, release and recover keep their line)
       const quiet = req.command === Command.Get || req.command === Command.List || req.command === Command.Status;
-      if (!quiet || this.log.isLevelEnabled('debug')) log()[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds: reply.fds.length }, `${op} done`);
+      if (!quiet || this.log.isLevelEnabled('debug')) log()[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds: reply.fds.length, ...said }, `${op} done`);
       return reply;
     } catch (e) {
       const ms = performance.now() - t0;
@@ -109,7 +111,7 @@ export class TapmanagerService implements Handler {
     }
   }
 
-  private async dispatch(req: Request, log: () => Logger): Promise<Reply> {
+  private async dispatch(req: Request, log: () => Logger, said: Record<string, unknown>): Promise<Reply> {
     switch (req.command) {
       case Command.Add: {
         const key = validateKey(req.key);
@@ -131,6 +133,7 @@ export class TapmanagerService implements Handler {
             throw e;
           }
           this.offerGet(st);
+          said.interfaces = describeInterfaces(st);
           return { payload: encodeCsn(st.csn), fds: [] };
         });
       }
