@@ -21,6 +21,9 @@
 //   ipv6-forwarding  net.ipv6.conf.all.forwarding=1: the bridge answers NS as a router (R=1) and forwards
 //   ipv6-routes   <prefix> dev br<i>, each IPv6 route of the result via its gateway dev br<i>   undo: with the netns
 //
+// add makes lo up and interface 0's bridge, tap (its port) and filter while the plugins run (preparedSteps); the plan
+// given `prepared` then only finishes them, or deletes them first (drop-prepared) when interface 0 is another link.
+//
 // A CNI interface that is an SR-IOV VF (SR-IOV enabled) gets one step instead, host side, nothing moved:
 //   vf-setup      bind the VF to vfio-pci; `ip link set <pf> vf <n> mac <mac> vlan <v>`
 //                 undo, in this order: the original driver back, the PF's original MAC/VLAN for the VF,
