@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Pod network figures against their bare baselines, interleaved in one run (root; after `npm run build`):
-//   node bench/pods.mjs [--runs 30] [--warmup 5] [--counts 10,100,250,500] [--burst 250] [--gets 200] [--rounds 3]
+//   node bench/pods.mjs [--runs 30] [--warmup 5] [--counts 10,100,250,500] [--burst 250] [--gets 200] [--rounds 5]
 //                       [--figures add,burst,scale] [--strace]
 // add       one add / one release through tapmanager (the C client, bench/c/vmpod-client.c) vs bare-cni
 //           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`);
@@ -29,7 +29,7 @@ const { values: o } = parseArgs({
     counts: { type: 'string', default: '10,100,250,500' },
     burst: { type: 'string', default: '250' },
     gets: { type: 'string', default: '200' },
-    rounds: { type: 'string', default: '3' },
+    rounds: { type: 'string', default: '5' },
     figures: { type: 'string', default: 'add,burst,scale' },
     strace: { type: 'boolean', default: false },
   },
