@@ -20,7 +20,7 @@ import { NetExec, observeNetns } from './exec.js';
 import { completeResult, withPodDns } from './result.js';
 import { IPV6_OFF, buildCsn, cniAddStep, planContainerSide, podNetnsSteps, preparedSteps, randomLaaMac } from './plan.js';
 import type { PodInterface } from '../state/types.js';
-import { DEFAULT_IFNAME, type Observed } from './types.js';
+import { DEFAULT_IFNAME, bridgeName, type Observed } from './types.js';
 import { recordSteps, recordStepsThenSync, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
 import { findVfs, ipVfLink, planVfs } from './vf.js';
 import { closeFds, closeFdsOffLoop, isBusy, openFds, openNewFds } from './fds.js';
@@ -113,7 +113,13 @@ export class PodNetwork {
 
   // ---------------------------------------------------------------- add
 
-  async add(key: string, desc: PodNetworkDesc, signal?: AbortSignal): Promise<PodNetworkState> {
+  /**
+   * opts.whileApplying: called with the pod network as it will be (no fds yet) while a pool thread applies its
+   * container side, when every bridge and tap it names exists already (the ones made while the plugins ran; they may
+   * still be down), so that the caller's work (the DHCP servers) overlaps it; a throw fails the add (rolled back). Not
+   * called otherwise: the caller does that work after add.
+   */
+  async add(key: string, desc: PodNetworkDesc, signal?: AbortSignal, opts: { whileApplying?: (st: PodNetworkState) => void } = {}): Promise<PodNetworkState> {
     validateKey(key);
     const log = this.log.child({ key, op: 'add' });
     const t0 = performance.now();
@@ -204,12 +210,20 @@ export class PodNetwork {
       log.debug({ observed, steps: plan.steps.length, ms: Math.round((performance.now() - t0) * 10) / 10 }, 'container-side network planned');
       recordSteps(this.store, rec, plan.steps);
       const applying = runSteps(this.deps, rec, ipv6OffNow ? plan.steps.filter((st) => st.name !== StepName.Ipv6Off) : plan.steps, signal);
-      // the reply's csn is built while a pool thread applies the steps (pure; should it throw, the steps end first)
+      // the reply's csn is built while a pool thread applies the steps, and the caller's work runs (should either
+      // throw, the steps end first)
       let v031: ReturnType<typeof toV031>;
       let csn: ContainerSideNetwork;
       try {
         v031 = toV031(completed);
         csn = buildCsn(v031, nsPath, plan.interfaces);
+        if (opts.whileApplying && plan.steps.every((st) => st.name !== StepName.DropPrepared) && plan.interfaces.every((i) => i.type !== 'tap' || i.bridgeName === bridgeName(0))) {
+          try {
+            opts.whileApplying({ key, nsPath, csn, interfaces: plan.interfaces, fds: [], desc });
+          } catch (e) {
+            throw stepError('dhcp', undefined, e);
+          }
+        }
       } catch (e) {
         await applying.catch(() => {});
         throw e;

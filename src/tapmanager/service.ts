@@ -125,12 +125,31 @@ export class TapmanagerService implements Handler {
             log().info('add repeated for an existing pod network: returning it unchanged');
             return { payload: encodeCsn(existing.csn), fds: [] };
           }
-          const st = await this.pods.add(key, payload.podNetworkDesc);
+          // the DHCP servers start while the container side is applied when they can (their bridge exists: add says),
+          // else after add; either way before the reply, so that no guest is ever faster than its server
+          let dhcpEarly = false;
+          let st: PodNetworkState;
           try {
-            this.dhcp.start(st);
+            st = await this.pods.add(key, payload.podNetworkDesc, undefined, {
+              whileApplying: (pre) => {
+                // RA and DHCPv6 read the tap through a packet socket, which a link still down fails (ENETDOWN): a pod
+                // with IPv6 starts its servers after add
+                if (pre.interfaces.some((i) => i.bridgeIp6 !== undefined)) return;
+                this.dhcp.start(pre);
+                dhcpEarly = true;
+              },
+            });
           } catch (e) {
-            await this.pods.release(key).catch((re) => log().error({ err: re }, 'rollback after a DHCP failure failed'));
+            if (dhcpEarly) this.dhcp.stop(key);
             throw e;
+          }
+          if (!dhcpEarly) {
+            try {
+              this.dhcp.start(st);
+            } catch (e) {
+              await this.pods.release(key).catch((re) => log().error({ err: re }, 'rollback after a DHCP failure failed'));
+              throw e;
+            }
           }
           this.offerGet(st);
           said.interfaces = describeInterfaces(st);
