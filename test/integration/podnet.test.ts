@@ -234,6 +234,32 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(await ctx.net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   });
 
+  it('whileApplying sees the pod network as it will be, while its links are applied; its throw rolls the add back', async () => {
+    const ctx = await setup();
+    const pn = ctx.make();
+    let seen: { links: string[]; csnIfs: number; fds: number } | undefined;
+    const st = await pn.add(ctx.key, desc(ctx.key), undefined, {
+      whileApplying: (pre) => {
+        seen = { links: pre.interfaces.map((i) => `${i.bridgeName}/${i.tapName}`), csnIfs: pre.csn.Interfaces.length, fds: pre.fds.length };
+      },
+    });
+    expect(seen).toEqual({ links: ['br0/tap0'], csnIfs: 1, fds: 0 });
+    expect(st.fds).toHaveLength(1);
+    await pn.release(ctx.key);
+
+    const key2 = `${ctx.key}b`;
+    await expect(
+      pn.add(key2, desc(key2), undefined, {
+        whileApplying: () => {
+          throw new Error('no DHCP for you');
+        },
+      }),
+    ).rejects.toMatchObject({ op: 'dhcp', message: expect.stringMatching(new RegExp(`^add ${key2}: step "dhcp" failed: no DHCP for you`)) });
+    expect(existsSync(join(NETNS_DIR, key2))).toBe(false);
+    expect(pn.keys()).toEqual([]);
+    expect(await ctx.net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
+  });
+
   it('a failing plugin rolls everything back, and the error names the step', async () => {
     const ctx = await setup({ failingPlugin: true });
     const pn = ctx.make();
