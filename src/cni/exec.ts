@@ -147,11 +147,9 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
           ...(r.signal === null ? {} : { signal: signalName(r.signal) }),
           ...(stopped === undefined ? {} : { stopped }),
         };
-        // the run is over once its record is gone
+        // the run is over once its record is gone (a synchronous write: nothing is left for a deferred cleanup)
         if (slot !== undefined) slots?.clear(slot);
-        const cleanup = Promise.resolve();
-        if (o.deferCleanup === true) resolve({ ...outcome, cleanup });
-        else void cleanup.then(() => resolve(outcome));
+        resolve(o.deferCleanup === true ? { ...outcome, cleanup: Promise.resolve() } : outcome);
       };
       const startTicks = ticksSinceBoot();
       try {

@@ -444,6 +444,14 @@ describe('openTap', () => {
   });
 });
 
+describe('killGroup', () => {
+  it('returns the errno instead of throwing: ESRCH for a group that is gone; a pgid below 2 is refused', () => {
+    expect(n.killGroup(2 ** 22 + 12345, 0)).toBe(os.constants.errno.ESRCH);
+    expect(() => n.killGroup(1, 9)).toThrow(/killGroup: pgid must be an integer in \[2, /);
+    expect(() => n.killGroup(0, 9)).toThrow(/pgid/);
+  });
+});
+
 describe('netnsAdd, netnsDel', () => {
   const made: string[] = [];
   afterAll(async () => {
