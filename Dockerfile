@@ -76,8 +76,8 @@ COPY deploy/libvirt/qemu.conf /etc/libvirt/qemu.conf
 COPY --from=build /out/bin/node /usr/local/bin/node
 COPY --from=build /out/app /usr/local/lib/vmpod-node
 # <emulator>/vmwrapper</emulator> is the path Virtlet's domain XML uses; /usr/local/bin/vmwrapper for everyone else.
-RUN ln -s /usr/local/lib/vmpod-node/bin/vmwrapper.js /vmwrapper \
- && ln -s ../lib/vmpod-node/bin/vmwrapper.js /usr/local/bin/vmwrapper \
+RUN ln -s /usr/local/lib/vmpod-node/dist/bundle/vmwrapper.cjs /vmwrapper \
+ && ln -s ../lib/vmpod-node/dist/bundle/vmwrapper.cjs /usr/local/bin/vmwrapper \
  && ln -s ../lib/vmpod-node/bin/tapctl.js /usr/local/bin/tapctl
 # libvirtd in the foreground, under tini: as PID 1 itself it would never reap the qemu capability probes, which
 # daemonize (libvirt then waits 40 s per zombie). tini forwards SIGTERM to libvirtd, which exits 0.

@@ -16,7 +16,7 @@ import { podWorld } from './lib/pods.mjs';
 import { figure } from './lib/figure.mjs';
 import { median } from './lib/stats.mjs';
 
-const vmwrapper = join(repo, 'bin/vmwrapper.js');
+const vmwrapper = join(repo, 'dist/bundle/vmwrapper.cjs');
 const r1 = (x) => Math.round(x * 10) / 10;
 
 function timeOnce(cmd, args, env) {
