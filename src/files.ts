@@ -1,5 +1,5 @@
 // Small file-system helpers shared by the stores (state records, the CNI cache, plugin process-group records).
-import { mkdirSync, readdirSync, renameSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync } from 'node:fs';
 import { rename } from 'node:fs/promises';
 import { join } from 'node:path';
 
@@ -13,7 +13,7 @@ export function listDir(dir: string): string[] {
   }
 }
 
-const errCode = (e: unknown): string | undefined => (e as NodeJS.ErrnoException | undefined)?.code;
+export const errCode = (e: unknown): string | undefined => (e as NodeJS.ErrnoException | undefined)?.code;
 
 /**
  * Spare files: files done with, kept in one directory (mode 0700) to be taken again under a new name, so that a store
@@ -39,11 +39,13 @@ export class Spares {
     const free = this.#pool();
     const name = free.pop();
     if (name === undefined) return false;
+    const spare = join(this.dir, name);
     try {
-      renameSync(join(this.dir, name), path);
+      renameSync(spare, path);
       return true;
     } catch (e) {
-      if (errCode(e) !== 'ENOENT') free.push(name); // EXDEV, or path's dir is gone: the spare stays
+      // EXDEV, or path's dir is gone (ENOENT too): the spare stays; a spare gone from the pool's dir does not
+      if (errCode(e) !== 'ENOENT' || existsSync(spare)) free.push(name);
       return false;
     }
   }

@@ -91,10 +91,18 @@ export class CniClient {
     }
     if (prev === undefined) throw new VmpodError(ErrorCode.Internal, `ADD network ${list.name}: the list has no plugins`);
     const path = cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName);
-    // the write resolves to its error, if any: nothing rejects before the caller asks
-    const cached = writeCacheRecord(path, buildCacheRecord(list, rt, convertResult(prev, list.cniVersion)), this.#spares).then(
-      () => undefined,
-      (e: unknown) => new VmpodError(ErrorCode.Cni, `ADD network ${list.name}: cache the result in ${path}`, { cause: e, op: 'cache CNI result' }),
+    // written on the next turn of the event loop, once the caller has started what it does with the result (its
+    // work on the pool runs meanwhile); the write resolves to its error, if any: nothing rejects before the caller asks
+    const record = buildCacheRecord(list, rt, convertResult(prev, list.cniVersion));
+    const cached = new Promise<VmpodError | undefined>((resolve) =>
+      setImmediate(() => {
+        try {
+          writeCacheRecord(path, record, this.#spares);
+          resolve(undefined);
+        } catch (e) {
+          resolve(new VmpodError(ErrorCode.Cni, `ADD network ${list.name}: cache the result in ${path}`, { cause: e, op: 'cache CNI result' }));
+        }
+      }),
     );
     const result = prev;
     return {

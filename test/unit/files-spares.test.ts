@@ -35,6 +35,21 @@ describe('Spares', () => {
     expect(one.giveSync(a)).toBe(false);
   });
 
+  it('keeps a spare that cannot go where asked (the directory is missing), and drops one gone from its dir', () => {
+    const s = new Spares(join(dir, '.spare'));
+    writeFileSync(join(dir, 'a'), 'x');
+    expect(s.giveSync(join(dir, 'a'))).toBe(true);
+    expect(s.take(join(dir, 'nodir', 'b'))).toBe(false);
+    expect(s.take(join(dir, 'b'))).toBe(true);
+    writeFileSync(join(dir, 'c'), 'x');
+    expect(s.giveSync(join(dir, 'c'))).toBe(true);
+    for (const n of readdirSync(join(dir, '.spare'))) rmSync(join(dir, '.spare', n));
+    expect(s.take(join(dir, 'd'))).toBe(false);
+    writeFileSync(join(dir, 'e'), 'x');
+    expect(s.giveSync(join(dir, 'e'))).toBe(true);
+    expect(s.take(join(dir, 'f'))).toBe(true);
+  });
+
   it('a new pool on the same dir finds the spares an earlier one left, and names new ones after them', async () => {
     const s = new Spares(join(dir, '.spare'));
     for (const n of ['a', 'b']) {
@@ -56,7 +71,7 @@ describe('the CNI cache with spares', () => {
     const ino = statSync(old).ino;
     expect(s.giveSync(old)).toBe(true);
     const path = join(dir, 'results', 'n-c1-eth0');
-    await writeCacheRecord(path, rec({ ips: [] }), s);
+    writeCacheRecord(path, rec({ ips: [] }), s);
     expect(statSync(path).ino).toBe(ino);
     expect(JSON.parse(readFileSync(path, 'utf8'))).toEqual(JSON.parse(JSON.stringify(rec({ ips: [] }))));
     expect(readdirSync(join(dir, 'results'))).toEqual(['n-c1-eth0']);
@@ -65,7 +80,7 @@ describe('the CNI cache with spares', () => {
     expect(readdirSync(join(dir, '.spare')).map((n) => statSync(join(dir, '.spare', n)).ino)).toEqual([ino]);
     // without a spare on hand: a new file, removed as before
     const t = new Spares(join(dir, '.empty'), 0);
-    await writeCacheRecord(path, rec({}), t);
+    writeCacheRecord(path, rec({}), t);
     await removeCacheRecord(path, t);
     expect(readdirSync(join(dir, 'results'))).toEqual([]);
   });
