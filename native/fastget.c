@@ -13,6 +13,12 @@
 // not registered, a partial or bad header, a peer that needs JS's checks, a socket whose peer is not reading,
 // the connection limit. The only JS calls are adopt and accept errors; register/unregister run on the same thread,
 // so a key unregistered is never answered again.
+//
+// A connection answered right after its accept is not put in the epoll set at once: it waits on a "settling" list,
+// and a timer reads each such connection FG_SETTLE_MS later, when its client has almost always hung up (vmwrapper
+// reads its one reply and exits). The hang-up then costs one recv and the close, not an epoll_ctl ADD, a wake-up, an
+// epoll_wait and a DEL. A connection still open then (EAGAIN) joins the epoll set; one that sent more is served then:
+// a second request on a connection whose first was a get waits at most FG_SETTLE_MS.
 
 #define FG_HDR 77
 #define FG_KEY 64
@@ -21,6 +27,7 @@
 #define FG_BUCKETS 256
 #define FG_MAX_FDS 16
 #define FG_MAX_GIDS 64
+#define FG_SETTLE_MS 1     // how long an answered connection waits before its hang-up is looked for
 #define FG_OUTQ_MAX 65536  // bytes the peer has not read yet, beyond which JS (with its write queue) serves
 
 typedef struct fg_entry {
@@ -42,6 +49,8 @@ typedef struct fg_conn {
   uint64_t last;  // uv_now of the last request answered (or of the accept)
   uint64_t served;
   bool polled;  // in the epoll set
+  struct fg_conn *sprev, *snext;  // on the settling list
+  bool settling;
   struct ucred cred;
 } fg_conn;
 
@@ -49,6 +58,7 @@ typedef struct fg_server {
   uv_poll_t listen;
   uv_poll_t events;  // the epoll set of the connections
   uv_timer_t sweep;
+  uv_timer_t settle;  // reads the settling connections
   uv_loop_t *loop;
   int epfd;
   napi_env env;
@@ -58,10 +68,11 @@ typedef struct fg_server {
   int lfd;
   bool active;
   bool accepting;
-  int handles;  // uv handles not closed yet: listen, events, sweep
+  int handles;  // uv handles not closed yet: listen, events, sweep, settle
   int refs;     // handles + the JS functions not finalised yet
   fg_entry *buckets[FG_BUCKETS];
   fg_conn *conns;
+  fg_conn *settling;  // answered, not in the epoll set yet
   int nconns, js_conns, max_conns;
   uint64_t idle_ms;
   gid_t gids[FG_MAX_GIDS];
@@ -114,8 +125,18 @@ static bool fg_header_key(const uint8_t *k, char out[FG_KEY + 1]) {
   return strlen(out) == b - a;  // an inner NUL: not a key we registered
 }
 
+static void fg_unsettle(fg_conn *c) {
+  if (!c->settling) return;
+  if (c->sprev) c->sprev->snext = c->snext;
+  else c->srv->settling = c->snext;
+  if (c->snext) c->snext->sprev = c->sprev;
+  c->sprev = c->snext = NULL;
+  c->settling = false;
+}
+
 static void fg_unlink_conn(fg_conn *c) {
   fg_server *s = c->srv;
+  fg_unsettle(c);
   if (c->prev) c->prev->next = c->next;
   else s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -276,6 +297,26 @@ static void fg_events_cb(uv_poll_t *h, int status, int events) {
   for (int i = 0; i < n && s->active; i++) fg_conn_read(ev[i].data.ptr);  // a stop from JS ends the batch
 }
 
+// Puts c in the epoll set (handed to JS if that fails).
+static void fg_watch(fg_conn *c) {
+  struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+  if (epoll_ctl(c->srv->epfd, EPOLL_CTL_ADD, c->fd, &e) < 0) {
+    fg_handoff(c);
+    return;
+  }
+  c->polled = true;
+}
+
+// Reads every settling connection: a hang-up closes it, a request is served, silence puts it in the epoll set.
+static void fg_settle_cb(uv_timer_t *t) {
+  fg_server *s = t->data;
+  while (s->settling && s->active) {
+    fg_conn *c = s->settling;
+    fg_unsettle(c);
+    if (fg_conn_read(c)) fg_watch(c);
+  }
+}
+
 static bool fg_peer_allowed(fg_server *s, const struct ucred *cr) {
   if (cr->uid == 0) return true;
   for (int i = 0; i < s->ngids; i++)
@@ -330,15 +371,18 @@ static void fg_accept_cb(uv_poll_t *h, int status, int events) {
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   s->nconns++;
-  // the request is usually there already (a client writes it right after connect): answered now; then the epoll set
-  // waits for the next request or the hang-up
+  // the request is usually there already (a client writes it right after connect): answered now; then the settling
+  // list, or (nothing came yet) the epoll set, waits for the next request or the hang-up
   if (!fg_conn_read(c)) return;  // answered and closed, or handed over
-  struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e) < 0) {
-    fg_handoff(c);
+  if (c->served > 0 && c->have == 0) {
+    c->snext = s->settling;
+    if (s->settling) s->settling->sprev = c;
+    s->settling = c;
+    c->settling = true;
+    if (!uv_is_active((uv_handle_t *)&s->settle)) uv_timer_start(&s->settle, fg_settle_cb, FG_SETTLE_MS, 0);
     return;
   }
-  c->polled = true;
+  fg_watch(c);
 }
 
 // Closes connections that sent nothing for idle_ms (JS's idle rule for its own connections).
@@ -357,6 +401,7 @@ static void fg_stop(fg_server *s) {
   uv_close((uv_handle_t *)&s->listen, fg_server_handle_closed);  // the listening fd is JS's to close
   uv_close((uv_handle_t *)&s->events, fg_server_handle_closed);
   uv_close((uv_handle_t *)&s->sweep, fg_server_handle_closed);
+  uv_close((uv_handle_t *)&s->settle, fg_server_handle_closed);
   close(s->epfd);
   while (s->conns) fg_close_conn(s->conns);
   for (int i = 0; i < FG_BUCKETS; i++)
@@ -563,6 +608,7 @@ napi_value js_fastGetServer(napi_env env, napi_callback_info info) {
   s->listen.data = s;
   s->events.data = s;
   s->sweep.data = s;
+  s->settle.data = s;
   static const struct {
     const char *name;
     napi_callback fn;
@@ -603,8 +649,9 @@ napi_value js_fastGetServer(napi_env env, napi_callback_info info) {
     return throw_errno(env, -r, "uv_poll_init fd %d", lfd);
   }
   uv_timer_init(loop, &s->sweep);
-  s->handles = 3;
-  s->refs = 3;
+  uv_timer_init(loop, &s->settle);
+  s->handles = 4;
+  s->refs = 4;
   if (napi_create_reference(env, argv[2], 1, &s->on_adopt) != napi_ok ||
       napi_create_reference(env, argv[3], 1, &s->on_error) != napi_ok ||
       napi_create_reference(env, obj, 1, &s->self) != napi_ok || napi_async_init(env, obj, name, &s->async) != napi_ok) {
@@ -614,6 +661,7 @@ napi_value js_fastGetServer(napi_env env, napi_callback_info info) {
     uv_close((uv_handle_t *)&s->listen, fg_server_handle_closed);
     uv_close((uv_handle_t *)&s->events, fg_server_handle_closed);
     uv_close((uv_handle_t *)&s->sweep, fg_server_handle_closed);
+    uv_close((uv_handle_t *)&s->settle, fg_server_handle_closed);
     close(s->epfd);
     return throw_napi(env, "fastGetServer: napi reference failed");
   }
@@ -630,6 +678,7 @@ napi_value js_fastGetServer(napi_env env, napi_callback_info info) {
   uint64_t every = s->idle_ms / 4 < 1000 ? (s->idle_ms / 4 ? s->idle_ms / 4 : 1) : 1000;
   uv_timer_start(&s->sweep, fg_sweep_cb, every, every);
   uv_unref((uv_handle_t *)&s->sweep);
+  uv_unref((uv_handle_t *)&s->settle);
   r = uv_poll_start(&s->events, UV_READABLE, fg_events_cb);
   if (r == 0) r = uv_poll_start(&s->listen, UV_READABLE, fg_accept_cb);
   if (r < 0) {

@@ -124,6 +124,26 @@ describe('get answered by the addon', () => {
     }
   });
 
+  it('a connection kept open after its get is still served, right away or later, and its hang-up frees it', async () => {
+    const k = addPod();
+    const fdsBefore = await fdsSettled(d);
+    const fd = connect(d.socket);
+    try {
+      const n = native();
+      n.writeAll(fd, requestBytes(GET, k));
+      expect(seen(readReply(fd)!)).toMatchObject({ command: 0x82, key: k, taps: ['/dev/net/tun'] });
+      // at once (the connection is still settling), then after the daemon has moved it to its epoll set
+      n.writeAll(fd, requestBytes(GET, k));
+      expect(seen(readReply(fd)!)).toMatchObject({ command: 0x82, key: k, taps: ['/dev/net/tun'] });
+      await sleep(50);
+      n.writeAll(fd, requestBytes(GET, k));
+      expect(seen(readReply(fd)!)).toMatchObject({ command: 0x82, key: k, taps: ['/dev/net/tun'] });
+    } finally {
+      native().close(fd);
+    }
+    expect(await fdsSettled(d)).toBe(fdsBefore);
+  });
+
   it('a released pod gets an error naming it, never its old taps; the daemon keeps no tap of it', () => {
     const before = tapFds();
     const k = addPod();
