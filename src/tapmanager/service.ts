@@ -97,11 +97,16 @@ export class TapmanagerService implements Handler {
       const said: Record<string, unknown> = {};
       const reply = await this.dispatch(req, log, said);
       const ms = performance.now() - t0;
-      this.hooks.onRequest?.(op, 'ok', ms / 1000);
-      // get comes on every VM start and list and status are polled: a line each at debug only, the metrics count them
-      // (add, release and recover keep their line)
-      const quiet = req.command === Command.Get || req.command === Command.List || req.command === Command.Status;
-      if (!quiet || this.log.isLevelEnabled('debug')) log()[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds: reply.fds.length, ...said }, `${op} done`);
+      const fds = reply.fds.length;
+      // counted and logged once the reply is out (the server sends it in this turn's microtasks; an immediate runs
+      // after them): neither the metrics nor the line's write delay the answer
+      setImmediate(() => {
+        this.hooks.onRequest?.(op, 'ok', ms / 1000);
+        // get comes on every VM start and list and status are polled: a line each at debug only, the metrics count
+        // them (add, release and recover keep their line)
+        const quiet = req.command === Command.Get || req.command === Command.List || req.command === Command.Status;
+        if (!quiet || this.log.isLevelEnabled('debug')) log()[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds, ...said }, `${op} done`);
+      });
       return reply;
     } catch (e) {
       const ms = performance.now() - t0;
