@@ -1406,7 +1406,8 @@ typedef struct {
   napi_deferred deferred;
   char *dir;
   char *path;
-  char **settings;  // netnsAdd: sysctls written inside the new netns before it is left (NULL: none)
+  char **settings;  // netnsAdd, netnsMake: sysctls written inside the new netns before it is left (NULL: none)
+  int fd;           // netnsMake: the new netns (its result); netnsBind: the netns to bind
   int err;
   char what[320];
 } netns_add_t;
@@ -1420,34 +1421,41 @@ __attribute__((format(printf, 3, 4))) static void netns_add_fail(netns_add_t *w,
   w->err = err;
 }
 
-static void netns_add_execute(napi_env env, void *data) {
-  (void)env;
-  netns_add_t *w = data;
+// What `ip netns add` does before the bind: <dir> made and shared (bound on itself first when it is no mount point,
+// EINVAL), <path> created empty. False with the failure recorded.
+static bool netns_prepare_path(netns_add_t *w, const char *op) {
   int err;
   if (mkdir(w->dir, 0755) < 0 && (err = errno) != EEXIST) {
-    netns_add_fail(w, err, "netnsAdd: mkdir %s", w->dir);
-    return;
+    netns_add_fail(w, err, "%s: mkdir %s", op, w->dir);
+    return false;
   }
-  // what `ip netns add` does: make <dir> shared; if it is no mount point (EINVAL), bind it on itself first
   bool bound = false;
   while (mount("", w->dir, "none", MS_SHARED | MS_REC, NULL) < 0) {
     err = errno;
     if (err != EINVAL || bound) {
-      netns_add_fail(w, err, "netnsAdd: make %s a shared mount", w->dir);
-      return;
+      netns_add_fail(w, err, "%s: make %s a shared mount", op, w->dir);
+      return false;
     }
     if (mount(w->dir, w->dir, "none", MS_BIND | MS_REC, NULL) < 0) {
-      netns_add_fail(w, errno, "netnsAdd: bind %s on itself", w->dir);
-      return;
+      netns_add_fail(w, errno, "%s: bind %s on itself", op, w->dir);
+      return false;
     }
     bound = true;
   }
   int fd = open(w->path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0);
   if (fd < 0) {
-    netns_add_fail(w, errno, "netnsAdd: create %s", w->path);
-    return;
+    netns_add_fail(w, errno, "%s: create %s", op, w->path);
+    return false;
   }
   close(fd);
+  return true;
+}
+
+static void netns_add_execute(napi_env env, void *data) {
+  (void)env;
+  netns_add_t *w = data;
+  int err;
+  if (!netns_prepare_path(w, "netnsAdd")) return;
   const char *step = NULL;
   err = 0;
   int orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -1478,6 +1486,47 @@ static void netns_add_execute(napi_env env, void *data) {
     char what[sizeof(w->what)];
     snprintf(what, sizeof(what), "%s", step);
     netns_add_fail(w, err, "netnsAdd %s: %s", w->path, what);
+  }
+}
+
+// netnsMake: a new netns with its sysctls, held by an fd only (nothing mounts it: it is gone with the fd).
+static void netns_make_execute(napi_env env, void *data) {
+  (void)env;
+  netns_add_t *w = data;
+  int orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (orig < 0) {
+    netns_add_fail(w, errno, "netnsMake: open /proc/thread-self/ns/net");
+    return;
+  }
+  if (unshare(CLONE_NEWNET) < 0) {
+    netns_add_fail(w, errno, "netnsMake: unshare(CLONE_NEWNET)");
+    close(orig);
+    return;
+  }
+  const char *failed = NULL;
+  int err = w->settings ? sysctl_write_all(w->settings, &failed) : 0;
+  if (err) netns_add_fail(w, err, "netnsMake: sysctl -w %s", failed);
+  else if ((w->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0)
+    netns_add_fail(w, errno, "netnsMake: open the new netns");
+  // a pool thread left in the new netns would run later work there: abort rather than go on
+  if (setns(orig, CLONE_NEWNET) < 0) {
+    fprintf(stderr, "vmpod_native: setns back after making a netns failed: %s; aborting\n", strerror(errno));
+    abort();
+  }
+  close(orig);
+}
+
+// netnsBind: the netns of w->fd at <dir>/<name>, as `ip netns add` mounts a new one; a failure removes the file.
+static void netns_bind_execute(napi_env env, void *data) {
+  (void)env;
+  netns_add_t *w = data;
+  if (!netns_prepare_path(w, "netnsBind")) return;
+  char src[64];
+  snprintf(src, sizeof(src), "/proc/self/fd/%d", w->fd);
+  if (mount(src, w->path, "none", MS_BIND, NULL) < 0) {
+    int err = errno;
+    unlink(w->path);
+    netns_add_fail(w, err, "netnsBind %s: bind the netns", w->path);
   }
 }
 
@@ -1548,6 +1597,75 @@ fail:
   free(name);
   netns_add_free(w);
   return NULL;
+}
+
+static void netns_make_complete(napi_env env, napi_status status, void *data) {
+  netns_add_t *w = data;
+  if (status != napi_ok && !w->err) netns_add_fail(w, ECANCELED, "netnsMake: cancelled");
+  napi_value v = NULL;
+  if (!w->err && napi_create_int32(env, w->fd, &v) != napi_ok) netns_add_fail(w, ENOMEM, "netnsMake: the result");
+  if (w->err && w->fd >= 0) close(w->fd);
+  settle_promise(env, w->deferred, w->err, w->what, w->err ? NULL : v);
+  napi_delete_async_work(env, w->work);
+  netns_add_free(w);
+}
+
+// netnsMake(sysctls?: string[]) -> Promise<fd>: a new netns on a pool thread, the sysctls written inside it, held by
+// the fd it resolves with (close it to let it go; netnsBind mounts it under a name).
+static napi_value js_netnsMake(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return throw_type(env, "netnsMake: expected ([sysctls])");
+  netns_add_t *w = calloc(1, sizeof(*w));
+  if (!w) return throw_errno(env, ENOMEM, "netnsMake");
+  w->fd = -1;
+  napi_valuetype t = napi_undefined;
+  if (argc > 0) napi_typeof(env, argv[0], &t);
+  if (t != napi_undefined) {
+    w->settings = get_string_array(env, argv[0], "netnsMake", "sysctls");
+    const char *bad = w->settings ? sysctl_bad_setting(w->settings) : NULL;
+    if (!w->settings || bad) {
+      if (bad) throw_type(env, "netnsMake: setting \"%s\" is not name=value with a name of [a-z0-9_.-]", bad);
+      netns_add_free(w);
+      return NULL;
+    }
+  }
+  napi_value promise = queue_promise(env, "vmpod.netnsMake", netns_make_execute, netns_make_complete, w, &w->work, &w->deferred);
+  if (!promise) netns_add_free(w);
+  return promise;
+}
+
+// netnsBind(fd, dir, name) -> Promise: the netns of fd (netnsMake's) at <dir>/<name>, as netnsAdd would make one
+// there; fd stays the caller's.
+static napi_value js_netnsBind(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  if (!get_args(env, info, 3, argv, "netnsBind")) return NULL;
+  int fd;
+  if (!get_fd(env, argv[0], "netnsBind", &fd)) return NULL;
+  netns_add_t *w = calloc(1, sizeof(*w));
+  if (!w) return throw_errno(env, ENOMEM, "netnsBind");
+  w->fd = fd;
+  char *name = NULL;
+  w->dir = get_string(env, argv[1], "netnsBind", "dir");
+  if (w->dir) name = get_string(env, argv[2], "netnsBind", "name");
+  if (!w->dir || !name || w->dir[0] != '/' || !netns_name_ok(name)) {
+    if (w->dir && name) throw_type(env, "netnsBind: dir must be absolute and name 1 to 255 bytes without '/', got \"%s\" and \"%s\"", w->dir, name);
+    free(name);
+    netns_add_free(w);
+    return NULL;
+  }
+  size_t plen = strlen(w->dir) + 1 + strlen(name) + 1;
+  w->path = malloc(plen);
+  if (!w->path) {
+    free(name);
+    netns_add_free(w);
+    return throw_errno(env, ENOMEM, "netnsBind");
+  }
+  snprintf(w->path, plen, "%s/%s", w->dir, name);
+  free(name);
+  napi_value promise = queue_promise(env, "vmpod.netnsBind", netns_bind_execute, netns_add_complete, w, &w->work, &w->deferred);
+  if (!promise) netns_add_free(w);
+  return promise;
 }
 
 // `ip netns del`: detach the netns mount and remove the file. The kernel frees the netns once nothing holds it
@@ -1936,6 +2054,8 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"sendTo", js_sendTo},
       {"notifyDatagram", js_notifyDatagram},
       {"netnsAdd", js_netnsAdd},
+      {"netnsMake", js_netnsMake},
+      {"netnsBind", js_netnsBind},
       {"netnsDel", js_netnsDel},
       {"netlinkInNetns", js_netlinkInNetns},
   };

@@ -166,6 +166,14 @@ export interface Native {
    */
   netnsAdd(dir: string, name: string, sysctls?: readonly string[]): Promise<void>;
   /**
+   * A new netns, on a libuv pool thread, with the sysctls written inside it (as netnsAdd), mounted nowhere: resolves
+   * with an fd (close-on-exec) that holds it; closing the fd lets it go. `/proc/self/fd/<fd>` names it for the calls
+   * that take a netns path.
+   */
+  netnsMake(sysctls?: readonly string[]): Promise<number>;
+  /** The netns of fd (netnsMake's) at dir/name, mounted as netnsAdd mounts a new one; fd stays the caller's. */
+  netnsBind(fd: number, dir: string, name: string): Promise<void>;
+  /**
    * `ip netns del`, on a libuv pool thread: detach the netns mount at path and remove the file (a path that is no
    * mount is removed too). A relative path throws TypeError at once.
    */
