@@ -84,6 +84,7 @@ export async function runTapmanager(config: TapmanagerConfig, log: Logger, notif
     log,
     enableSriov: config.enableSriov,
     sysfsRoot: config.sysfsRoot,
+    spareNetns: config.spareNetns,
   });
   const service = new TapmanagerService(pods, log, { defaultDns: config.defaultDns, ...(metrics ? { hooks: { ...metrics.hooks } } : {}) });
   const gid = config.socketGroup ? resolveGid(config.socketGroup) : undefined;

@@ -92,8 +92,11 @@ export function ipv6OffStep(): Step {
 
 export const IPV6_OFF = ['net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1'] as const;
 
+/** The sysctls of every pod netns, as its rp-filter step sets them (and a spare netns is made with). */
+export const POD_NETNS_SYSCTLS: readonly string[] = [...RP_FILTER_OFF, ...IPV6_POD_SYSCTLS];
+
 export function rpFilterStep(netns: string): Step {
-  return { name: StepName.RpFilter, target: netns, do: [{ op: 'sysctl', settings: [...RP_FILTER_OFF, ...IPV6_POD_SYSCTLS] }], undo: [] };
+  return { name: StepName.RpFilter, target: netns, do: [{ op: 'sysctl', settings: [...POD_NETNS_SYSCTLS] }], undo: [] };
 }
 
 /** The pod netns, in apply order: made, then its sysctls set, before CNI ADD puts anything in it. */

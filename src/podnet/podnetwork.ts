@@ -18,10 +18,12 @@ import type { Spares } from '../files.js';
 import { Phase, StepName, newRecord, type PodRecord } from '../state/record.js';
 import { NetExec, observeNetns } from './exec.js';
 import { completeResult, withPodDns } from './result.js';
-import { IPV6_OFF, buildCsn, cniAddStep, planContainerSide, podNetnsSteps, preparedSteps, randomLaaMac } from './plan.js';
+import { IPV6_OFF, POD_NETNS_SYSCTLS, buildCsn, cniAddStep, planContainerSide, podNetnsSteps, preparedSteps, randomLaaMac } from './plan.js';
 import type { PodInterface } from '../state/types.js';
 import { DEFAULT_IFNAME, bridgeName, type Observed } from './types.js';
-import { recordSteps, recordStepsThenSync, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
+import { bindNetns, recordSteps, recordStepsThenSync, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
+import { SpareNetns } from './sparens.js';
+import { native } from '../native.js';
 import { findVfs, ipVfLink, planVfs } from './vf.js';
 import { closeFds, closeFdsOffLoop, isBusy, openFds, openNewFds } from './fds.js';
 import { checkRecoverCsn, checkSameCsn, conventionRecord, recoverRecord } from './recover.js';
@@ -61,6 +63,11 @@ export interface PodNetworkOptions {
   vfNetdevTimeoutMs?: number;
   /** per ip/ebtables spawn, default 15 s */
   cmdTimeoutMs?: number;
+  /**
+   * Pod netns to keep made ahead of time, while no add or release is in flight (sparens.ts); an add that finds one
+   * skips making its netns and its prepared links. Default 0 (tapmanager's --spare-netns sets 1).
+   */
+  spareNetns?: number;
 }
 
 export interface PodNetworkState {
@@ -81,6 +88,7 @@ export class PodNetwork {
   private readonly ifName: string;
   private readonly log: Logger;
   private readonly deps: StepDeps;
+  private readonly spares: SpareNetns;
 
   constructor(private readonly opts: PodNetworkOptions) {
     this.netnsDir = opts.netnsDir ?? IP_NETNS_DIR;
@@ -105,6 +113,20 @@ export class PodNetwork {
         for (const list of await this.networksForDel(rec, ifName, config)) await this.opts.cni.del(list, runtimeConf(rec, ifName));
       },
     };
+    this.spares = new SpareNetns(opts.spareNetns ?? 0, () => this.makeSpare(), this.log);
+  }
+
+  /** A pod netns as an add makes it before its plugins return (podNetnsSteps, preparedSteps), held by an fd. */
+  private async makeSpare(): Promise<number> {
+    const fd = await native().netnsMake(POD_NETNS_SYSCTLS);
+    try {
+      const rec = newRecord({ key: 'spare', desc: { podId: '', podNs: '', podName: '' }, nsPath: `/proc/self/fd/${fd}`, phase: Phase.Adding, steps: [], cniIfNames: [this.ifName] });
+      await runSteps(this.deps, rec, preparedSteps(this.ifName));
+    } catch (e) {
+      native().close(fd);
+      throw e;
+    }
+    return fd;
   }
 
   nsPathOf(key: string): string {
@@ -121,6 +143,15 @@ export class PodNetwork {
    */
   async add(key: string, desc: PodNetworkDesc, signal?: AbortSignal, opts: { whileApplying?: (st: PodNetworkState) => void } = {}): Promise<PodNetworkState> {
     validateKey(key);
+    this.spares.begin();
+    try {
+      return await this.addBusy(key, desc, signal, opts);
+    } finally {
+      this.spares.end();
+    }
+  }
+
+  private async addBusy(key: string, desc: PodNetworkDesc, signal: AbortSignal | undefined, opts: { whileApplying?: (st: PodNetworkState) => void }): Promise<PodNetworkState> {
     const log = this.log.child({ key, op: 'add' });
     const t0 = performance.now();
     const nsPath = this.nsPathOf(key);
@@ -165,16 +196,19 @@ export class PodNetwork {
       // The netns is made while the record's fsyncs run (a reboot takes it anyway); the CNI ADD waits for both.
       const durable = recordStepsThenSync(this.store, rec, [...nsSteps, ...prepSteps, cniStep]);
       lap('recorded');
+      // a netns made while tapmanager was idle has the prepared links in it already: it is bound under the key
+      const spare = this.spares.take();
       try {
-        await runSteps(this.deps, rec, nsSteps, signal);
+        if (spare !== undefined) await bindNetns(this.deps, rec, nsSteps[0]!, key, spare);
+        else await runSteps(this.deps, rec, nsSteps, signal);
       } finally {
         await durable.catch(() => {});
       }
       await durable;
-      lap('netns made');
+      lap(spare !== undefined ? 'spare netns bound' : 'netns made');
       // the bridge, tap and filter that need nothing from the result are made on a pool thread while the plugins
       // run (they take most of an add, waiting); both are over before anything goes on, or back
-      const prepared = runSteps(this.deps, rec, prepSteps, signal).then(
+      const prepared = (spare !== undefined ? Promise.resolve() : runSteps(this.deps, rec, prepSteps, signal)).then(
         () => undefined,
         (e: unknown) => e,
       );
@@ -287,6 +321,15 @@ export class PodNetwork {
    */
   async release(key: string, opts: { force?: boolean } = {}): Promise<{ leftovers: string[] }> {
     validateKey(key);
+    this.spares.begin();
+    try {
+      return await this.releaseBusy(key, opts);
+    } finally {
+      this.spares.end();
+    }
+  }
+
+  private async releaseBusy(key: string, opts: { force?: boolean }): Promise<{ leftovers: string[] }> {
     const log = this.log.child({ key, op: 'release' });
     const t0 = performance.now();
     const nsPath = this.nsPathOf(key);
@@ -479,8 +522,9 @@ export class PodNetwork {
     return [...new Set([...this.store.keys(), ...this.states.keys()])].sort();
   }
 
-  /** Daemon exit: close our fds; the pod networks stay in place (the taps are persistent). */
+  /** Daemon exit: close our fds; the pod networks stay in place (the taps are persistent); the spare netns go. */
   closeAll(): void {
+    this.spares.close();
     for (const st of this.states.values()) {
       closeFds(st.fds, this.log.child({ key: st.key, op: 'close' }));
       st.fds = [];

@@ -168,6 +168,22 @@ async function addNetnsWithSysctls(deps: StepDeps, rec: PodRecord, netns: Step, 
   }
 }
 
+/**
+ * The pod netns steps (podNetnsSteps: the netns and its sysctls) done by binding a netns made ahead of time (fd, with
+ * those sysctls: sparens.ts) under the netns step's name; a failure is the netns step's, as netnsAdd's. fd is closed
+ * either way (the mount holds the netns).
+ */
+export async function bindNetns(deps: StepDeps, rec: PodRecord, netns: Step, name: string, fd: number): Promise<void> {
+  try {
+    await native().netnsBind(fd, deps.netnsDir, name);
+  } catch (e) {
+    forgetNetns(deps, rec, netns);
+    throw stepError(netns.name, netns.target, e);
+  } finally {
+    native().close(fd);
+  }
+}
+
 /** One do-op that runs alone (not ip, not ebtables). */
 async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig: { signal?: AbortSignal }): Promise<void> {
   switch (op.op) {

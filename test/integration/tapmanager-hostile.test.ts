@@ -5,7 +5,7 @@ import { describe, it, expect, beforeAll, afterAll, vi } from 'vitest';
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
-import { startDaemon, removeDir, firstPodDone, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, removeDir, firstPodDone, fdsSettled, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { connect, exchange, readFull, readReply, readUntilEof, requestBytes, HEADER } from '../helpers/rawclient.js';
 import { native } from '../../src/native.js';
@@ -73,7 +73,7 @@ async function settled(what: () => boolean): Promise<void> {
 describe('replies own their fds', () => {
   it('a get reply waiting for a slow reader keeps its fds while a release queued behind it closes the pod', async () => {
     await firstPodDone(d);
-    const fdsBefore = d.fdCount();
+    const fdsBefore = await fdsSettled(d);
     const key = addPod();
     // one connection: a request whose 1 MiB error reply fills the socket, then a get; nothing is read yet
     const slowReader = connect(d.socket);
@@ -92,15 +92,14 @@ describe('replies own their fds', () => {
     native().close(get.fds[0]!);
     native().close(slowReader);
     // the pod's own fds went with the release, the reply's copies once sent
-    await settled(() => d.fdCount() <= fdsBefore);
-    expect(d.fdCount()).toBe(fdsBefore);
+    expect(await fdsSettled(d)).toBe(fdsBefore);
     expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   });
 });
 
 describe('a slow reader stalls nobody', () => {
   it('a client that never reads: others are served meanwhile, and it is dropped after the stall bound', async () => {
-    const fdsBefore = d.fdCount();
+    const fdsBefore = await fdsSettled(d);
     const stuck = connect(d.socket);
     native().writeAll(stuck, HUGE_ERROR_REQUEST);
     await sleep(300);
@@ -120,8 +119,7 @@ describe('a slow reader stalls nobody', () => {
     const body = readFull(stuck, h.readUInt32BE(5));
     expect(body.length).toBeLessThan(h.readUInt32BE(5));
     native().close(stuck);
-    await settled(() => d.fdCount() <= fdsBefore);
-    expect(d.fdCount()).toBe(fdsBefore);
+    expect(await fdsSettled(d)).toBe(fdsBefore);
     console.log(`slow reader: another client's add/get/release took ${othersMs} ms meanwhile`);
   });
 });

@@ -7,7 +7,7 @@ import { describe, it, expect, beforeAll, afterAll, vi } from 'vitest';
 import { readlinkSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
-import { startDaemon, removeDir, firstPodDone, type Daemon } from '../helpers/daemon.js';
+import { startDaemon, removeDir, firstPodDone, fdsSettled, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { exchange, type RawReply } from '../helpers/rawclient.js';
 import { native } from '../../src/native.js';
@@ -53,7 +53,8 @@ describe('Virtlet drop-in', () => {
   it('add -> get -> release, as the runtime and vmwrapper do it', async () => {
     const key = `vmpt-${randomBytes(4).toString('hex')}`;
     await firstPodDone(d);
-    const fdsBefore = d.fdCount();
+    // at rest (the spare pod netns the daemon makes once idle is one of them)
+    const fdsBefore = await fdsSettled(d);
     // AddFDs: the reply is the ContainerSideNetwork JSON, no fds, the key echoed
     const add = virtletRequest(d.socket, ADD, key, { podNetworkDesc: podDesc(key) });
     expect(add.oobSize).toBe(0);
@@ -83,9 +84,8 @@ describe('Virtlet drop-in', () => {
     // ReleaseFDs: an empty reply with the key
     const rel = virtletRequest(d.socket, RELEASE, key);
     expect(rel).toMatchObject({ dataSize: 0, oobSize: 0, key });
-    // the daemon closes each connection when it sees our close: let it
-    for (let i = 0; i < 200 && d.fdCount() > fdsBefore; i++) await new Promise((r) => setTimeout(r, 25));
-    expect(d.fdCount()).toBe(fdsBefore);
+    // the daemon closes each connection when it sees our close, and makes its spare netns again: let it
+    expect(await fdsSettled(d)).toBe(fdsBefore);
     expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   });
 

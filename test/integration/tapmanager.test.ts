@@ -95,7 +95,7 @@ describe('tapmanager with bridge + host-local', () => {
   it('add builds the pod network, get hands over the tap, release leaves nothing', async () => {
     const key = `vmpt-${rand()}`;
     await firstPodDone(d);
-    const fdsBefore = d.fdCount();
+    const fdsBefore = await fdsSettled(d);
     const csn = client.add(key, desc(key));
 
     // the reply: Virtlet's ContainerSideNetwork

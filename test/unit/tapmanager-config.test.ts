@@ -21,6 +21,7 @@ describe('tapmanager config', () => {
         requestTimeoutMs: 10000,
         maxConnections: 256,
         stopTimeoutMs: 80000,
+        spareNetns: 1,
         help: false,
       },
     });
@@ -30,6 +31,14 @@ describe('tapmanager config', () => {
     const env = { VIRTLET_FD_SERVER_SOCKET_PATH: '/run/a.sock', VIRTLET_CNI_PLUGIN_DIR: '/a:/b', VIRTLET_SRIOV_SUPPORT: 'true' };
     const r = parseConfig(['--socket', '/run/b.sock', '--cni-conf-dir=/etc/x', '--enable-sriov', '--socket-group', 'kvm'], env);
     expect(r.ok && r.config).toMatchObject({ socket: '/run/b.sock', cniConfDir: '/etc/x', cniBinDirs: ['/a', '/b'], enableSriov: true, socketGroup: 'kvm' });
+  });
+
+  it('--spare-netns / VMPOD_SPARE_NETNS: 0 to 16', () => {
+    expect(parseConfig(['--spare-netns', '0'], {})).toMatchObject({ ok: true, config: { spareNetns: 0 } });
+    expect(parseConfig([], { VMPOD_SPARE_NETNS: '4' })).toMatchObject({ ok: true, config: { spareNetns: 4 } });
+    for (const bad of ['-1', '17', '1.5', 'two']) {
+      expect(parseConfig(['--spare-netns', bad], {})).toEqual({ ok: false, errors: [`--spare-netns ${JSON.stringify(bad)} is not an integer from 0 to 16`] });
+    }
   });
 
   it('--default-dns / VMPOD_DEFAULT_DNS: IPv4 servers, comma-separated; anything else is refused', () => {
