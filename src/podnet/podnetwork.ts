@@ -129,6 +129,11 @@ export class PodNetwork {
     return fd;
   }
 
+  /** How many spare pod netns are ready to be taken (made and prepared; one being made is not counted). */
+  get sparesReady(): number {
+    return this.spares.count;
+  }
+
   nsPathOf(key: string): string {
     return join(this.netnsDir, key);
   }

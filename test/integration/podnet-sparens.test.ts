@@ -53,8 +53,10 @@ describe('spare pod netns', () => {
       expect(heldNetns()).toEqual(before);
       await pn.add(keys[0]!, desc(keys[0]!));
       await pn.release(keys[0]!);
-      // 100 ms without an add or release: one spare, held by an fd and mounted nowhere
-      await until('a spare netns', () => heldNetns().length === before.length + 1);
+      // 100 ms without an add or release: one spare, held by an fd and mounted nowhere (its fd exists from the
+      // start of its making: the add below must come once it is ready, or it makes its own)
+      await until('a spare netns', () => pn.sparesReady === 1);
+      expect(heldNetns().length).toBe(before.length + 1);
       const spare = heldNetns().find((i) => !before.includes(i))!;
       expect(readdirSync(NETNS_DIR).filter((n) => statSync(join(NETNS_DIR, n)).ino === spare)).toEqual([]);
 
@@ -77,7 +79,8 @@ describe('spare pod netns', () => {
       expect(existsSync(join(NETNS_DIR, keys[1]!))).toBe(false);
       expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
       // made again after the release, and gone with close
-      await until('the spare made again', () => heldNetns().length === before.length + 1);
+      await until('the spare made again', () => pn.sparesReady === 1);
+      expect(heldNetns().length).toBe(before.length + 1);
       pn.closeAll();
       expect(heldNetns()).toEqual(before);
     } finally {
