@@ -970,66 +970,154 @@ static bool get_netns_link(napi_env env, const char *fn, napi_value *argv, char 
   return true;
 }
 
-static napi_value js_openTap(napi_env env, napi_callback_info info) {
+// The tap `name` opened inside the netns at ns_path by the calling thread (the main thread or a pool thread),
+// which is back in its own netns when this returns: TUNSETIFF with IFF_TAP|IFF_NO_PI and `flags`. Returns the fd
+// (CLOEXEC), or -errno with `what` saying which step failed.
+static int tap_open_in(const char *fn, const char *ns_path, const char *name, int flags, char *what, size_t wlen) {
+  int orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (orig < 0) {
+    int err = errno;
+    snprintf(what, wlen, "%s: open /proc/thread-self/ns/net", fn);
+    return -err;
+  }
+  int target = open(ns_path, O_RDONLY | O_CLOEXEC);
+  int err = target < 0 ? errno : 0;
+  if (err) snprintf(what, wlen, "%s: open netns %s", fn, ns_path);
+  else if (setns(target, CLONE_NEWNET) < 0) {
+    err = errno;
+    snprintf(what, wlen, "%s: setns %s", fn, ns_path);
+    close(target);
+    close(orig);
+    return -err;
+  }
+  if (err) {
+    close(orig);
+    return -err;
+  }
+  int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    err = errno;
+    snprintf(what, wlen, "open /dev/net/tun %s in %s", name, ns_path);
+  } else {
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, name, strlen(name));
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | flags;
+    int r;
+    do r = ioctl(fd, TUNSETIFF, &ifr);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+      err = errno;
+      snprintf(what, wlen, "TUNSETIFF %s in %s", name, ns_path);
+      close(fd);
+    }
+  }
+  // a thread left in the pod's netns would run everything that follows there: abort instead
+  if (setns(orig, CLONE_NEWNET) < 0) {
+    fprintf(stderr, "vmpod_native: setns back from %s failed: %s; aborting\n", ns_path, strerror(errno));
+    abort();
+  }
+  close(orig);
+  close(target);
+  return err ? -err : fd;
+}
+
+// (nsPath, name, opts?) of openTap and openTapAsync: the strings malloc'd (the caller frees both either way) and
+// the TUNSETIFF flags beyond IFF_TAP|IFF_NO_PI. False with a TypeError pending on bad arguments.
+static bool get_tap_args(napi_env env, napi_callback_info info, const char *fn, char **ns_path, char **name, int *flags) {
   napi_value argv[3];
   napi_valuetype t;
   bool vnet_hdr = false, multi_queue = false;
-  if (!get_args(env, info, 3, argv, "openTap")) return NULL;
-  if (napi_typeof(env, argv[2], &t) != napi_ok) return throw_napi(env, "napi_typeof failed");
+  *ns_path = *name = NULL;
+  if (!get_args(env, info, 3, argv, fn)) return false;
+  if (napi_typeof(env, argv[2], &t) != napi_ok) return throw_napi(env, "napi_typeof failed"), false;
   if (t == napi_object) {
     const char *keys[2] = {"vnetHdr", "multiQueue"};
     bool *outs[2] = {&vnet_hdr, &multi_queue};
     for (int i = 0; i < 2; i++) {
       napi_value v;
       napi_valuetype vt;
-      NAPI_OK(napi_get_named_property(env, argv[2], keys[i], &v), "napi_get_named_property failed");
-      NAPI_OK(napi_typeof(env, v, &vt), "napi_typeof failed");
+      if (napi_get_named_property(env, argv[2], keys[i], &v) != napi_ok || napi_typeof(env, v, &vt) != napi_ok)
+        return throw_napi(env, "napi_get_named_property failed"), false;
       if (vt == napi_undefined) continue;
-      if (!get_bool(env, v, "openTap", keys[i], outs[i])) return NULL;
+      if (!get_bool(env, v, fn, keys[i], outs[i])) return false;
     }
   } else if (t != napi_undefined && t != napi_null) {
-    return throw_type(env, "openTap: opts must be an object");
+    return throw_type(env, "%s: opts must be an object", fn), false;
   }
-  char *ns_path = NULL, *name = NULL;
-  napi_value ret = NULL;
-  if (!get_netns_link(env, "openTap", argv, &ns_path, &name)) goto out;
-  size_t nlen = strlen(name);
+  // IFF_MULTI_QUEUE must match an existing link's flags or TUNSETIFF fails with EINVAL.
+  *flags = (vnet_hdr ? IFF_VNET_HDR : 0) | (multi_queue ? IFF_MULTI_QUEUE : 0);
+  return get_netns_link(env, fn, argv, ns_path, name);
+}
 
-  netns_guard_t g;
-  if (!netns_enter(env, "openTap", ns_path, &g)) goto out;
-  int err = 0;
-  const char *op = "open /dev/net/tun";
-  int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
-    err = errno;
-  } else {
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    memcpy(ifr.ifr_name, name, nlen);
-    // IFF_MULTI_QUEUE must match an existing link's flags or TUNSETIFF fails with EINVAL.
-    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0) |
-                    (multi_queue ? IFF_MULTI_QUEUE : 0);
-    int r;
-    do r = ioctl(fd, TUNSETIFF, &ifr);
-    while (r < 0 && errno == EINTR);
-    if (r < 0) {
-      err = errno;
-      op = "TUNSETIFF";
-      close(fd);
-      fd = -1;
-    }
+static napi_value js_openTap(napi_env env, napi_callback_info info) {
+  char *ns_path, *name, what[320];
+  int flags;
+  napi_value ret = NULL;
+  if (get_tap_args(env, info, "openTap", &ns_path, &name, &flags)) {
+    int fd = tap_open_in("openTap", ns_path, name, flags, what, sizeof(what));
+    if (fd < 0) throw_errno(env, -fd, "%s", what);
+    else if (!(ret = make_int(env, fd))) close(fd);
   }
-  netns_leave(&g, ns_path);
-  if (err) {
-    throw_errno(env, err, "%s %s in %s", op, name, ns_path);
-    goto out;
-  }
-  ret = make_int(env, fd);
-  if (!ret) close(fd);
-out:
   free(ns_path);
   free(name);
   return ret;
+}
+
+static void settle_promise(napi_env env, napi_deferred deferred, int err, const char *what, napi_value ok);
+static napi_value queue_promise(napi_env env, const char *name, napi_async_execute_callback execute,
+                                napi_async_complete_callback done, void *data, napi_async_work *work, napi_deferred *deferred);
+
+typedef struct {
+  napi_async_work work;
+  napi_deferred deferred;
+  char *ns_path;
+  char *name;
+  int flags;
+  int fd;  // the result, or -errno
+  char what[320];
+} tap_open_t;
+
+static void tap_open_execute(napi_env env, void *data) {
+  (void)env;
+  tap_open_t *w = data;
+  w->fd = tap_open_in("openTapAsync", w->ns_path, w->name, w->flags, w->what, sizeof(w->what));
+}
+
+static void tap_open_complete(napi_env env, napi_status status, void *data) {
+  tap_open_t *w = data;
+  napi_value v = NULL;
+  int err = w->fd < 0 ? -w->fd : 0;
+  if (!err && status != napi_ok) {
+    close(w->fd);
+    err = ECANCELED;
+    snprintf(w->what, sizeof(w->what), "openTapAsync %s: cancelled", w->name);
+  } else if (!err && napi_create_int32(env, w->fd, &v) != napi_ok) {
+    close(w->fd);
+    err = ENOMEM;
+    snprintf(w->what, sizeof(w->what), "openTapAsync %s: the result", w->name);
+  }
+  settle_promise(env, w->deferred, err, w->what, err ? NULL : v);
+  napi_delete_async_work(env, w->work);
+  free(w->ns_path);
+  free(w->name);
+  free(w);
+}
+
+// openTapAsync(nsPath, name, opts?) -> Promise<fd>: openTap on a libuv pool thread (TUNSETIFF takes rtnl_lock,
+// which CNI plugins running meanwhile contend for: the event loop does not wait for it).
+static napi_value js_openTapAsync(napi_env env, napi_callback_info info) {
+  tap_open_t *w = calloc(1, sizeof(*w));
+  if (!w) return throw_errno(env, ENOMEM, "openTapAsync");
+  napi_value promise = NULL;
+  if (get_tap_args(env, info, "openTapAsync", &w->ns_path, &w->name, &w->flags))
+    promise = queue_promise(env, "vmpod.openTapAsync", tap_open_execute, tap_open_complete, w, &w->work, &w->deferred);
+  if (!promise) {
+    free(w->ns_path);
+    free(w->name);
+    free(w);
+  }
+  return promise;
 }
 
 // The first setting that is not name=value with a name of [a-z0-9_.-] (no leading '.', no ".."), or NULL.
@@ -2047,6 +2135,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"execve", js_execve},
       {"inheritableFds", js_inheritableFds},
       {"openTap", js_openTap},
+      {"openTapAsync", js_openTapAsync},
       {"udpSocketInNetns", js_udpSocketInNetns},
       {"packetSocketInNetns", js_packetSocketInNetns},
       {"sysctlInNetns", js_sysctlInNetns},

@@ -190,6 +190,11 @@ export interface Native {
   /** open /dev/net/tun inside the netns at nsPath and TUNSETIFF(name, IFF_TAP|IFF_NO_PI[|VNET_HDR][|MULTI_QUEUE]); returns the fd (CLOEXEC). */
   openTap(nsPath: string, name: string, opts?: TapOptions): number;
   /**
+   * openTap on a libuv pool thread: TUNSETIFF takes rtnl_lock, which CNI plugins running at the same time contend
+   * for, and the event loop need not wait for it. Rejects with the same errors.
+   */
+  openTapAsync(nsPath: string, name: string, opts?: TapOptions): Promise<number>;
+  /**
    * a UDP socket created inside the netns at nsPath, NONBLOCK|CLOEXEC, SO_REUSEADDR, SO_BROADCAST, IP_PKTINFO,
    * SO_BINDTODEVICE(ifname), bound to 0.0.0.0:port.
    */

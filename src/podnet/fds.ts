@@ -1,5 +1,5 @@
 // The fds a pod hands to its VM (get): one per interface, opened through the addon (a tap must be opened inside
-// the pod netns, in one synchronous call), closed through it.
+// the pod netns: openTap on the calling thread, openTapAsync on a pool thread), closed through it.
 import { close, openSync } from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -16,19 +16,13 @@ export function openFds(nsPath: string, interfaces: PodInterface[], log: Logger)
   const fds: number[] = [];
   try {
     for (const i of interfaces) {
-      if (i.type === 'vf') {
+      if (i.type === 'vf') fds.push(openNull(i));
+      else {
         try {
-          fds.push(openSync('/dev/null', 'r'));
+          fds.push(native().openTap(nsPath, i.tapName, TAP_OPTS));
         } catch (e) {
-          throw new VmpodError(ErrorCode.Syscall, `open /dev/null for VF ${i.cniName}`, { cause: e, op: 'open-tap' });
+          throw tapError(nsPath, i.tapName, e);
         }
-        continue;
-      }
-      try {
-        // IFF_VNET_HDR must match the persistent tap's flags; single queue
-        fds.push(native().openTap(nsPath, i.tapName, { vnetHdr: true }));
-      } catch (e) {
-        throw new VmpodError(ErrorCode.Syscall, `open tap ${i.tapName} in ${nsPath}`, { cause: e, op: 'open-tap' });
       }
     }
   } catch (e) {
@@ -38,26 +32,55 @@ export function openFds(nsPath: string, interfaces: PodInterface[], log: Logger)
   return fds;
 }
 
+/** IFF_VNET_HDR must match the persistent tap's flags (src/net/rtnl.ts); single queue */
+const TAP_OPTS = { vnetHdr: true };
+
+function tapError(nsPath: string, tapName: string, cause: unknown): VmpodError {
+  return new VmpodError(ErrorCode.Syscall, `open tap ${tapName} in ${nsPath}`, { cause, op: 'open-tap' });
+}
+
+/** A VF's fd: /dev/null, read-only and close-on-exec (see openFds). */
+function openNull(i: PodInterface): number {
+  try {
+    return openSync('/dev/null', 'r');
+  } catch (e) {
+    throw new VmpodError(ErrorCode.Syscall, `open /dev/null for VF ${i.cniName}`, { cause: e, op: 'open-tap' });
+  }
+}
+
 /** how long a new tap may stay busy before add gives up: one plugin fork's time to exec, with room (see below) */
 const NEW_TAP_BUSY_WAITS_MS = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /**
- * openFds for taps made a moment ago (add). The addon makes a persistent tap on a pool thread with an fd it closes
- * at once; a CNI plugin of another pod spawned at that moment (by the event loop's thread) holds a copy of the fd
- * table until it execs (close-on-exec), and meanwhile the tap is attached and TUNSETIFF answers EBUSY.
- * Nothing else can hold a tap of a netns made for this add, so EBUSY is waited out, for up to 255 ms.
+ * openFds for taps made a moment ago (add), each opened on a libuv pool thread (openTapAsync: in a burst of adds,
+ * TUNSETIFF waits for rtnl_lock behind other pods' plugins, and the event loop does not wait with it). The addon
+ * makes a persistent tap on a pool thread with an fd it closes at once; a CNI plugin of another pod spawned at that
+ * moment (by the event loop's thread) holds a copy of the fd table until it execs (close-on-exec), and meanwhile the
+ * tap is attached and TUNSETIFF answers EBUSY. Nothing else can hold a tap of a netns made for this add, so EBUSY is
+ * waited out, for up to 255 ms. On a failure the fds already opened are closed.
  */
 export async function openNewFds(nsPath: string, interfaces: PodInterface[], log: Logger): Promise<number[]> {
-  for (const ms of NEW_TAP_BUSY_WAITS_MS) {
+  const fds: number[] = [];
+  try {
+    for (const i of interfaces) fds.push(i.type === 'vf' ? openNull(i) : await openNewTap(nsPath, i.tapName, log));
+  } catch (e) {
+    closeFds(fds, log);
+    throw e;
+  }
+  return fds;
+}
+
+async function openNewTap(nsPath: string, tapName: string, log: Logger): Promise<number> {
+  for (let n = 0; ; n++) {
     try {
-      return openFds(nsPath, interfaces, log);
+      return await native().openTapAsync(nsPath, tapName, TAP_OPTS);
     } catch (e) {
-      if (!isBusy(e)) throw e;
+      const ms = NEW_TAP_BUSY_WAITS_MS[n];
+      if (!isBusy(e) || ms === undefined) throw tapError(nsPath, tapName, e);
       log.debug({ nsPath, waitMs: ms }, 'a new tap is busy (a process forked meanwhile still holds the fd that made it): waiting');
       await new Promise((r) => setTimeout(r, ms));
     }
   }
-  return openFds(nsPath, interfaces, log);
 }
 
 /** Closes and empties `fds` (in place); a failing close is logged, the rest still closed. */

@@ -442,6 +442,21 @@ describe('openTap', () => {
     expect(errorOf(() => n.openTap('/etc/hostname', tapName)).code).toBe('EINVAL');
     expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
   });
+
+  it('openTapAsync: the same tap opened on a pool thread, with the same errors', async () => {
+    const before = fs.readlinkSync('/proc/thread-self/ns/net');
+    const fd = await n.openTapAsync(nsPath, tapName, { vnetHdr: true });
+    fds.push(fd);
+    expect(fdinfo(fd)).toContain(`iff:\t${tapName}`);
+    expect(isCloexec(fd)).toBe(true);
+    expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
+    await expect(n.openTapAsync(nsPath, tapName, { vnetHdr: true })).rejects.toMatchObject({ code: 'EBUSY', message: `TUNSETIFF ${tapName} in ${nsPath}: EBUSY (Device or resource busy)` });
+    await expect(n.openTapAsync(`/var/run/netns/vmpt-missing-${rand()}`, tapName)).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(n.openTapAsync('/etc/hostname', tapName)).rejects.toMatchObject({ code: 'EINVAL' });
+    // bad arguments throw at once, as openTap's do
+    expect(() => n.openTapAsync(nsPath, 'a-name-longer-than-15')).toThrow(TypeError);
+    expect(() => n.openTapAsync(nsPath, tapName, 1 as never)).toThrow(/openTapAsync: opts must be an object/);
+  });
 });
 
 describe('killGroup', () => {
