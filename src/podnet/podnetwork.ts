@@ -202,7 +202,7 @@ export class PodNetwork {
       const durable = recordStepsThenSync(this.store, rec, [...nsSteps, ...prepSteps, cniStep]);
       lap('recorded');
       // a netns made while tapmanager was idle has the prepared links in it already: it is bound under the key
-      const spare = this.spares.take();
+      const spare = await this.spares.take();
       try {
         if (spare !== undefined) await bindNetns(this.deps, rec, nsSteps[0]!, key, spare);
         else await runSteps(this.deps, rec, nsSteps, signal);

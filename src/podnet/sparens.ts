@@ -17,6 +17,8 @@ export class SpareNetns {
   #busy = 0;
   #timer: NodeJS.Timeout | undefined;
   #filling = false;
+  /** the spare being made: settles (never rejects) once it is on hand, or failed */
+  #making: Promise<void> | undefined;
   #closed = false;
   #warned = false;
 
@@ -31,8 +33,12 @@ export class SpareNetns {
     private readonly idleMs = SPARE_IDLE_MS,
   ) {}
 
-  /** A spare's fd, now the caller's (to bind, then close), or undefined when none is on hand. */
-  take(): number | undefined {
+  /**
+   * A spare's fd, now the caller's (to bind, then close), or undefined when none is on hand. One being made when none
+   * is ready is waited for: it is a few milliseconds from ready, less than the caller would take to make its own.
+   */
+  async take(): Promise<number | undefined> {
+    if (this.#fds.length === 0 && this.#making) await this.#making;
     return this.#fds.pop();
   }
 
@@ -72,9 +78,9 @@ export class SpareNetns {
     this.#filling = true;
     try {
       while (this.#fds.length < this.target && this.#busy === 0 && !this.#closed) {
-        const fd = await this.make();
-        if (this.#closed) native().close(fd);
-        else this.#fds.push(fd);
+        const one = this.#makeOne();
+        this.#making = one.catch(() => {});
+        await one;
       }
     } catch (e) {
       // adds make their own netns meanwhile; said once at warn, then at debug (it is retried at every idle spell)
@@ -82,6 +88,13 @@ export class SpareNetns {
       this.#warned = true;
     } finally {
       this.#filling = false;
+      this.#making = undefined;
     }
+  }
+
+  async #makeOne(): Promise<void> {
+    const fd = await this.make();
+    if (this.#closed) native().close(fd);
+    else this.#fds.push(fd);
   }
 }

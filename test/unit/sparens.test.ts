@@ -47,13 +47,36 @@ describe('SpareNetns', () => {
     expect(made).toEqual([]);
     await vi.advanceTimersByTimeAsync(1);
     expect(s.count).toBe(2);
-    const fd = s.take()!;
+    const fd = (await s.take())!;
     expect(made).toContain(fd);
     expect(s.count).toBe(1);
     s.close();
     expect(made.filter((f) => f !== fd).every((f) => !isOpen(f))).toBe(true);
     expect(isOpen(fd)).toBe(true); // taken: the caller's
     (await import('node:fs')).closeSync(fd);
+  });
+
+  it('a take while a spare is being made waits for it; one that finds none being made does not wait', async () => {
+    vi.useFakeTimers();
+    let finish: (fd: number) => void = () => {};
+    const s = new SpareNetns(1, () => new Promise<number>((r) => (finish = r)), logger().log, 100);
+    expect(await s.take()).toBeUndefined(); // nothing made, nothing being made
+    s.begin();
+    s.end();
+    await vi.advanceTimersByTimeAsync(100); // the make has started
+    s.begin(); // an add arrives meanwhile
+    let got: number | undefined | 'pending' = 'pending';
+    void s.take().then((fd) => (got = fd));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(got).toBe('pending');
+    const fd = openSync('/dev/null', 'r');
+    finish(fd);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(got).toBe(fd);
+    expect(s.count).toBe(0);
+    (await import('node:fs')).closeSync(fd);
+    s.end();
+    s.close();
   });
 
   it('target 0 makes none; a failing make is said once at warn, then at debug', async () => {
@@ -74,6 +97,6 @@ describe('SpareNetns', () => {
       await vi.advanceTimersByTimeAsync(20);
     }
     expect(lines.map((l) => l.level)).toEqual(['warn', 'debug', 'debug']);
-    expect(failing.take()).toBeUndefined();
+    expect(await failing.take()).toBeUndefined();
   });
 });
