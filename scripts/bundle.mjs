@@ -16,6 +16,12 @@ const external = ['@grpc/grpc-js', '@grpc/proto-loader', 'yaml'];
 const SHEBANG_NODE = /^\/\S{1,200}$/.test(process.execPath) ? process.execPath : '/usr/bin/env node';
 const common = { bundle: true, platform: 'node', target: 'node20', sourcemap: true, logLevel: 'warning', external };
 /**
+ * A CommonJS module's wrapper, as node:module's wrap() puts it around a file's source (the loader does it by hand:
+ * loading node:module cost every start 0.2 ms); the code cache below is made of the same string.
+ */
+const WRAP = ['(function (exports, require, module, __filename, __dirname) { ', '\n});'];
+
+/**
  * In vmwrapper's entry bundle, src/vmwrapper/run.ts is the other bundle: `import('../vmwrapper/run.js')` becomes
  * START_LOADER, which compiles vmwrapper-start.cjs with the V8 code cache made at build time (below), as require()
  * would run it. A cache V8 rejects (another Node, other flags) or a missing one only costs the compile it would save.
@@ -24,15 +30,15 @@ const START_LOADER = `
 const { readFileSync } = require('node:fs');
 const { join } = require('node:path');
 const { Script } = require('node:vm');
-const Module = require('node:module');
 const file = join(__dirname, 'vmwrapper-start.cjs');
 let cachedData;
 try {
   cachedData = readFileSync(file + '.cache');
 } catch {}
-const fn = new Script(Module.wrap(readFileSync(file, 'utf8')), { filename: file, ...(cachedData ? { cachedData } : {}) }).runInThisContext();
+const fn = new Script(${JSON.stringify(WRAP[0])} + readFileSync(file, 'utf8') + ${JSON.stringify(WRAP[1])}, { filename: file, ...(cachedData ? { cachedData } : {}) }).runInThisContext();
 const m = { exports: {} };
-fn.call(m.exports, m.exports, Module.createRequire(file), m, file, __dirname);
+// the entry's require: the same dir as the start bundle, so the same resolution as a require() of it
+fn.call(m.exports, m.exports, require, m, file, __dirname);
 module.exports = m.exports;
 `;
 const startPathApart = {
@@ -65,11 +71,12 @@ await Promise.all([
       // import() of the start path becomes a require() of its bundle (no ESM loader)
       supported: { 'dynamic-import': false },
       plugins: [startPathApart],
-      // the sources are ESM: native.ts finds the addon from import.meta.url
-      define: { 'import.meta.url': '__vmpodImportMetaUrl' },
+      // the sources are ESM: import.meta.url becomes a file: URL of the bundle, made when first read (pathToFileURL's
+      // first call costs 0.2-0.3 ms; native.ts takes __dirname instead, and a start reads none)
+      define: { 'import.meta.url': '__vmpodMeta.url' },
       // vmwrapper.cjs is the program itself (libvirt's <emulator> links to it): its own shebang, no launcher file
       // in between (a launcher's require() of the bundle cost a start 0.5-0.9 ms)
-      banner: { js: `${out === 'vmwrapper.cjs' ? `#!${SHEBANG_NODE}\n` : ''}const __vmpodImportMetaUrl = require('node:url').pathToFileURL(__filename).href;` },
+      banner: { js: `${out === 'vmwrapper.cjs' ? `#!${SHEBANG_NODE}\n` : ''}const __vmpodMeta = { get url() { return require('node:url').pathToFileURL(__filename).href; } };` },
     }),
   ),
 ]);
@@ -83,9 +90,8 @@ await Promise.all([
   const { readFileSync, writeFileSync } = await import('node:fs');
   const { Script } = await import('node:vm');
   const v8 = (await import('node:v8')).default;
-  const Module = (await import('node:module')).default;
   const file = new URL('../dist/bundle/vmwrapper-start.cjs', import.meta.url).pathname;
-  const source = Module.wrap(readFileSync(file, 'utf8'));
+  const source = WRAP[0] + readFileSync(file, 'utf8') + WRAP[1];
   v8.setFlagsFromString('--no-lazy');
   const script = new Script(source, { filename: file });
   v8.setFlagsFromString('--lazy');
