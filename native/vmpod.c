@@ -980,17 +980,12 @@ static int tap_open_in(const char *fn, const char *ns_path, const char *name, in
     snprintf(what, wlen, "%s: open /proc/thread-self/ns/net", fn);
     return -err;
   }
+  int err = 0;
   int target = open(ns_path, O_RDONLY | O_CLOEXEC);
-  int err = target < 0 ? errno : 0;
-  if (err) snprintf(what, wlen, "%s: open netns %s", fn, ns_path);
-  else if (setns(target, CLONE_NEWNET) < 0) {
+  if (target < 0 || setns(target, CLONE_NEWNET) < 0) {
     err = errno;
-    snprintf(what, wlen, "%s: setns %s", fn, ns_path);
-    close(target);
-    close(orig);
-    return -err;
-  }
-  if (err) {
+    snprintf(what, wlen, "%s: %s %s", fn, target < 0 ? "open netns" : "setns", ns_path);
+    if (target >= 0) close(target);
     close(orig);
     return -err;
   }
