@@ -52,17 +52,18 @@ function openNull(i: PodInterface): number {
 const NEW_TAP_BUSY_WAITS_MS = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /**
- * openFds for taps made a moment ago (add), each opened on a libuv pool thread (openTapAsync: in a burst of adds,
- * TUNSETIFF waits for rtnl_lock behind other pods' plugins, and the event loop does not wait with it). The addon
- * makes a persistent tap on a pool thread with an fd it closes at once; a CNI plugin of another pod spawned at that
- * moment (by the event loop's thread) holds a copy of the fd table until it execs (close-on-exec), and meanwhile the
- * tap is attached and TUNSETIFF answers EBUSY. Nothing else can hold a tap of a netns made for this add, so EBUSY is
- * waited out, for up to 255 ms. On a failure the fds already opened are closed.
+ * openFds for taps made a moment ago (add); offLoop: each tap opened on a libuv pool thread (openTapAsync), for when
+ * TUNSETIFF may wait for rtnl_lock behind other pods' plugins and link changes, and the event loop should not wait with
+ * it (the pool trip costs an add alone 0.2 ms). The addon makes a persistent tap on a pool thread with an fd it closes
+ * at once; a CNI plugin of another pod spawned at that moment (by the event loop's thread) holds a copy of the fd
+ * table until it execs (close-on-exec), and meanwhile the tap is attached and TUNSETIFF answers EBUSY. Nothing else can
+ * hold a tap of a netns made for this add, so EBUSY is waited out, for up to 255 ms. On a failure the fds already
+ * opened are closed.
  */
-export async function openNewFds(nsPath: string, interfaces: PodInterface[], log: Logger): Promise<number[]> {
+export async function openNewFds(nsPath: string, interfaces: PodInterface[], log: Logger, offLoop = false): Promise<number[]> {
   const fds: number[] = [];
   try {
-    for (const i of interfaces) fds.push(i.type === 'vf' ? openNull(i) : await openNewTap(nsPath, i.tapName, log));
+    for (const i of interfaces) fds.push(i.type === 'vf' ? openNull(i) : await openNewTap(nsPath, i.tapName, log, offLoop));
   } catch (e) {
     closeFds(fds, log);
     throw e;
@@ -70,10 +71,10 @@ export async function openNewFds(nsPath: string, interfaces: PodInterface[], log
   return fds;
 }
 
-async function openNewTap(nsPath: string, tapName: string, log: Logger): Promise<number> {
+async function openNewTap(nsPath: string, tapName: string, log: Logger, offLoop: boolean): Promise<number> {
   for (let n = 0; ; n++) {
     try {
-      return await native().openTapAsync(nsPath, tapName, TAP_OPTS);
+      return offLoop ? await native().openTapAsync(nsPath, tapName, TAP_OPTS) : native().openTap(nsPath, tapName, TAP_OPTS);
     } catch (e) {
       const ms = NEW_TAP_BUSY_WAITS_MS[n];
       if (!isBusy(e) || ms === undefined) throw tapError(nsPath, tapName, e);

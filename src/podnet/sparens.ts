@@ -64,6 +64,11 @@ export class SpareNetns {
     return this.#fds.length;
   }
 
+  /** How many adds and releases are in flight (between begin and end). */
+  get inFlight(): number {
+    return this.#busy;
+  }
+
   #schedule(): void {
     if (this.#closed || this.#busy > 0 || this.#timer || this.#fds.length >= this.target) return;
     this.#timer = setTimeout(() => {

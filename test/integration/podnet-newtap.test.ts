@@ -4,6 +4,7 @@
 import { describe, it, expect, afterEach } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { readlinkSync } from 'node:fs';
 import { execa } from 'execa';
 import { pino } from 'pino';
 import { openNewFds } from '../../src/podnet/fds.js';
@@ -40,14 +41,18 @@ afterEach(async () => {
 });
 
 describe('opening the taps of a new pod network', () => {
-  it('waits for a process that holds the new tap for a moment, then opens it', async () => {
+  it.each([
+    ['on the event loop', false],
+    ['on a pool thread (other adds in flight)', true],
+  ])('waits for a process that holds the new tap for a moment, then opens it (%s)', async (_how, offLoop) => {
     await execa('ip', ['netns', 'add', ns]);
     await execa('ip', ['-n', ns, 'tuntap', 'add', 'dev', 'tap0', 'mode', 'tap', 'vnet_hdr']);
     const holder = await holdTap(60);
     const lines: { msg: string }[] = [];
     const log = pino({ level: 'debug' }, { write: (s: string) => void lines.push(JSON.parse(s) as { msg: string }) });
-    const fds = await openNewFds(nsPath, [tap], log);
+    const fds = await openNewFds(nsPath, [tap], log, offLoop);
     expect(fds).toHaveLength(1);
+    expect(readlinkSync(`/proc/self/fd/${fds[0]}`)).toBe('/dev/net/tun');
     for (const fd of fds) native().close(fd);
     // it was busy first, and waited (the holder is gone now: its tap was free to open)
     expect(lines.map((l) => l.msg)).toContain('a new tap is busy (a process forked meanwhile still holds the fd that made it): waiting');
