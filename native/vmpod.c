@@ -920,32 +920,36 @@ typedef struct {
   int target;  // the netns at nsPath
 } netns_guard_t;
 
-// Enters the netns at ns_path. On failure throws and returns false with nothing left open.
-static bool netns_enter(napi_env env, const char *fn, const char *ns_path, netns_guard_t *g) {
+// Enters the netns at ns_path (the calling thread only: the main thread or a pool thread). 0, or -errno with `what`
+// naming the step that failed and nothing left open.
+static int netns_enter_in(const char *fn, const char *ns_path, netns_guard_t *g, char *what, size_t wlen) {
   g->orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
   if (g->orig < 0) {
-    throw_errno(env, errno, "%s: open /proc/thread-self/ns/net", fn);
-    return false;
+    int err = errno;
+    snprintf(what, wlen, "%s: open /proc/thread-self/ns/net", fn);
+    return -err;
   }
   g->target = open(ns_path, O_RDONLY | O_CLOEXEC);
-  if (g->target < 0) {
+  if (g->target < 0 || setns(g->target, CLONE_NEWNET) < 0) {
     int err = errno;
+    snprintf(what, wlen, "%s: %s %s", fn, g->target < 0 ? "open netns" : "setns", ns_path);
+    if (g->target >= 0) close(g->target);
     close(g->orig);
-    throw_errno(env, err, "%s: open netns %s", fn, ns_path);
-    return false;
+    return -err;
   }
-  if (setns(g->target, CLONE_NEWNET) < 0) {
-    int err = errno;
-    close(g->orig);
-    close(g->target);
-    throw_errno(env, err, "%s: setns %s", fn, ns_path);
-    return false;
-  }
-  return true;
+  return 0;
 }
 
-// Returns to the original netns. Failing that, the main thread would run everything that follows
-// (sockets, child processes) in a foreign netns: abort instead.
+// netns_enter_in on the main thread: on failure throws and returns false with nothing left open.
+static bool netns_enter(napi_env env, const char *fn, const char *ns_path, netns_guard_t *g) {
+  char what[320];
+  int r = netns_enter_in(fn, ns_path, g, what, sizeof(what));
+  if (r < 0) throw_errno(env, -r, "%s", what);
+  return r == 0;
+}
+
+// Returns to the original netns. Failing that, the thread would run everything that follows (sockets, child
+// processes, a pool thread's later work) in a foreign netns: abort instead.
 static void netns_leave(netns_guard_t *g, const char *ns_path) {
   if (setns(g->orig, CLONE_NEWNET) < 0) {
     fprintf(stderr, "vmpod_native: setns back from %s failed: %s; aborting\n", ns_path,
@@ -974,24 +978,12 @@ static bool get_netns_link(napi_env env, const char *fn, napi_value *argv, char 
 // which is back in its own netns when this returns: TUNSETIFF with IFF_TAP|IFF_NO_PI and `flags`. Returns the fd
 // (CLOEXEC), or -errno with `what` saying which step failed.
 static int tap_open_in(const char *fn, const char *ns_path, const char *name, int flags, char *what, size_t wlen) {
-  int orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-  if (orig < 0) {
-    int err = errno;
-    snprintf(what, wlen, "%s: open /proc/thread-self/ns/net", fn);
-    return -err;
-  }
-  int err = 0;
-  int target = open(ns_path, O_RDONLY | O_CLOEXEC);
-  if (target < 0 || setns(target, CLONE_NEWNET) < 0) {
-    err = errno;
-    snprintf(what, wlen, "%s: %s %s", fn, target < 0 ? "open netns" : "setns", ns_path);
-    if (target >= 0) close(target);
-    close(orig);
-    return -err;
-  }
+  netns_guard_t g;
+  int err = netns_enter_in(fn, ns_path, &g, what, wlen);
+  if (err < 0) return err;
   int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
   if (fd < 0) {
-    err = errno;
+    err = -errno;
     snprintf(what, wlen, "open /dev/net/tun %s in %s", name, ns_path);
   } else {
     struct ifreq ifr;
@@ -1002,19 +994,13 @@ static int tap_open_in(const char *fn, const char *ns_path, const char *name, in
     do r = ioctl(fd, TUNSETIFF, &ifr);
     while (r < 0 && errno == EINTR);
     if (r < 0) {
-      err = errno;
+      err = -errno;
       snprintf(what, wlen, "TUNSETIFF %s in %s", name, ns_path);
       close(fd);
     }
   }
-  // a thread left in the pod's netns would run everything that follows there: abort instead
-  if (setns(orig, CLONE_NEWNET) < 0) {
-    fprintf(stderr, "vmpod_native: setns back from %s failed: %s; aborting\n", ns_path, strerror(errno));
-    abort();
-  }
-  close(orig);
-  close(target);
-  return err ? -err : fd;
+  netns_leave(&g, ns_path);
+  return err < 0 ? err : fd;
 }
 
 // (nsPath, name, opts?) of openTap and openTapAsync: the strings malloc'd (the caller frees both either way) and
