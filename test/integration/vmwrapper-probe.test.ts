@@ -1,9 +1,11 @@
 // vmwrapper as libvirt runs it to probe the emulator: argv untouched, same PID, libvirt's fds inherited.
 import { describe, it, expect, afterAll } from 'vitest';
-import { openSync, closeSync, mkdtempSync, writeFileSync, rmSync, fstatSync, statSync } from 'node:fs';
+import { openSync, closeSync, mkdtempSync, writeFileSync, rmSync, fstatSync, statSync, readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runVmwrapper, STUB_EMULATOR, ambientFds } from '../helpers/vmwrapper.js';
+import { BIN } from '../helpers/daemon.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'vmpod-probe-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -16,6 +18,14 @@ const probeArgs = [
 ];
 
 describe('vmwrapper probe pass-through', () => {
+  it('is a program of its own, as libvirt runs it: mode 755, its shebang the node that built it (no env hop)', () => {
+    const [first] = readFileSync(BIN.vmwrapper, 'utf8').split('\n', 1);
+    expect(first).toBe(`#!${process.execPath}`);
+    expect(statSync(BIN.vmwrapper).mode & 0o777).toBe(0o755);
+    const r = spawnSync(BIN.vmwrapper, ['-version'], { env: { VMWRAPPER_DEFAULT_EMULATOR: '/bin/echo', VMPOD_LOG_LEVEL: 'silent' }, encoding: 'utf8' });
+    expect([r.status, r.stdout]).toEqual([0, '-version\n']);
+  });
+
   it('execs the default emulator with argv untouched, in the same process', async () => {
     const r = await runVmwrapper({ args: probeArgs, env: { VMWRAPPER_DEFAULT_EMULATOR: STUB_EMULATOR, VMPOD_LOG_LEVEL: 'silent' } });
     expect(r.stderr).toBe('');
