@@ -341,3 +341,32 @@ int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+
+// Settles a pool-thread work's promise: rejected with errno_error(err, what) when err is set, else resolved with ok
+// (undefined when NULL).
+void settle_promise(napi_env env, napi_deferred deferred, int err, const char *what, napi_value ok) {
+  napi_value v = ok;
+  if (err) {
+    v = errno_error(env, err, what);
+    if (!v) napi_create_string_utf8(env, what, NAPI_AUTO_LENGTH, &v);
+    napi_reject_deferred(env, deferred, v);
+    return;
+  }
+  if (!v) napi_get_undefined(env, &v);
+  napi_resolve_deferred(env, deferred, v);
+}
+
+// A promise settled by `done` once `execute` ran on a pool thread; NULL with an exception pending on failure.
+napi_value queue_promise(napi_env env, const char *name, napi_async_execute_callback execute,
+                                napi_async_complete_callback done, void *data, napi_async_work *work, napi_deferred *deferred) {
+  napi_value promise = NULL, name_v;
+  if (napi_create_promise(env, deferred, &promise) != napi_ok ||
+      napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &name_v) != napi_ok ||
+      napi_create_async_work(env, NULL, name_v, execute, done, data, work) != napi_ok)
+    return throw_napi(env, "napi async work");
+  if (napi_queue_async_work(env, *work) != napi_ok) {
+    napi_delete_async_work(env, *work);
+    return throw_napi(env, "napi_queue_async_work");
+  }
+  return promise;
+}

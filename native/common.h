@@ -1,5 +1,5 @@
-// Shared by the addon's files: the includes, the errors, the argument helpers (native/common.c) and the
-// entry points defined outside vmpod.c.
+// Shared by the addon's files: the includes, the errors, the argument helpers, the helpers one file offers another,
+// and the entry points that vmpod.c exports.
 #pragma once
 
 #include <node_api.h>
@@ -80,7 +80,74 @@ int64_t now_ms(void);
     if ((call) != napi_ok) return throw_napi(env, what); \
   } while (0)
 
-// ---- entry points in their own files
-napi_value js_fastGetServer(napi_env env, napi_callback_info info);  // fastget.c
-napi_value js_spawnChild(napi_env env, napi_callback_info info);     // spawn.c
-napi_value js_killGroup(napi_env env, napi_callback_info info);      // spawn.c
+// ---- common.c: the promise of work run on a libuv pool thread
+
+// A promise settled by `done` once `execute` ran on a pool thread; NULL with an exception pending on failure.
+napi_value queue_promise(napi_env env, const char *name, napi_async_execute_callback execute,
+                         napi_async_complete_callback done, void *data, napi_async_work *work, napi_deferred *deferred);
+// Rejects with errno_error(err, what) when err is set, else resolves with ok (undefined when NULL).
+void settle_promise(napi_env env, napi_deferred deferred, int err, const char *what, napi_value ok);
+
+// ---- netns.c: entering a netns for one call (the calling thread only)
+
+typedef struct {
+  int orig;    // this thread's netns before entering
+  int target;  // the netns at nsPath
+} netns_guard_t;
+int netns_enter_in(const char *fn, const char *ns_path, netns_guard_t *g, char *what, size_t wlen);
+bool netns_enter(napi_env env, const char *fn, const char *ns_path, netns_guard_t *g);
+void netns_leave(netns_guard_t *g, const char *ns_path);
+bool get_netns_link(napi_env env, const char *fn, napi_value *argv, char **ns_path, char **name);
+
+// ---- sysctl.c: the /proc/sys writer (shared with netns.c and netlink.c)
+
+const char *sysctl_bad_setting(char **settings);
+int sysctl_write_all(char **settings, const char **failed);
+
+// ---- the exported entry points, by file (vmpod.c lists them for JS)
+
+// sockets.c
+napi_value js_listenUnix(napi_env env, napi_callback_info info);
+napi_value js_accept(napi_env env, napi_callback_info info);
+napi_value js_peerCred(napi_env env, napi_callback_info info);
+napi_value js_read(napi_env env, napi_callback_info info);
+napi_value js_sendMsg(napi_env env, napi_callback_info info);
+napi_value js_trySendMsg(napi_env env, napi_callback_info info);
+napi_value js_connectUnix(napi_env env, napi_callback_info info);
+napi_value js_writeAll(napi_env env, napi_callback_info info);
+napi_value js_recvMsg(napi_env env, napi_callback_info info);
+napi_value js_setTimeouts(napi_env env, napi_callback_info info);
+napi_value js_notifyDatagram(napi_env env, napi_callback_info info);
+// poller.c
+napi_value js_pollReadable(napi_env env, napi_callback_info info);
+// fastget.c
+napi_value js_fastGetServer(napi_env env, napi_callback_info info);
+// files.c
+napi_value js_lockExclusive(napi_env env, napi_callback_info info);
+napi_value js_exchangePaths(napi_env env, napi_callback_info info);
+// exec.c
+napi_value js_close(napi_env env, napi_callback_info info);
+napi_value js_setInheritable(napi_env env, napi_callback_info info);
+napi_value js_dupCloexec(napi_env env, napi_callback_info info);
+napi_value js_inheritableFds(napi_env env, napi_callback_info info);
+napi_value js_execve(napi_env env, napi_callback_info info);
+// spawn.c
+napi_value js_spawnChild(napi_env env, napi_callback_info info);
+napi_value js_killGroup(napi_env env, napi_callback_info info);
+// netns.c
+napi_value js_netnsAdd(napi_env env, napi_callback_info info);
+napi_value js_netnsMake(napi_env env, napi_callback_info info);
+napi_value js_netnsBind(napi_env env, napi_callback_info info);
+napi_value js_netnsDel(napi_env env, napi_callback_info info);
+// tap.c
+napi_value js_openTap(napi_env env, napi_callback_info info);
+napi_value js_openTapAsync(napi_env env, napi_callback_info info);
+// sysctl.c
+napi_value js_sysctlInNetns(napi_env env, napi_callback_info info);
+// netsock.c
+napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info);
+napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info);
+napi_value js_recvFrom(napi_env env, napi_callback_info info);
+napi_value js_sendTo(napi_env env, napi_callback_info info);
+// netlink.c
+napi_value js_netlinkInNetns(napi_env env, napi_callback_info info);

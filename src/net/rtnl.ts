@@ -1,5 +1,5 @@
 // rtnetlink messages (RFC 3549; the kernel's uapi linux/netlink.h, rtnetlink.h, if_link.h, if_addr.h): requests
-// encoded, dumps decoded, and the batch format of the addon's netlinkInNetns (native/vmpod.c). Pure.
+// encoded, dumps decoded, and the batch format of the addon's netlinkInNetns (native/netlink.c). Pure.
 
 /** Message types. */
 export const RTM = { NEWLINK: 16, DELLINK: 17, GETLINK: 18, NEWADDR: 20, DELADDR: 21, GETADDR: 22, NEWROUTE: 24, DELROUTE: 25, GETROUTE: 26 } as const;
@@ -85,7 +85,7 @@ export function dumpRequest(type: number, fixedLen: number, family = 0): NlReque
 
 const IFNAMSIZ = 16;
 
-/** The addon's batch: per request u32 kind, u32 length, body (see native/vmpod.c). */
+/** The addon's batch: per request u32 kind, u32 length, body (see native/netlink.c). */
 export function encodeBatch(reqs: readonly NlRequest[]): Buffer {
   const out: Buffer[] = [];
   for (const r of reqs) {
