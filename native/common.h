@@ -111,7 +111,6 @@ napi_value js_listenUnix(napi_env env, napi_callback_info info);
 napi_value js_accept(napi_env env, napi_callback_info info);
 napi_value js_peerCred(napi_env env, napi_callback_info info);
 napi_value js_read(napi_env env, napi_callback_info info);
-napi_value js_sendMsg(napi_env env, napi_callback_info info);
 napi_value js_trySendMsg(napi_env env, napi_callback_info info);
 napi_value js_connectUnix(napi_env env, napi_callback_info info);
 napi_value js_writeAll(napi_env env, napi_callback_info info);

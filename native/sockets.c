@@ -164,86 +164,10 @@ napi_value js_read(napi_env env, napi_callback_info info) {
   return buf;
 }
 
-// Waits until fd is writable or the deadline passes (deadline < 0: no limit). Returns 0 or an errno.
-static int wait_writable(int fd, int64_t deadline) {
-  for (;;) {
-    int timeout = -1;
-    if (deadline >= 0) {
-      int64_t left = deadline - now_ms();
-      if (left <= 0) return ETIMEDOUT;
-      timeout = left > INT32_MAX ? INT32_MAX : (int)left;
-    }
-    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-    int r = poll(&pfd, 1, timeout);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (r == 0) continue;  // re-checks the deadline
-    // POLLERR/POLLHUP: let the next sendmsg report the real error (EPIPE, ECONNRESET).
-    return 0;
-  }
-}
-
-napi_value js_sendMsg(napi_env env, napi_callback_info info) {
-  napi_value argv[4];
-  int fd;
-  const uint8_t *data;
-  size_t len;
-  int *fds = NULL;
-  uint32_t nfds = 0;
-  int64_t timeout_ms;
-  if (!get_args(env, info, 4, argv, "sendMsg") || !get_fd(env, argv[0], "sendMsg", &fd) ||
-      !get_bytes(env, argv[1], "sendMsg", "data", &data, &len) ||
-      !get_int(env, argv[3], "sendMsg", "timeoutMs", INT32_MIN, INT32_MAX, &timeout_ms))
-    return NULL;
-  if (!get_fd_array(env, argv[2], "sendMsg", "fds", &fds, &nfds, MAX_SCM_FDS)) return NULL;
-
-  // A negative timeout waits forever; 0 does not wait at all.
-  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-  static const uint8_t filler = 0;
-  // A cmsg needs at least one byte of data on a stream socket: send one 0x00 when data is empty.
-  if (len == 0 && nfds > 0) {
-    data = &filler;
-    len = 1;
-  }
-  // union-aligned control buffer, as the kernel and CMSG_* macros expect
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int) * MAX_SCM_FDS)];
-  } ctl;
-  memset(&ctl, 0, sizeof(ctl));
-  size_t ctl_len = nfds ? put_scm_rights(ctl.buf, fds, nfds) : 0;
-  free(fds);
-
-  size_t off = 0;
-  while (off < len) {
-    struct iovec iov = {.iov_base = (void *)(data + off), .iov_len = len - off};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (off == 0 && nfds) {  // the fds go with the first chunk only
-      msg.msg_control = ctl.buf;
-      msg.msg_controllen = ctl_len;
-    }
-    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (n < 0) {
-      int err = errno;
-      if (err == EINTR) continue;
-      if (err == EAGAIN || err == EWOULDBLOCK) {
-        int werr = wait_writable(fd, deadline);
-        if (werr == 0) continue;
-        return throw_errno(env, werr, "sendmsg fd %d: %zu of %zu bytes sent, waiting for room", fd,
-                           off, len);
-      }
-      return throw_errno(env, err, "sendmsg fd %d (%zu bytes, %u fds)", fd, len, nfds);
-    }
-    off += (size_t)n;
-  }
-  return make_int(env, (int64_t)off);
-}
-
-// One non-blocking sendmsg(MSG_DONTWAIT|MSG_NOSIGNAL) of data with SCM_RIGHTS(fds); one filler byte
-// 0x00 when data is empty and fds are given. Returns the bytes written (the fds went with them), or -1
-// when the socket is full and nothing was written (the caller waits for writability and tries again).
+// The addon's one send: one non-blocking sendmsg(MSG_DONTWAIT|MSG_NOSIGNAL) of data with SCM_RIGHTS(fds); one filler
+// byte 0x00 when data is empty and fds are given (a stream socket carries no cmsg without data). Returns the bytes
+// written (the fds went with them), or -1 when the socket is full and nothing was written (the caller waits for
+// writability and tries again). It never waits, so a slow peer never stalls the event loop.
 napi_value js_trySendMsg(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   int fd;

@@ -31,7 +31,6 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"accept", js_accept},
       {"peerCred", js_peerCred},
       {"read", js_read},
-      {"sendMsg", js_sendMsg},
       {"trySendMsg", js_trySendMsg},
       {"lockExclusive", js_lockExclusive},
       {"pollReadable", js_pollReadable},

@@ -93,12 +93,6 @@ export interface Native {
   /** read up to max bytes; null on EAGAIN; an empty Buffer on EOF. */
   read(fd: number, max: number): Buffer | null;
   /**
-   * sendmsg(data, SCM_RIGHTS(fds)) in one call with MSG_NOSIGNAL. If data is empty and fds are given,
-   * one filler byte 0x00 is sent. On a nonblocking fd, waits (poll, up to timeoutMs) while the socket is full
-   * and continues with the rest of the data (the fds go with the first chunk only). Returns bytes written.
-   */
-  sendMsg(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
-  /**
    * ONE non-blocking sendmsg(data, SCM_RIGHTS(fds)) with MSG_NOSIGNAL (one filler byte 0x00 when data is empty and
    * fds are given). Returns the bytes written (the fds went with them), or -1 when the socket is full and nothing
    * was written. Other errors (EPIPE, ECONNRESET) throw.

@@ -153,7 +153,7 @@ function finish(body: Body): Request {
 /**
  * A response: the header, then (when dataSize > 0 or fds are sent) the payload and the fds in ONE sendmsg.
  * oobSize is exactly CMSG_SPACE(4 * nfds). With fds and no payload, the sender adds one filler byte
- * (native sendMsg does) while dataSize stays 0.
+ * (native trySendMsg does) while dataSize stays 0.
  */
 export function encodeResponse(command: Command, key: string, payload: Buffer | null, nfds: number): { header: Buffer; data: Buffer } {
   const data = payload ?? Buffer.alloc(0);

@@ -31,7 +31,14 @@ const devnull = openSync('/dev/null', 'r');
 const file = openSync(dir + '/f1', 'w+');
 writeSync(file, 'hello');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const send = (c, data, fds = []) => n.sendMsg(c, data, fds, 5000);
+// all of data, the fds with its first byte: trySendMsg again (after 1 ms) while the socket is full
+const send = (c, data, fds = []) => {
+  for (let off = 0; off < Math.max(data.length, fds.length ? 1 : 0); ) {
+    const k = n.trySendMsg(c, data.subarray(off), off ? [] : fds);
+    if (k < 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+    else off += k;
+  }
+};
 
 async function respond(c, cmd, key, data) {
   const log = (what) => process.stdout.write(JSON.stringify({ cmd, key, what, data: data.toString() }) + '\n');
