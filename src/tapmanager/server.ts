@@ -333,7 +333,7 @@ class Connection {
   private resolveClosed!: () => void;
   /** no more reading: EOF, a protocol error, a stop */
   private eof = false;
-  /** a peer without the right to be served: its bytes are dropped */
+  /** a peer without the right to be served: it gets the reason, its first request is dropped, then it is closed */
   private refused = false;
   private childLog: Logger | undefined;
 
@@ -358,12 +358,13 @@ class Connection {
     }
     if (!peerAllowed(this.peer, opts.allowedGids ?? [])) {
       this.log.warn('refused a peer that is neither uid 0 nor in the socket group');
-      // say why, then serve nothing: the peer's request is read and dropped until it hangs up or the request
-      // timeout ends it (closing at once would make its write fail with EPIPE before it reads the reason)
+      // say why, then serve nothing: the connection closes once its first request is in (closing before it would make
+      // the peer's write fail with EPIPE before it reads the reason), at a bad frame, or at the request timeout
       this.refused = true;
       this.enqueueError(`permission denied: uid ${this.peer.uid} gid ${this.peer.gid} may not use this socket`);
       this.flush();
       this.armIdle();
+      if (prefix) this.take(prefix);
       return;
     }
     this.armIdle();
@@ -470,7 +471,7 @@ class Connection {
 
   /** One chunk of the peer's bytes into the request queue; false when reading stops (a bad request, a flood). */
   private take(chunk: Buffer): boolean {
-    if (this.refused) return true; // its idle timer stands: dripping bytes does not keep it open
+    if (this.refused) return this.takeRefused(chunk);
     this.clearIdle();
     const reqs = this.reader.push(chunk);
     this.queue.push(...reqs.map((req) => ({ req })));
@@ -490,6 +491,18 @@ class Connection {
       return false;
     }
     return true;
+  }
+
+  /**
+   * A refused peer's bytes: parsed only to find where its first request ends (at most one frame, MAX_PAYLOAD, is
+   * read), then the connection closes once the reason is out. Its idle timer stands: dripping does not extend it.
+   */
+  private takeRefused(chunk: Buffer): boolean {
+    if (this.reader.push(chunk).length === 0 && this.reader.error === null) return true;
+    this.endAfterFlush = true;
+    this.stopReading();
+    this.flush();
+    return false;
   }
 
   private afterRead(): void {

@@ -50,6 +50,48 @@ describe('socket access', () => {
     expect(d.alive()).toBe(true);
   });
 
+  it('closes a refused peer that keeps writing once it has its reason; others are served meanwhile', async () => {
+    net = await makeCniConf();
+    // a request timeout far beyond the peer's patience: only a close right after the reason ends its connection
+    d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--request-timeout', '600000'] });
+    chmodSync(d.dir, 0o755);
+    chmodSync(d.socket, 0o666);
+    // as nobody: a list request, then 64 KiB writes until one fails (or 60 s pass); then the reply it was sent
+    const script = `
+      import { createRequire } from 'node:module';
+      const n = createRequire(import.meta.url)(${JSON.stringify(join(REPO, 'build/Release/vmpod_native.node'))});
+      const fd = n.connectUnix(${JSON.stringify(d.socket)});
+      const head = Buffer.alloc(77, 0x20);
+      head.writeUInt32BE(0x42424242, 0); head.writeUInt8(4, 4); head.writeUInt32BE(0, 5); head.writeUInt32BE(0, 9);
+      n.writeAll(fd, head);
+      n.setTimeouts(fd, 1000);
+      let writeError = 'none';
+      for (const end = Date.now() + 60_000; Date.now() < end; ) {
+        try { n.writeAll(fd, Buffer.alloc(65536, 0x41)); }
+        catch (e) { if (e.code !== 'EAGAIN') { writeError = e.code; break; } }
+      }
+      let reply = Buffer.alloc(0);
+      for (;;) {
+        let r;
+        try { r = n.recvMsg(fd, 65536, 0); } catch (e) { break; }
+        if (r.data.length === 0) break;
+        reply = Buffer.concat([reply, r.data]);
+      }
+      console.log(JSON.stringify({ writeError, command: reply[4], text: reply.subarray(77).toString() }));`;
+    const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '--input-type=module', '-e', script], {
+      encoding: 'utf8',
+      timeout: 90_000,
+    });
+    expect(r.stderr).toBe('');
+    const seen = JSON.parse(r.stdout) as { writeError: string; command: number; text: string };
+    expect(seen.command).toBe(0xff);
+    expect(seen.text).toBe('permission denied: uid 65534 gid 65534 may not use this socket');
+    expect(['EPIPE', 'ECONNRESET']).toContain(seen.writeError);
+    // the daemon is up and serves root
+    expect(listAs(0, 0, d.socket)).toMatchObject({ status: 0, out: '[]\n' });
+    expect(d.alive()).toBe(true);
+  });
+
   it('serves the members of --socket-group, and gives the socket that group', async () => {
     net = await makeCniConf();
     d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--socket-group', String(NOBODY)] });
