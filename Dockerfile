@@ -9,7 +9,7 @@
 #   --secret id=npmca,src=/etc/ssl/certs/ca-certificates.crt
 # It is used for `npm ci` only and is not kept in any layer.
 
-ARG NODE_IMAGE=node:20-bookworm-slim
+ARG NODE_IMAGE=node:24-bookworm-slim
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 
 # ---- build: the addon (node-gyp), tsc, the bundles --------------------------------------------------------------

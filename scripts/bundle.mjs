@@ -14,7 +14,7 @@ const external = ['@grpc/grpc-js', '@grpc/proto-loader', 'yaml'];
 // have it at /usr/local/bin/node); `#!/usr/bin/env node` would cost every start and probe an exec of env and its
 // PATH search, 0.5 ms. A path a shebang cannot carry (whitespace, too long) falls back to env.
 const SHEBANG_NODE = /^\/\S{1,200}$/.test(process.execPath) ? process.execPath : '/usr/bin/env node';
-const common = { bundle: true, platform: 'node', target: 'node20', sourcemap: true, logLevel: 'warning', external };
+const common = { bundle: true, platform: 'node', target: 'node24', sourcemap: true, logLevel: 'warning', external };
 /**
  * A CommonJS module's wrapper, as node:module's wrap() puts it around a file's source (the loader does it by hand:
  * loading node:module cost every start 0.2 ms); the code cache below is made of the same string.

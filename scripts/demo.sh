@@ -16,6 +16,7 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
 say "installing and building what the demo needs (first run only)"
 bash scripts/setup.sh
+source scripts/node.sh   # Node 24 first on PATH, as setup.sh built with it
 say "building (or reusing) the tiny guest"
 GUEST=$(bash test/guest/build.sh "$REPO/.cache/guest" | tail -n 2)
 KERNEL="$REPO/.cache/guest/vmlinuz"

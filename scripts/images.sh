@@ -2,9 +2,10 @@
 # Builds vmpod-node's two images from the one multi-stage Dockerfile (docs/deploy.md):
 #   $REPO/tapmanager:$TAG   (--target tapmanager)
 #   $REPO/libvirt:$TAG      (--target libvirt)
-# The base images are the build args NODE_IMAGE and DEBIAN_IMAGE (official node:20-bookworm-slim and
+# The base images are the build args NODE_IMAGE and DEBIAN_IMAGE (official node:24-bookworm-slim and
 # debian:bookworm-slim by default). A base that is neither present nor pullable (no registry answers) is made
-# locally: Debian's by debootstrap from the apt mirror this machine uses, Node's from this machine's Node 20.
+# locally: Debian's by debootstrap from the apt mirror this machine uses, Node's from the project's Node 24
+# (scripts/node.sh) and this machine's npm.
 #
 # usage: scripts/images.sh [--engine podman|docker] [--repo REPO] [--tag TAG] [--local-bases] [--no-cache]
 #   --repo         image repository prefix (default localhost/vmpod-node; env VMPOD_IMAGE_REPO)
@@ -15,6 +16,7 @@
 # Prints the two image names, one a line, on stdout; progress goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/node.sh   # Node 24 (NODE_DIR): the local node base image is made from it
 
 ENGINE=""
 REPO="${VMPOD_IMAGE_REPO:-localhost/vmpod-node}"
@@ -40,10 +42,10 @@ fi
 [ -n "$TAG" ] || TAG="$(node -p 'require("./package.json").version')"
 log() { echo "images.sh: $*" >&2; }
 
-OFFICIAL_NODE=node:20-bookworm-slim
+OFFICIAL_NODE=node:24-bookworm-slim
 OFFICIAL_DEBIAN=debian:bookworm-slim
 # Where locally made bases go: own names, so they never pass for the official images in the engine's store.
-LOCAL_NODE=localhost/vmpod-node-base/node:20-bookworm-slim
+LOCAL_NODE=localhost/vmpod-node-base/node:24-bookworm-slim
 LOCAL_DEBIAN=localhost/vmpod-node-base/debian:bookworm-slim
 CACHE=.cache/images
 # podman: host network for builds (no CNI bridge or iptables rules of podman's own on the node)
@@ -127,14 +129,14 @@ EOF
     --change 'CMD ["bash"]' "$tar" "$LOCAL_DEBIAN" >/dev/null
 }
 
-# node:20-bookworm-slim laid out as the official image (node in /usr/local/bin, headers in /usr/local/include/node,
-# npm and corepack in /usr/local/lib/node_modules, user node uid 1000), from this machine's Node 20.
+# node:24-bookworm-slim laid out as the official image (node in /usr/local/bin, headers in /usr/local/include/node,
+# npm and corepack in /usr/local/lib/node_modules, user node uid 1000), from the project's Node 24 (NODE_DIR, from
+# scripts/node.sh) and this machine's npm.
 make_node() {
-  local nodebin; nodebin="$(readlink -f "$(command -v node)")"
-  local major; major="$("$nodebin" -p 'process.versions.node.split(".")[0]')"
-  [ "$major" = 20 ] || { log "this machine's node is $("$nodebin" --version), the image needs Node 20"; exit 1; }
-  local prefix; prefix="$(dirname "$(dirname "$nodebin")")"
-  local modules; modules="$(npm root -g 2>/dev/null)"
+  local nodebin="$NODE_DIR/bin/node"
+  local prefix="$NODE_DIR"
+  # the npm on PATH (npm root -g would name Node 24's own prefix, which has none): .../node_modules/npm/bin/npm-cli.js
+  local modules; modules="$(dirname "$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")")"
   [ -d "$prefix/include/node" ] || { log "no Node headers in $prefix/include/node"; exit 1; }
   [ -d "$modules/npm" ] || { log "no npm in $modules"; exit 1; }
   local ctx; ctx="$(mktemp -d /tmp/vmpod-nodebase.XXXXXX)"

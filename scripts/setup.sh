@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything vmpod-node needs on a fresh Debian 12 machine (as root), then builds it.
-# Idempotent: a second run only checks.
+# Installs everything vmpod-node needs on a fresh Debian 12 machine (as root), then builds it with Node 24
+# (scripts/node.sh). Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,8 +58,15 @@ if [ "$(cat "$PODMAN_CONF" 2>/dev/null)" != "$PODMAN_CONF_TEXT" ]; then
   mv "$PODMAN_CONF.tmp" "$PODMAN_CONF"
 fi
 
-# node_modules and the addon (npm ci runs node-gyp with --nodedir=/usr: no header download)
-if [ ! -f build/Release/vmpod_native.node ] || [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+# Node 24 first on PATH, its headers for node-gyp (scripts/node.sh: fetched once from the npm registry)
+source scripts/node.sh
+
+# node_modules and the addon (npm ci runs node-gyp against $npm_config_nodedir, Node 24's headers: no download); again
+# when the Node it was built with is not this one (the stamp), so the addon and vmwrapper's shebang follow Node
+stamp=node_modules/.vmpod-node-version
+if [ ! -f build/Release/vmpod_native.node ] || [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ] \
+   || [ "$(cat "$stamp" 2>/dev/null)" != "$NODE_VERSION" ]; then
   npm ci --no-audit --no-fund
+  echo "$NODE_VERSION" > "$stamp"
 fi
 npm run build --silent

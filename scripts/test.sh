@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# the tests, and every node they spawn by name, run on the project's Node 24 (scripts/node.sh)
+source scripts/node.sh
+echo "test.sh: node $(node --version) ($(command -v node))"
 # sources and tests type-check together (the build checks src/ alone)
 if ! npm run typecheck --silent; then
   echo "0 passed, 1 failed"

@@ -9,7 +9,7 @@ async function inputs(name: string): Promise<string[]> {
     entryPoints: [join(REPO, `src/bin/${name}.ts`)],
     bundle: true,
     platform: 'node',
-    target: 'node20',
+    target: 'node24',
     format: 'esm',
     write: false,
     metafile: true,

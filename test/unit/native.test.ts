@@ -308,7 +308,7 @@ describe('unix sockets and fd passing', () => {
         `setTimeout(() => { globalThis.gc(); const c = n.connectUnix(process.argv[2]); }, 50);`,
       ].join('\n'),
     );
-    const r = await execa('node', ['--expose-gc', script, path.join(dir, 'gc.sock')], { timeout: 20_000 });
+    const r = await execa(process.execPath, ['--expose-gc', script, path.join(dir, 'gc.sock')], { timeout: 20_000 });
     expect(r.stdout).toBe('accepted');
   });
 
@@ -333,7 +333,7 @@ describe('unix sockets and fd passing', () => {
         `console.log('ok');`,
       ].join('\n'),
     );
-    const r = await execa('node', [script], { timeout: 20_000, reject: false });
+    const r = await execa(process.execPath, [script], { timeout: 20_000, reject: false });
     expect(r.exitCode).toBe(0);
     expect(r.stdout).toBe('ok');
   });
@@ -639,7 +639,7 @@ describe('execve', () => {
         `n.execve('/bin/sh', ['sh', '-c', ${JSON.stringify(shScript)}], env, [keep]);`,
       ].join('\n'),
     );
-    const r = await execa('node', [script], { timeout: 20_000 });
+    const r = await execa(process.execPath, [script], { timeout: 20_000 });
     const [first, ...rest] = r.stdout.split('\n');
     const before = JSON.parse(first!) as { pid: number; keep: number; other: number };
     const out = rest.join('\n');
