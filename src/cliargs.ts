@@ -6,6 +6,8 @@ import { parseArgs } from 'node:util';
 export interface OptionSpec {
   type: 'string' | 'boolean';
   short?: string;
+  /** a switch that also takes an inline value, `--name=false`, so a flag can turn off what an env var turned on */
+  inlineValue?: boolean;
 }
 
 export interface ParsedArgs {
@@ -37,7 +39,7 @@ export function parseCli(argv: string[], options: Record<string, OptionSpec>, al
     const spec = Object.hasOwn(options, t.name) ? options[t.name] : undefined;
     if (!spec) out.errors.push(`unknown argument ${JSON.stringify(argv[t.index])}`);
     else if (spec.type === 'string' && t.value === undefined) out.errors.push(`${t.rawName} needs a value`);
-    else if (spec.type === 'boolean' && t.value !== undefined) out.errors.push(`${t.rawName} takes no value`);
+    else if (spec.type === 'boolean' && t.value !== undefined && !(spec.inlineValue && t.inlineValue)) out.errors.push(`${t.rawName} takes no value`);
     else out.values.set(t.name, t.value ?? true);
   }
   return out;

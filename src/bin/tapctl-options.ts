@@ -26,6 +26,7 @@ export const TAPCTL_OPTIONS = {
   'env-file': { type: 'string', arg: 'FILE', help: "devices: K=V lines or NUL-separated (/proc/<pid>/environ), read instead of tapctl's environment" },
   machine: { type: 'string', arg: 'TYPE', help: 'devices: the qemu machine type the arguments are for' },
   help: { type: 'boolean', short: 'h', help: 'show this text' },
+  version: { type: 'boolean', help: 'print the package version' },
 } as const satisfies Record<string, TapctlOption>;
 
 export type TapctlOptionName = keyof typeof TAPCTL_OPTIONS;

@@ -102,6 +102,10 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
+  if (p.opts.has('--version')) {
+    process.stdout.write(`${(await import('../version.js')).packageVersion()}\n`);
+    return 0;
+  }
   const socket = str(p, '--socket') ?? (process.env.VIRTLET_FD_SERVER_SOCKET_PATH || DEFAULT_SOCKET);
   // a probe must answer within its own timeout: status --ready gives up after 5 s unless told otherwise
   const timeout = Number(str(p, '--timeout') ?? (p.opts.has('--ready') ? 5000 : 120000));

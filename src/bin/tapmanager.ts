@@ -14,6 +14,7 @@ import { startHttp, type HttpListener } from '../tapmanager/http.js';
 import { SystemdNotifier, notifyConfig } from '../tapmanager/notify.js';
 import { preflight } from '../tapmanager/preflight.js';
 import { checkReadiness } from '../tapmanager/readiness.js';
+import { packageVersion } from '../version.js';
 
 /** Under the state dir: one file per running CNI plugin's process group (spawnPluginExec pgidDir). */
 export const PLUGIN_PGID_DIR = 'plugins';
@@ -174,8 +175,14 @@ async function main(): Promise<number> {
     process.stdout.write(`${usage()}\n`);
     return 0;
   }
+  if (parsed.config.version) {
+    process.stdout.write(`${packageVersion()}\n`);
+    return 0;
+  }
   const config = parsed.config;
   const log = createLogger('tapmanager', config.logLevel);
+  // the first line says which build runs (an operator's first question about a node's logs)
+  log.info({ version: packageVersion(), node: process.version }, 'tapmanager starting');
   const notifier = new SystemdNotifier(notifyConfig(process.env), log);
   let signalled: (sig: NodeJS.Signals) => void = () => undefined;
   const stopRequested = new Promise<NodeJS.Signals>((r) => (signalled = r));

@@ -27,7 +27,10 @@ async function start(): Promise<void> {
   native().execve(plan.path, plan.argv, plan.env, plan.keepFds);
 }
 
-if (isProbe(env)) {
+if (args.length === 1 && args[0] === '--version') {
+  // ours, not qemu's (a probe would pass it on to qemu): read only here
+  import('../version.js').then((v) => process.stdout.write(`${v.packageVersion()}\n`), fail);
+} else if (isProbe(env)) {
   try {
     const plan = probePlan(args, env);
     native().execve(plan.path, plan.argv, plan.env, plan.keepFds);

@@ -32,6 +32,8 @@ export interface TapmanagerConfig {
   /** the optional HTTP listener (/healthz, /readyz, /metrics); absent = off */
   httpListen?: { host: string; port: number };
   help: boolean;
+  /** --version: print the package version and exit */
+  version: boolean;
 }
 
 interface FlagSpec {
@@ -160,10 +162,14 @@ export const FLAGS = {
 
 type Key = keyof typeof FLAGS;
 
-/** The parseArgs options, from FLAGS: `--cni-timeout` is option `cni-timeout`; bool flags are switches. */
+/**
+ * The parseArgs options, from FLAGS: `--cni-timeout` is option `cni-timeout`; bool flags are switches that also take
+ * `--flag=false` (or true, 0, 1, yes, no, on, off), which wins over the env var like any flag.
+ */
 const CLI_OPTIONS: Record<string, OptionSpec> = {
-  ...Object.fromEntries((Object.values(FLAGS) as FlagSpec[]).map((s) => [s.flag.slice(2), { type: s.kind === 'bool' ? 'boolean' : 'string' } as OptionSpec])),
+  ...Object.fromEntries((Object.values(FLAGS) as FlagSpec[]).map((s) => [s.flag.slice(2), (s.kind === 'bool' ? { type: 'boolean', inlineValue: true } : { type: 'string' }) as OptionSpec])),
   help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean' },
 };
 const BY_NAME = new Map<string, Key>((Object.keys(FLAGS) as Key[]).map((k) => [FLAGS[k].flag.slice(2), k]));
 
@@ -198,6 +204,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     if (k) raw.set(k, value === true ? 'true' : value);
   }
   const help = args.values.has('help');
+  const version = args.values.has('version');
   const get = (k: Key): string => raw.get(k) ?? FLAGS[k].def;
 
   const logLevel = get('logLevel');
@@ -252,6 +259,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       spareNetns,
       ...(http ? { httpListen: http } : {}),
       help,
+      version,
     },
   };
 }
@@ -264,5 +272,6 @@ export function usage(): string {
     lines.push(`  ${spec.flag.padEnd(16)} ${spec.help}${def}${env}`);
   }
   lines.push(`  ${'--help'.padEnd(16)} show this text`);
+  lines.push(`  ${'--version'.padEnd(16)} print the package version`);
   return lines.join('\n');
 }

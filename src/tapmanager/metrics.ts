@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { PluginExec } from '../cni/index.js';
 import type { ServiceHooks } from './service.js';
+import { packageVersion } from '../version.js';
 
 export const PREFIX = 'vmpod_';
 
@@ -31,7 +32,9 @@ export interface Metrics {
  */
 export function createMetrics(podsByState: () => Record<string, number>, fastGets: () => number = () => 0): Metrics {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: PREFIX });
+  // prom-client's process and Node.js metrics under their standard names (process_*, nodejs_*): the names every
+  // dashboard and alert written for prom-client expects; only our own metrics carry PREFIX
+  collectDefaultMetrics({ register: registry });
   /** what every metric has: its prefixed name, its help, its labels, this registry */
   const base = <L extends string>(name: string, help: string, labelNames: L[] = []) => ({ name: `${PREFIX}${name}`, help, labelNames, registers: [registry] });
   const requests = new Counter(base('requests_total', 'fd-protocol requests served, by command and result ("ok" or the error code)', ['command', 'result']));
@@ -58,6 +61,8 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
   const leases = new Counter(base('dhcp_leases_served_total', 'DHCP ACKs that granted a pod its lease (answers to REQUEST)'));
   const restore = new Histogram({ ...base('restore_duration_seconds', 'time to restore the pods recorded in the state dir at start-up'), buckets: RESTORE_BUCKETS });
   const restoredAt = new Gauge(base('restored', '1 once the pods recorded in the state dir are restored, 0 before'));
+  // the usual build_info: 1, the version in a label (joins with other series by instance)
+  new Gauge(base('build_info', 'the running tapmanager build: always 1, its package version in the label', ['version'])).set({ version: packageVersion() }, 1);
   restoredAt.set(0);
   // known label values start at 0 so a rate() sees the first increment
   for (const type of ['discover', 'request']) dhcp.inc({ direction: 'received', type }, 0);

@@ -70,7 +70,7 @@ describe('probes, metrics and list on a running tapmanager', () => {
       expect(sample(m.body, 'vmpod_pods', 'state="ready"')).toBe(1);
       expect(sample(m.body, 'vmpod_restore_duration_seconds_count')).toBe(1);
       expect(sample(m.body, 'vmpod_restored')).toBe(1);
-      expect(sample(m.body, 'vmpod_process_open_fds')).toBeGreaterThan(0);
+      expect(sample(m.body, 'process_open_fds')).toBeGreaterThan(0);
 
       expect((await tapctl(d.socket, 'release', key)).exitCode).toBe(0);
       expect(sample((await get(port, '/metrics')).body, 'vmpod_pods', 'state="ready"')).toBe(0);

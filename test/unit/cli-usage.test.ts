@@ -25,7 +25,7 @@ describe('tapmanager: README table = FLAGS = --help', () => {
   const rows = tableAfter('### tapmanager').filter((r) => r[0] !== '');
   it('every flag once, with its env var and default', () => {
     const specs = Object.values(FLAGS) as { flag: string; env?: string; def: string }[];
-    expect(rows.map((r) => r[0]).sort()).toEqual([...specs.map((s) => s.flag), '--help'].sort());
+    expect(rows.map((r) => r[0]).sort()).toEqual([...specs.map((s) => s.flag), '--help', '--version'].sort());
     for (const s of specs) {
       const row = rows.find((r) => r[0] === s.flag)!;
       expect(row[1], s.flag).toBe(s.env ?? '');

@@ -23,6 +23,7 @@ describe('tapmanager config', () => {
         stopTimeoutMs: 80000,
         spareNetns: 1,
         help: false,
+        version: false,
       },
     });
   });
@@ -31,6 +32,20 @@ describe('tapmanager config', () => {
     const env = { VIRTLET_FD_SERVER_SOCKET_PATH: '/run/a.sock', VIRTLET_CNI_PLUGIN_DIR: '/a:/b', VIRTLET_SRIOV_SUPPORT: 'true' };
     const r = parseConfig(['--socket', '/run/b.sock', '--cni-conf-dir=/etc/x', '--enable-sriov', '--socket-group', 'kvm'], env);
     expect(r.ok && r.config).toMatchObject({ socket: '/run/b.sock', cniConfDir: '/etc/x', cniBinDirs: ['/a', '/b'], enableSriov: true, socketGroup: 'kvm' });
+  });
+
+  it('--enable-sriov=false turns off VIRTLET_SRIOV_SUPPORT=true; a bad value is refused', () => {
+    const env = { VIRTLET_SRIOV_SUPPORT: 'true' };
+    expect(parseConfig([], env)).toMatchObject({ ok: true, config: { enableSriov: true } });
+    for (const off of ['false', '0', 'no', 'off']) expect(parseConfig([`--enable-sriov=${off}`], env)).toMatchObject({ ok: true, config: { enableSriov: false } });
+    expect(parseConfig(['--enable-sriov=true'], {})).toMatchObject({ ok: true, config: { enableSriov: true } });
+    expect(parseConfig(['--enable-sriov=maybe'], env)).toEqual({ ok: false, errors: ['--enable-sriov / VIRTLET_SRIOV_SUPPORT "maybe" is not a boolean'] });
+    // a value given to a plain switch is still refused
+    expect(parseConfig(['--help=no'], {})).toEqual({ ok: false, errors: ['--help takes no value'] });
+  });
+
+  it('--version is a switch: the config says so', () => {
+    expect(parseConfig(['--version'], {})).toMatchObject({ ok: true, config: { version: true } });
   });
 
   it('--spare-netns / VMPOD_SPARE_NETNS: 0 to 16', () => {

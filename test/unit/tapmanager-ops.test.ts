@@ -1,5 +1,6 @@
 // The pure parts of the operations surface: metrics exposition, sd_notify config, --http-listen, tapctl's table.
 import { describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
 import { createMetrics } from '../../src/tapmanager/metrics.js';
 import { notifyConfig, SystemdNotifier } from '../../src/tapmanager/notify.js';
 import { parseConfig, parseListen } from '../../src/tapmanager/config.js';
@@ -15,7 +16,7 @@ function sample(text: string, name: string, labels = ''): number | undefined {
 }
 
 describe('metrics', () => {
-  it('counts requests, DHCP packets, leases, restore and pods by state under vmpod_, with the process metrics', async () => {
+  it('counts requests, DHCP packets, leases, restore and pods by state under vmpod_, with build_info and the standard process metrics', async () => {
     let pods: Record<string, number> = { ready: 2, corrupt: 1 };
     const m = createMetrics(() => pods);
     m.hooks.onRequest('add', 'ok', 0.3);
@@ -39,12 +40,16 @@ describe('metrics', () => {
     expect(sample(body, 'vmpod_pods', 'state="ready"')).toBe(2);
     expect(sample(body, 'vmpod_pods', 'state="adding"')).toBe(0);
     expect(sample(body, 'vmpod_pods', 'state="corrupt"')).toBe(1);
-    expect(sample(body, 'vmpod_process_cpu_seconds_total')).toBeGreaterThan(0);
-    expect(body).toMatch(/^vmpod_nodejs_eventloop_lag_seconds /m);
-    // every name is prefixed; counters end in _total, durations in _seconds
+    expect(sample(body, 'process_cpu_seconds_total')).toBeGreaterThan(0);
+    expect(body).toMatch(/^nodejs_eventloop_lag_seconds /m);
+    // prom-client's defaults keep their standard names: none carries our prefix
+    expect(body).not.toMatch(/^vmpod_(process|nodejs)_/m);
+    const version = (JSON.parse(readFileSync('package.json', 'utf8')) as { version: string }).version;
+    expect(body).toContain(`vmpod_build_info{version="${version}"} 1`);
+    // every name is ours (prefixed) or prom-client's standard process_/nodejs_; counters end in _total
     for (const l of body.split('\n').filter((x) => x.startsWith('# TYPE '))) {
       const [, , name, type] = l.split(' ');
-      expect(name).toMatch(/^vmpod_/);
+      expect(name).toMatch(/^(vmpod|process|nodejs)_/);
       if (type === 'counter') expect(name).toMatch(/_total$/);
     }
     pods = { ready: 1 };
