@@ -1,4 +1,5 @@
 // tapmanager: the daemon. Only this file chooses exit codes.
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { parseConfig, usage, type TapmanagerConfig } from '../tapmanager/config.js';
@@ -53,15 +54,26 @@ function lockStateDir(stateDir: string): number {
 }
 
 /**
- * Start-up order: check the paths (preflight: one line per problem, nothing changed but the state and cache dirs
- * created), lock the state dir, the HTTP listener (a taken port ends the start here), then listen on the fd socket
+ * Start-up order: check the paths (preflight: one line per problem; nothing is created unless all pass, then the
+ * state and cache dirs; a later failure removes those again), lock the state dir, the HTTP listener (a taken port ends the start here), then listen on the fd socket
  * and queue the restore of every recorded pod in the same tick. The socket serves at once: a request for a pod still
  * being restored waits in that pod's queue, the others are served meanwhile. Ready (status, /readyz, READY=1) only
  * once the restore is done.
  */
 export async function runTapmanager(config: TapmanagerConfig, log: Logger, notifier: SystemdNotifier): Promise<Running> {
-  const problems = preflight(config);
+  const { problems, created } = preflight(config);
   if (problems.length > 0) throw new StartupError(problems.join('\n'));
+  try {
+    return await startChecked(config, log, notifier);
+  } catch (e) {
+    // a start that fails (a taken port, another daemon) leaves nothing: the dirs it made go, with what it put there
+    for (const dir of created) rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+/** The start once the paths are checked and the state and cache dirs exist: runTapmanager's rest. */
+async function startChecked(config: TapmanagerConfig, log: Logger, notifier: SystemdNotifier): Promise<Running> {
   lockStateDir(config.stateDir); // the fd stays open (CLOEXEC) until the process ends
   // kill -9 leftovers, before anything runs a plugin or reads a record: plugin process groups the dead daemon
   // left running (they would go on changing pod networks), and temporary files of the CNI cache

@@ -4,7 +4,7 @@
 import { describe, it, expect } from 'vitest';
 import { spawn } from 'node:child_process';
 import { createServer, type AddressInfo } from 'node:net';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -140,7 +140,8 @@ describe('bad input at start-up', () => {
     return { code: r.exitCode, stderr: r.stderr, ms: Date.now() - t0 };
   }
 
-  it('a missing socket dir, a missing CNI plugin dir, an unwritable state dir, a taken HTTP port: exit 1 with one line', async () => {
+  it('a missing socket dir, a missing CNI plugin dir, an unwritable state dir, a taken HTTP port: exit 1 with one line, nothing created', async () => {
+    const pkgVersion = (JSON.parse(readFileSync('package.json', 'utf8')) as { version: string }).version;
     const dir = mkdtempSync(join(tmpdir(), 'vmpod-badin-'));
     const conf = join(dir, 'conf');
     mkdirSync(conf);
@@ -172,9 +173,13 @@ describe('bad input at start-up', () => {
       for (const [over, want] of cases) {
         const r = await runToExit(base(over));
         expect(r.code, r.stderr).toBe(1);
-        expect(r.stderr.split('\n'), r.stderr).toHaveLength(1);
-        expect(r.stderr).toMatch(want);
-        expect(existsSync(join(dir, 'tm.sock'))).toBe(false);
+        // the log's first line says which version ran; then the problem, one line
+        const [first, ...rest] = r.stderr.split('\n');
+        expect(JSON.parse(first!)).toMatchObject({ msg: 'tapmanager starting', version: pkgVersion });
+        expect(rest, r.stderr).toHaveLength(1);
+        expect(rest[0]).toMatch(want);
+        // a start that fails its checks creates nothing: no socket, no state dir, no CNI cache dir
+        expect(readdirSync(dir).sort()).toEqual(['a-file', 'conf']);
         console.log(`tapmanager exited after ${r.ms} ms: ${r.stderr}`);
       }
       // the exec probe against a daemon that is not there: not ready, and why
