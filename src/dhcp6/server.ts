@@ -13,7 +13,8 @@
 //
 // WHAT IT ANSWERS (RFC 8415 section 18.3), only frames from the lease's MAC:
 //   SOLICIT            -> ADVERTISE with the IA_NA (the lease), or REPLY at once when the client sent Rapid Commit
-//   REQUEST            -> REPLY with the IA_NA (only when it names our DUID)
+//   REQUEST            -> REPLY with the IA_NA (only when it names our DUID); an IA_NA naming an address outside
+//                         the pod prefix gets NotOnLink in that IA (RFC 8415 18.3.2), and the client solicits again
 //   RENEW              -> REPLY: the IA_NA renewed when it holds our address, NoBinding in the IA when not
 //   REBIND             -> REPLY: renewed; foreign addresses come back with lifetimes 0, and ours beside them
 //   CONFIRM            -> REPLY Success when every address is in the pod prefix, NotOnLink when one is not;
@@ -45,6 +46,7 @@ import {
   encodeMessage6,
   encodeOptions6,
   getOption6,
+  type IaNa,
   type Message6,
   Msg,
   msgName,
@@ -92,14 +94,26 @@ function reply(req: Message6, type: typeof Msg.Advertise | typeof Msg.Reply, ctx
   });
 }
 
-/** IA_NA/IA_TA/IA_PD answers for SOLICIT and REQUEST: the first IA_NA gets the address. */
-function assign(req: Message6, ctx: Answer6Context): Option6[] {
+/** The addresses an IA_NA names outside the pod prefix. */
+function offLink(ia: IaNa, lease: Lease6): string[] {
+  return ia.addrs.map((a) => a.address).filter((a) => !inSubnet6(a, lease.prefix, lease.prefixLength));
+}
+
+/**
+ * IA_NA/IA_TA/IA_PD answers for SOLICIT and REQUEST: the first IA_NA gets the address. In a REQUEST (`request`), an
+ * IA_NA naming an address outside the pod prefix gets NotOnLink instead (RFC 8415 18.3.2); a SOLICIT's addresses are
+ * only hints, and the lease's address is offered whatever they are.
+ */
+function assign(req: Message6, ctx: Answer6Context, request: boolean): Option6[] {
   const out: Option6[] = [];
   let given = false;
   for (const o of req.options) {
     if (o.code === Opt6.IaNa) {
       const ia = decodeIaNa(o.data);
-      if (!given) {
+      const off = request ? offLink(ia, ctx.lease) : [];
+      if (off.length > 0) {
+        out.push(statusIaNa(ia.iaid, Status.NotOnLink, `not on link ${ctx.lease.prefix}/${ctx.lease.prefixLength}: ${off.join(', ')}`));
+      } else if (!given) {
         out.push(leasedIaNa(ia.iaid, ctx.lease, ctx.built));
         given = true;
       } else {
@@ -144,12 +158,14 @@ export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
     switch (req.type) {
       case Msg.Solicit: {
         const rapid = getOption6(req.options, Opt6.RapidCommit) !== undefined;
-        const body = assign(req, ctx);
+        const body = assign(req, ctx, false);
         if (rapid) return { kind: 'reply', type: Msg.Reply, request: name, note: 'rapid commit', data: reply(req, Msg.Reply, ctx, [...body, { code: Opt6.RapidCommit, data: Buffer.alloc(0) }], true) };
         return { kind: 'reply', type: Msg.Advertise, request: name, data: reply(req, Msg.Advertise, ctx, body, true) };
       }
-      case Msg.Request:
-        return { kind: 'reply', type: Msg.Reply, request: name, data: reply(req, Msg.Reply, ctx, assign(req, ctx), true) };
+      case Msg.Request: {
+        const off = iaNas.flatMap((ia) => offLink(ia, lease));
+        return { kind: 'reply', type: Msg.Reply, request: name, data: reply(req, Msg.Reply, ctx, assign(req, ctx, true), true), ...(off.length ? { note: `NotOnLink ${off.join(', ')}` } : {}) };
+      }
       case Msg.Renew:
       case Msg.Rebind: {
         const body: Option6[] = [];

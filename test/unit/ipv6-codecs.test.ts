@@ -148,6 +148,24 @@ describe('DHCPv6 codec (RFC 8415)', () => {
     expect(answer6(none, ctx).kind).toBe('ignore');
   });
 
+  it('REQUEST naming an address outside the pod prefix -> NotOnLink in that IA_NA, no address (RFC 8415 18.3.2)', () => {
+    const off = answer6(withAddr(Msg.Request, 'fd00:99::5'), ctx);
+    if (off.kind !== 'reply') throw new Error(off.kind);
+    expect(decodeMessage6(off.data).type).toBe(Msg.Reply);
+    expect(iaStatus(off.data)).toMatchObject({ ia: { iaid: 7, addrs: [] }, status: Status.NotOnLink });
+    expect(off.note).toBe('NotOnLink fd00:99::5');
+    // inside the prefix, whatever address it names, the lease's address
+    for (const addr of ['fd00:10::5', 'fd00:10::77']) {
+      const on = answer6(withAddr(Msg.Request, addr), ctx);
+      if (on.kind !== 'reply') throw new Error(on.kind);
+      expect(iaStatus(on.data)).toMatchObject({ ia: { addrs: [{ address: 'fd00:10::5', valid: 86400 }] }, status: undefined });
+    }
+    // a SOLICIT's address is a hint only: the lease is offered
+    const hint = answer6(withAddr(Msg.Solicit, 'fd00:99::5', false), ctx);
+    if (hint.kind !== 'reply') throw new Error(hint.kind);
+    expect(iaStatus(hint.data).ia.addrs.map((a) => a.address)).toEqual(['fd00:10::5']);
+  });
+
   it('RELEASE, DECLINE -> Success; INFORMATION-REQUEST -> DNS without IA; REQUEST for another server is ignored', () => {
     for (const t of [Msg.Release, Msg.Decline]) {
       const d = answer6(withAddr(t, 'fd00:10::5'), ctx);
