@@ -8,11 +8,15 @@ export interface OptionSpec {
   short?: string;
   /** a switch that also takes an inline value, `--name=false`, so a flag can turn off what an env var turned on */
   inlineValue?: boolean;
+  /** a string option that may be given more than once: every value is kept, in order (ParsedArgs.lists) */
+  multiple?: boolean;
 }
 
 export interface ParsedArgs {
   /** options given, by name without dashes: a string option's value, or true for a switch */
   values: Map<string, string | true>;
+  /** every value of each `multiple` option, in argv order */
+  lists: Map<string, string[]>;
   /** positional arguments before `--` */
   positionals: string[];
   /** everything after `--` */
@@ -23,7 +27,7 @@ export interface ParsedArgs {
 
 export function parseCli(argv: string[], options: Record<string, OptionSpec>, allowPositionals: boolean): ParsedArgs {
   const { tokens } = parseArgs({ args: argv, options, strict: false, allowPositionals: true, tokens: true });
-  const out: ParsedArgs = { values: new Map(), positionals: [], rest: [], errors: [] };
+  const out: ParsedArgs = { values: new Map(), lists: new Map(), positionals: [], rest: [], errors: [] };
   let terminator = argv.length;
   for (const t of tokens) {
     if (t.kind === 'option-terminator') {
@@ -40,7 +44,10 @@ export function parseCli(argv: string[], options: Record<string, OptionSpec>, al
     if (!spec) out.errors.push(`unknown argument ${JSON.stringify(argv[t.index])}`);
     else if (spec.type === 'string' && t.value === undefined) out.errors.push(`${t.rawName} needs a value`);
     else if (spec.type === 'boolean' && t.value !== undefined && !(spec.inlineValue && t.inlineValue)) out.errors.push(`${t.rawName} takes no value`);
-    else out.values.set(t.name, t.value ?? true);
+    else {
+      out.values.set(t.name, t.value ?? true);
+      if (spec.multiple === true && t.value !== undefined) out.lists.set(t.name, [...(out.lists.get(t.name) ?? []), t.value]);
+    }
   }
   return out;
 }

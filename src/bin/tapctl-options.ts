@@ -1,6 +1,7 @@
 // tapctl's commands and options: one table each. --help is generated from them and README's tapctl tables match
 // them (test/unit/cli-usage.test.ts). Parsing: node:util parseArgs through src/cliargs.ts.
 import { parseCli, type OptionSpec } from '../cliargs.js';
+import type { PortMapping } from '../protocol/payloads.js';
 
 export const DEFAULT_SOCKET = '/var/lib/virtlet/tapfdserver.sock';
 
@@ -17,6 +18,8 @@ export const TAPCTL_OPTIONS = {
   'pod-namespace': { type: 'string', arg: 'NS', help: 'the pod namespace (add, recover)' },
   'pod-id': { type: 'string', arg: 'ID', help: 'the pod id (add, recover)' },
   dns: { type: 'string', arg: 'JSON', help: 'the pod DNS, as the add request carries it: {"nameservers":[..],"search":[..],"options":[..]}' },
+  port: { type: 'string', multiple: true, arg: 'HOST:VM[/tcp|udp]', help: 'add: a hostPort of the node forwarded to a port of the VM (runtimeConfig portMappings); repeatable' },
+  bandwidth: { type: 'string', arg: 'JSON', help: 'add: the pod bandwidth (runtimeConfig bandwidth): {"ingressRate":bps,"ingressBurst":bits,"egressRate":bps,"egressBurst":bits}' },
   csn: { type: 'string', arg: 'FILE', help: 'recover: the ContainerSideNetwork JSON of an earlier add (- for stdin)' },
   running: { type: 'boolean', help: 'recover: the pod has running containers' },
   exec: { type: 'boolean', help: 'get: run the command after -- with the tap fds inherited' },
@@ -32,7 +35,7 @@ export const TAPCTL_OPTIONS = {
 export type TapctlOptionName = keyof typeof TAPCTL_OPTIONS;
 
 export const TAPCTL_COMMANDS: { synopsis: string; help: string }[] = [
-  { synopsis: 'add KEY --pod-name NAME --pod-namespace NS [--pod-id ID] [--dns JSON]', help: 'set up the pod network; prints the ContainerSideNetwork JSON' },
+  { synopsis: 'add KEY --pod-name NAME --pod-namespace NS [--pod-id ID] [--dns JSON] [--port HOST:VM[/tcp|udp]]... [--bandwidth JSON]', help: 'set up the pod network; prints the ContainerSideNetwork JSON' },
   { synopsis: 'get KEY', help: 'prints the interface descriptions (fds are received and closed)' },
   { synopsis: 'get KEY --exec -- CMD [ARG...]', help: 'runs CMD with the tap fds inherited; {fd0}, {fd1}... in ARGs become their numbers' },
   { synopsis: 'release KEY', help: 'tears the pod network down' },
@@ -60,6 +63,8 @@ export function tapctlUsage(): string {
 export interface TapctlArgs {
   positional: string[];
   opts: Map<string, string | true>;
+  /** every value of a repeatable option (keyed `--name`) */
+  lists: Map<string, string[]>;
   rest: string[];
   errors: string[];
 }
@@ -67,5 +72,14 @@ export interface TapctlArgs {
 /** argv -> options (keyed `--name`), positionals, what follows `--`, and every usage problem. */
 export function parseTapctlArgs(argv: string[]): TapctlArgs {
   const p = parseCli(argv, TAPCTL_OPTIONS, true);
-  return { positional: p.positionals, opts: new Map([...p.values].map(([k, v]) => [`--${k}`, v])), rest: p.rest, errors: p.errors };
+  return { positional: p.positionals, opts: new Map([...p.values].map(([k, v]) => [`--${k}`, v])), lists: new Map([...p.lists].map(([k, v]) => [`--${k}`, v])), rest: p.rest, errors: p.errors };
+}
+
+/** `--port HOSTPORT:VMPORT[/tcp|udp]` as a port mapping on all node addresses; undefined when malformed. Pure. */
+export function parsePortFlag(s: string): PortMapping | undefined {
+  const m = /^(\d{1,5}):(\d{1,5})(?:\/(tcp|udp))?$/.exec(s);
+  if (!m) return undefined;
+  const [hostPort, containerPort] = [Number(m[1]), Number(m[2])];
+  if (hostPort < 1 || hostPort > 65535 || containerPort < 1 || containerPort > 65535) return undefined;
+  return { hostPort, containerPort, protocol: m[3] === 'udp' ? 'udp' : 'tcp', hostIP: '' };
 }

@@ -7,7 +7,7 @@ import { decodeCsn } from '../protocol/codec.js';
 import { base64ToMac } from '../protocol/mac.js';
 import type { PodNetworkDesc } from '../protocol/payloads.js';
 import { errorChain } from '../errors.js';
-import { DEFAULT_SOCKET, parseTapctlArgs, tapctlUsage, type TapctlArgs } from './tapctl-options.js';
+import { DEFAULT_SOCKET, parsePortFlag, parseTapctlArgs, tapctlUsage, type TapctlArgs } from './tapctl-options.js';
 import { collectDevices, hostRoot, Sysfs, sysfsRoot } from '../devices/index.js';
 import { deviceReportJson, formatDeviceReport, parseEnvFile } from '../devices/report.js';
 import { InterfaceType } from '../protocol/payloads.js';
@@ -61,11 +61,27 @@ function desc(p: Parsed, key: string, requireNames: boolean): PodNetworkDesc {
       throw new UsageError(`--dns is not JSON: ${(e as Error).message}`);
     }
   }
+  const portMappings = (p.lists.get('--port') ?? []).map((s) => {
+    const m = parsePortFlag(s);
+    if (m === undefined) throw new UsageError(`--port ${JSON.stringify(s)} is not HOSTPORT:VMPORT[/tcp|udp] (ports 1 to 65535)`);
+    return m;
+  });
+  const bw = str(p, '--bandwidth');
+  let bandwidth: PodNetworkDesc['bandwidth'];
+  if (bw !== undefined) {
+    try {
+      bandwidth = JSON.parse(bw) as PodNetworkDesc['bandwidth'];
+    } catch (e) {
+      throw new UsageError(`--bandwidth is not JSON: ${(e as Error).message}`);
+    }
+  }
   return {
     podId: str(p, '--pod-id') ?? key,
     podName: requireNames ? need(p, '--pod-name') : (str(p, '--pod-name') ?? ''),
     podNs: requireNames ? need(p, '--pod-namespace') : (str(p, '--pod-namespace') ?? ''),
     DNS,
+    ...(portMappings.length > 0 ? { portMappings } : {}),
+    ...(bandwidth !== undefined ? { bandwidth } : {}),
   };
 }
 

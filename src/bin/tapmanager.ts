@@ -98,6 +98,7 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     enableSriov: config.enableSriov,
     sysfsRoot: config.sysfsRoot,
     spareNetns: config.spareNetns,
+    binding: config.binding,
   });
   const service = new TapmanagerService(pods, log, { defaultDns: config.defaultDns, ...(metrics ? { hooks: { ...metrics.hooks } } : {}) });
   const gid = config.socketGroup ? resolveGid(config.socketGroup) : undefined;

@@ -2,7 +2,7 @@
 // encoded, dumps decoded, and the batch format of the addon's netlinkInNetns (native/netlink.c). Pure.
 
 /** Message types. */
-export const RTM = { NEWLINK: 16, DELLINK: 17, GETLINK: 18, NEWADDR: 20, DELADDR: 21, GETADDR: 22, NEWROUTE: 24, DELROUTE: 25, GETROUTE: 26 } as const;
+export const RTM = { NEWLINK: 16, DELLINK: 17, GETLINK: 18, NEWADDR: 20, DELADDR: 21, GETADDR: 22, NEWROUTE: 24, DELROUTE: 25, GETROUTE: 26, NEWQDISC: 36, DELQDISC: 37, NEWTFILTER: 44 } as const;
 /** nlmsg_flags. */
 export const NLM_F = { DUMP: 0x300, REPLACE: 0x100, EXCL: 0x200, CREATE: 0x400 } as const;
 export const AF_INET = 2;
@@ -21,8 +21,14 @@ const align4 = (n: number): number => (n + 3) & ~3;
 export interface IfIndexOf {
   ifindexOf: string;
 }
-/** An attribute: its type and a value (bytes, an ifindex to look up, or nested attributes). */
-export type Attr = [type: number, value: Buffer | IfIndexOf | Attr[]];
+/** Bytes with the ifindex of a named link written at `at` when the request runs (a struct that holds one, as tc_mirred). */
+export interface BytesWithIfIndex {
+  bytes: Buffer;
+  at: number;
+  ifindexOf: string;
+}
+/** An attribute: its type and a value (bytes, an ifindex to look up, bytes holding one, or nested attributes). */
+export type Attr = [type: number, value: Buffer | IfIndexOf | BytesWithIfIndex | Attr[]];
 
 export const u8 = (n: number): Buffer => Buffer.from([n & 0xff]);
 export function u32(n: number): Buffer {
@@ -58,8 +64,8 @@ export function nlMessage(type: number, flags: number, fixed: Buffer, attrs: Att
         put(v);
         len += at - before;
       } else {
-        const bytes = Buffer.isBuffer(v) ? v : Buffer.alloc(4);
-        if (!Buffer.isBuffer(v)) fix.push({ offset: at, name: v.ifindexOf });
+        const bytes = Buffer.isBuffer(v) ? v : 'bytes' in v ? v.bytes : Buffer.alloc(4);
+        if (!Buffer.isBuffer(v)) fix.push({ offset: at + ('bytes' in v ? v.at : 0), name: v.ifindexOf });
         parts.push(bytes, Buffer.alloc(align4(bytes.length) - bytes.length));
         at += align4(bytes.length);
         len += bytes.length;

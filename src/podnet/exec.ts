@@ -6,6 +6,7 @@ import { ErrorCode, VmpodError } from '../errors.js';
 import { native } from '../native.js';
 import { decodeAnswers, encodeBatch, type NlAnswer, type NlRequest } from '../net/rtnl.js';
 import { ipRequest } from './iplines.js';
+import { tcRequest } from './tclines.js';
 import { filterDelRequest, filterRequest } from './filter.js';
 import { OBSERVE_REQUESTS, decodeObserved } from './observe.js';
 import type { Observed } from './types.js';
@@ -27,8 +28,16 @@ export interface BatchFailure {
  * ("Address not found"), EADDRNOTAVAIL, ENOENT; ebtables: no matching rule.
  */
 export function isAlreadyUndone(message: string): boolean {
-  return /Cannot find device|No such device|No such process|Address not found|Cannot assign requested address|No such file or directory|does not exist|does a matching rule exist/i.test(message);
+  return /Cannot find device|No such device|No such process|Address not found|Cannot assign requested address|No such file or directory|does not exist|does a matching rule exist|Cannot find specified qdisc/i.test(message);
 }
+
+/** The request of one batch line: an `ip` line, or a `tc` line marked by its leading "tc" (steps.ts runsOf). Pure. */
+export function lineRequest(args: readonly string[]): NlRequest {
+  return args[0] === 'tc' ? tcRequest(args.slice(1)) : ipRequest(args);
+}
+
+/** A batch line as a command, for messages. */
+export const lineText = (args: readonly string[]): string => (args[0] === 'tc' ? args.join(' ') : `ip ${args.join(' ')}`);
 
 export interface RunOpts {
   signal?: AbortSignal;
@@ -91,7 +100,7 @@ async function netlink(nsPath: string, reqs: NlRequest[], force: boolean, signal
  * Returns the failed lines, each with the kernel's reason.
  */
 export async function runIpLines(nsPath: string, lines: readonly (readonly string[])[], opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<BatchFailure[]> {
-  const answers = await netlink(nsPath, lines.map(ipRequest), opts.force ?? false, opts.signal);
+  const answers = await netlink(nsPath, lines.map(lineRequest), opts.force ?? false, opts.signal);
   return answers.flatMap((a, i) => (a.errno === 0 ? [] : [{ line: i + 1, message: a.text }]));
 }
 

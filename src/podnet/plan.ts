@@ -42,6 +42,8 @@ import { hasSandbox, nonKernelRoutes } from './result.js';
 import { guestFromCni, type Lease6 } from '../dhcp/lease.js';
 import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
 import { filterTable } from './filter.js';
+import { Binding, chooseBinding } from './binding.js';
+import { planTcRedirect } from './tcredirect.js';
 
 /** Linux IFNAMSIZ is 16 including the NUL. */
 export const MAX_IFNAME = 15;
@@ -204,6 +206,8 @@ export interface ContainerSidePlanInput {
   vfSetups?: ReadonlyMap<string, VfSetupRecord>;
   /** the CNI_IFNAME that preparedSteps made interface 0's bridge, tap and filter for (add; lo is up then), absent when none were */
   prepared?: string;
+  /** the binding of tap interface i (binding.ts); default: auto's choice */
+  bindingOf?: (i: number, link: ObservedLink) => Binding;
 }
 
 /** What to tell when a VF shows up and SR-IOV support is off. */
@@ -321,7 +325,10 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
   const interfaces: PodInterface[] = [];
   const names = new Set(observed.links.map((l) => l.name));
   const first = result.interfaces.find(hasSandbox);
-  const reusePrepared = input.prepared !== undefined && first?.name === input.prepared && !input.vfs?.has(first.name);
+  const bindingOf = input.bindingOf ?? ((_i: number, link: ObservedLink) => chooseBinding('auto', link));
+  const firstLink = observed.links.find((l) => l.name === first?.name);
+  // the prepared bridge and filter are the bridge binding's: a tc-redirect interface 0 has them deleted first
+  const reusePrepared = input.prepared !== undefined && first?.name === input.prepared && !input.vfs?.has(first.name) && firstLink !== undefined && bindingOf(0, firstLink) === Binding.Bridge;
   if (input.prepared !== undefined) {
     // ours: not a conflict; and when they do not fit, they go before anything is made in their names
     names.delete(bridgeName(0));
@@ -385,6 +392,12 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
         undo: [...link.addrs4.map((a) => ip(...addrRestore(a, v))), ...addrs6.map((a) => ip(...addrRestore(a, v, true)))],
       });
     }
+    if (bindingOf(i, link) === Binding.TcRedirect) {
+      const tc = planTcRedirect({ i, index, link, tapMac: mac, v6: v6 !== undefined });
+      steps.push(...tc.steps);
+      interfaces.push(tc.iface);
+      return;
+    }
     if (mac.toLowerCase() !== link.mac.toLowerCase() || v6) {
       // IPv6: a MAC change keeps the link-local made from the old MAC, which is the VM's own link-local now: the
       // veth gives it up and makes none (its undo puts the kernel's default, EUI-64 of the original MAC, back)
@@ -442,6 +455,7 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
       index,
       cniName: v,
       type: 'tap',
+      binding: Binding.Bridge,
       vmMac: link.mac.toLowerCase(),
       vethMacNew: mac.toLowerCase(),
       mtu: link.mtu,

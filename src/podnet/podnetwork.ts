@@ -27,6 +27,7 @@ import { native } from '../native.js';
 import { findVfs, ipVfLink, planVfs } from './vf.js';
 import { closeFds, closeFdsOffLoop, isBusy, openFds, openNewFds } from './fds.js';
 import { checkRecoverCsn, checkSameCsn, conventionRecord, recoverRecord } from './recover.js';
+import { chooseBinding, type BindingMode } from './binding.js';
 
 export { resultForRecover } from './recover.js';
 
@@ -68,6 +69,8 @@ export interface PodNetworkOptions {
    * skips making its netns and its prepared links. Default 0 (tapmanager's --spare-netns sets 1).
    */
   spareNetns?: number;
+  /** how CNI interfaces are joined to their taps (binding.ts): default auto (tc-redirect for macvlan and ipvlan) */
+  binding?: BindingMode;
 }
 
 export interface PodNetworkState {
@@ -242,7 +245,8 @@ export class PodNetwork {
         completed = withPodDns(completeResult(result, observed, nsPath), desc.DNS);
         const vfs = findVfs(this.deps.sysfs, observed, completed);
         const vfSetups = this.opts.enableSriov ? await planVfs(this.deps.sysfs, this.deps.vfLink, observed, vfs, list, log, signal) : undefined;
-        plan = planContainerSide({ observed, result: completed, newMac: () => randomLaaMac(), vfs: new Set(vfs.keys()), prepared: this.ifName, ...(vfSetups ? { vfSetups } : {}) });
+        const binding = this.opts.binding ?? 'auto';
+        plan = planContainerSide({ observed, result: completed, newMac: () => randomLaaMac(), vfs: new Set(vfs.keys()), prepared: this.ifName, bindingOf: (_i, link) => chooseBinding(binding, link), ...(vfSetups ? { vfSetups } : {}) });
       } catch (e) {
         throw stepError(ipv6OffNow && isVmpodError(e) && e.op === 'sysctl' ? StepName.Ipv6Off : 'plan', undefined, e);
       }
@@ -625,9 +629,15 @@ export class PodNetwork {
   }
 }
 
-/** The CNI attachment of a pod: its key as the container id, the K8S_* args kubelet's CRI runtime would pass. */
-function runtimeConf(rec: PodRecord, ifName: string): RuntimeConf {
+/**
+ * The CNI attachment of a pod: its key as the container id, the K8S_* args kubelet's CRI runtime would pass, and the
+ * request's port mappings and bandwidth as capability args (runtimeConfig of the plugins that declare them). All of it
+ * comes from the record, so DEL (and a restart's) gets what ADD got.
+ */
+export function runtimeConf(rec: Pick<PodRecord, 'key' | 'nsPath' | 'desc'>, ifName: string): RuntimeConf {
+  const caps = capabilityArgs(rec.desc);
   return {
+    ...(caps ? { capabilityArgs: caps } : {}),
     containerId: rec.key,
     netns: rec.nsPath,
     ifName,
@@ -640,9 +650,21 @@ function runtimeConf(rec: PodRecord, ifName: string): RuntimeConf {
   };
 }
 
+/** The capability args of a pod (CNI conventions: portMappings, bandwidth); undefined when it has none. */
+export function capabilityArgs(desc: PodNetworkDesc): Record<string, unknown> | undefined {
+  const caps: Record<string, unknown> = {};
+  if (desc.portMappings && desc.portMappings.length > 0) caps['portMappings'] = desc.portMappings;
+  if (desc.bandwidth) caps['bandwidth'] = desc.bandwidth;
+  return Object.keys(caps).length > 0 ? caps : undefined;
+}
+
 /** A pod's interfaces for a log line: `virtlet-eth0->br0/tap0`, or a VF's PCI address and PF. */
 export function describeInterfaces(st: Pick<PodNetworkState, 'interfaces'>): string[] {
   return st.interfaces.map((i) =>
-    i.type === 'vf' ? `${i.cniName}->vfio-pci ${i.pciAddress ?? '?'} (VF ${i.vf?.vfIndex ?? '?'} of ${i.vf?.pfIfname ?? '?'})` : `${i.cniName}->${i.bridgeName}/${i.tapName}`,
+    i.type === 'vf'
+      ? `${i.cniName}->vfio-pci ${i.pciAddress ?? '?'} (VF ${i.vf?.vfIndex ?? '?'} of ${i.vf?.pfIfname ?? '?'})`
+      : i.binding === 'tc-redirect'
+        ? `${i.cniName}<-tc-redirect->${i.tapName}`
+        : `${i.cniName}->${i.bridgeName}/${i.tapName}`,
   );
 }

@@ -9,6 +9,7 @@ import { Phase, newRecord, type PodRecord } from '../state/record.js';
 import { SRIOV_DISABLED_HINT, cniAddStep, observedBeforeFromCsn, planContainerSide, podNetnsSteps } from './plan.js';
 import { hasSandbox } from './result.js';
 import { bridgeName, tapName, type Observed } from './types.js';
+import { Binding } from './binding.js';
 
 /** The steps every pod network starts with: its netns (and sysctls), then the CNI ADD of `ifName`. */
 export function baseSteps(key: string, ifName: string): PodRecord['steps'] {
@@ -59,15 +60,18 @@ export interface RecoverInput {
 }
 
 /**
- * The ready record of a pod network recovered from its csn: every csn interface must have its link, tap<i> and
- * br<i> in the netns; the planner, given the netns as it was before add (observedBeforeFromCsn, our links left
- * out) and the live MACs, yields the steps add recorded.
+ * The ready record of a pod network recovered from its csn: every csn interface must have its link and tap<i> in the
+ * netns, and br<i> unless it has the tc-redirect binding (which makes none: its binding is told by the missing bridge);
+ * the planner, given the netns as it was before add (observedBeforeFromCsn, our links left out) and the live MACs
+ * (the veth's new one; under tc-redirect the tap's), yields the steps add recorded.
  */
 export function recoverRecord({ key, nsPath, ifName, desc, csn, live }: RecoverInput): PodRecord {
   const names = new Set(live.links.map((l) => l.name));
   const reserved = new Set<string>();
+  const redirected = new Set<number>();
   csn.Interfaces.forEach((ni, i) => {
-    for (const n of [ni.Name, tapName(i), bridgeName(i)]) {
+    if (!names.has(bridgeName(i))) redirected.add(i);
+    for (const n of [ni.Name, tapName(i)]) {
       if (!names.has(n)) throw new VmpodError(ErrorCode.State, `recover ${key}: netns ${nsPath} has no link ${n}: the container-side network is not there to recover`, { key, op: 'recover' });
     }
     reserved.add(tapName(i)).add(bridgeName(i));
@@ -76,7 +80,12 @@ export function recoverRecord({ key, nsPath, ifName, desc, csn, live }: RecoverI
   const withoutOurs: Observed = { links: live.links.filter((l) => !reserved.has(l.name)), routes4: live.routes4 };
   const before = observedBeforeFromCsn(withoutOurs, result, csn);
   const liveMac = new Map(live.links.map((l) => [l.name, l.mac]));
-  const plan = planContainerSide({ observed: before, result, newMac: (_i, link) => liveMac.get(link.name) ?? link.mac });
+  const plan = planContainerSide({
+    observed: before,
+    result,
+    newMac: (i, link) => (redirected.has(i) ? liveMac.get(tapName(i)) : liveMac.get(link.name)) ?? link.mac,
+    bindingOf: (i) => (redirected.has(i) ? Binding.TcRedirect : Binding.Bridge),
+  });
   return newRecord({
     key,
     desc,

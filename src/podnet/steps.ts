@@ -14,7 +14,7 @@ import { bindToVfio } from '../devices/bind.js';
 import { vfLinkArgv } from '../devices/vf.js';
 import type { StateStore } from '../state/store.js';
 import type { Op, PodRecord, Step } from '../state/record.js';
-import { addFilterTable, deleteFilterTable, isAlreadyUndone, runIpLines, type NetExec } from './exec.js';
+import { addFilterTable, deleteFilterTable, isAlreadyUndone, lineText, runIpLines, type NetExec } from './exec.js';
 import { restoreVfDriver, restoreVfLink, returnVfNetdev, type VfLink } from './vf.js';
 
 /** What the engine works with; PodNetwork builds it once. */
@@ -53,9 +53,11 @@ export function runsOf(items: readonly StepOp[]): Run[] {
   const runs: Run[] = [];
   for (const { step, op } of items) {
     const last = runs[runs.length - 1];
-    if (op.op === 'ip') {
-      if (last?.kind === 'ip') last.lines.push({ step, args: op.args });
-      else runs.push({ kind: 'ip', lines: [{ step, args: op.args }] });
+    if (op.op === 'ip' || op.op === 'tc') {
+      // a tc line goes in the same batch, marked by its leading "tc" (exec.ts lineRequest)
+      const args = op.op === 'tc' ? ['tc', ...op.args] : op.args;
+      if (last?.kind === 'ip') last.lines.push({ step, args });
+      else runs.push({ kind: 'ip', lines: [{ step, args }] });
     } else if (op.op === 'ebtables') {
       if (last?.kind === 'ebtables' && last.step === step) last.rules.push(op.args);
       else runs.push({ kind: 'ebtables', step, rules: [op.args] });
@@ -130,7 +132,7 @@ export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], si
       if (failures.length > 0) {
         const f = failures[0]!;
         const g = run.lines[f.line - 1] ?? run.lines[0]!;
-        throw stepError(g.step.name, g.step.target, new VmpodError(ErrorCode.Netlink, `ip ${g.args.join(' ')}: ${f.message}`));
+        throw stepError(g.step.name, g.step.target, new VmpodError(ErrorCode.Netlink, `${lineText(g.args)}: ${f.message}`));
       }
       continue;
     }
@@ -220,6 +222,7 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
       await deleteFilterTable(rec.nsPath, op.table);
       return;
     case 'ip':
+    case 'tc':
     case 'ebtables':
     case 'netns-del':
     case 'cni-add':
@@ -278,7 +281,7 @@ async function undoIpLines(rec: PodRecord, lines: { step: Step; args: string[] }
     .filter((f) => !isAlreadyUndone(f.message))
     .map((f) => {
       const g = lines[f.line - 1];
-      return new VmpodError(ErrorCode.Netlink, `undo "${g?.step.name ?? '?'}"${g?.step.target ? ` on ${g.step.target}` : ''}: ip ${g?.args.join(' ') ?? ''}: ${f.message}`, { key, op: g?.step.name ?? 'undo' });
+      return new VmpodError(ErrorCode.Netlink, `undo "${g?.step.name ?? '?'}"${g?.step.target ? ` on ${g.step.target}` : ''}: ${lineText(g?.args ?? [])}: ${f.message}`, { key, op: g?.step.name ?? 'undo' });
     });
 }
 
@@ -302,6 +305,7 @@ async function undoOne(deps: StepDeps, rec: PodRecord, op: Op, log: Logger): Pro
       if (!existsSync(rec.nsPath)) return;
       return deleteFilterTable(rec.nsPath, op.table);
     case 'ip':
+    case 'tc':
     case 'ebtables':
       throw new VmpodError(ErrorCode.Internal, `op ${op.op} runs in a batch, not alone`);
     case 'netns-add':

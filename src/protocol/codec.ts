@@ -11,12 +11,14 @@ import type { CniDns } from '../cni/types.js';
 import { macToBase64, parseMac } from './mac.js';
 import {
   InterfaceType,
+  type Bandwidth,
   type CniResultV031,
   type ContainerSideNetwork,
   type GetFDPayload,
   type GetInfo,
   type NetIf,
   type PodNetworkDesc,
+  type PortMapping,
   type RecoverPayload,
 } from './payloads.js';
 
@@ -170,6 +172,38 @@ function dns(v: unknown, path: string, p: Problems): CniDns {
   return out;
 }
 
+const PROTOCOLS: readonly PortMapping['protocol'][] = ['tcp', 'udp', 'sctp'];
+
+function portMapping(e: Obj, pre: string, p: Problems): PortMapping {
+  const port = (f: string): number => {
+    const v = optInt(e, f, pre, p, 1, 65535);
+    if (v === undefined && (e[f] === undefined || e[f] === null)) p.add(`${pre}${f}`, 'is required', e[f]);
+    return v ?? 0;
+  };
+  const hostPort = port('hostPort');
+  const containerPort = port('containerPort');
+  // CRI names them in upper case (TCP), CNI plugins in lower case, as containerd passes them
+  const proto = (optStr(e, 'protocol', pre, p) ?? 'tcp').toLowerCase();
+  const protocol = PROTOCOLS.find((x) => x === proto);
+  if (protocol === undefined) p.add(`${pre}protocol`, `must be one of ${PROTOCOLS.join(', ')}`, e.protocol);
+  const hostIP = optStr(e, 'hostIP', pre, p) ?? '';
+  if (hostIP !== '') checkIp(hostIP, `${pre}hostIP`, p);
+  return { hostPort, containerPort, protocol: protocol ?? 'tcp', hostIP };
+}
+
+function bandwidth(v: unknown, path: string, p: Problems): Bandwidth {
+  if (!isObj(v)) {
+    p.add(path, 'must be an object', v);
+    return {};
+  }
+  const out: Bandwidth = {};
+  for (const f of ['ingressRate', 'ingressBurst', 'egressRate', 'egressBurst'] as const) {
+    const n = optInt(v, f, `${path}.`, p, 0, Number.MAX_SAFE_INTEGER);
+    if (n !== undefined) out[f] = n;
+  }
+  return out;
+}
+
 function podNetworkDesc(v: unknown, path: string, p: Problems): PodNetworkDesc {
   if (!isObj(v)) {
     p.add(path, 'must be an object', v);
@@ -182,6 +216,9 @@ function podNetworkDesc(v: unknown, path: string, p: Problems): PodNetworkDesc {
     podName: reqStr(v, 'podName', pre, p),
     DNS: v.DNS === undefined || v.DNS === null ? null : dns(v.DNS, `${pre}DNS`, p),
   };
+  const ports = objArr(v, 'portMappings', pre, p, { hostPort: 0, containerPort: 0, protocol: 'tcp' as const, hostIP: '' }, (e, itemPre) => portMapping(e, itemPre, p));
+  if (ports !== undefined && ports.length > 0) desc.portMappings = ports;
+  if (v.bandwidth !== undefined && v.bandwidth !== null) desc.bandwidth = bandwidth(v.bandwidth, `${pre}bandwidth`, p);
   // the one identity rule, up front: these names go into CNI_ARGS, the state record and DHCP
   for (const { field, problem } of podDescProblems(desc)) p.add(`${pre}${field}`, problem, desc[field]);
   return desc;
@@ -414,7 +451,15 @@ export function encodeCsn(c: ContainerSideNetwork, opts: EncodeCsnOptions = {}):
 }
 
 function descObject(d: PodNetworkDesc): unknown {
-  return { podId: d.podId, podNs: d.podNs, podName: d.podName, DNS: d.DNS ? encodeDns(d.DNS) : null };
+  // the runtimeConfig fields only when there are any: Virtlet's own requests stay as they were
+  return {
+    podId: d.podId,
+    podNs: d.podNs,
+    podName: d.podName,
+    DNS: d.DNS ? encodeDns(d.DNS) : null,
+    ...(d.portMappings && d.portMappings.length > 0 ? { portMappings: d.portMappings.map((m) => ({ hostPort: m.hostPort, containerPort: m.containerPort, protocol: m.protocol, hostIP: m.hostIP })) } : {}),
+    ...(d.bandwidth ? { bandwidth: { ...d.bandwidth } } : {}),
+  };
 }
 
 /** add (0) request payload. */

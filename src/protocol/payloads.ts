@@ -1,12 +1,34 @@
 // Virtlet's JSON payloads, field names exactly as Virtlet's Go code marshals them (docs/protocol.md).
 import type { CniDns } from '../cni/types.js';
 
-/** Virtlet's PodNetworkDesc. Note the upper-case "DNS" key. */
+/** A pod's port mapping as CNI's portMappings capability carries it (containerd and cri-o fill it from hostPort). */
+export interface PortMapping {
+  hostPort: number;
+  containerPort: number;
+  protocol: 'tcp' | 'udp' | 'sctp';
+  /** the node address to listen on; "" for all */
+  hostIP: string;
+}
+
+/** A pod's traffic shaping as CNI's bandwidth capability carries it: rates in bits per second, bursts in bits. */
+export interface Bandwidth {
+  ingressRate?: number;
+  ingressBurst?: number;
+  egressRate?: number;
+  egressBurst?: number;
+}
+
+/**
+ * Virtlet's PodNetworkDesc. Note the upper-case "DNS" key. portMappings and bandwidth are ours (Virtlet's client never
+ * sends them): the runtimeConfig of the plugins that declare those capabilities.
+ */
 export interface PodNetworkDesc {
   podId: string;
   podNs: string;
   podName: string;
   DNS?: CniDns | null;
+  portMappings?: PortMapping[];
+  bandwidth?: Bandwidth;
 }
 
 /** add (0) request payload. */

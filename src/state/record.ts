@@ -39,6 +39,10 @@ export const StepName = {
    * interface is not the one they were made for (an SR-IOV VF, or a plugin that names it otherwise)
    */
   DropPrepared: 'drop-prepared',
+  /** tc-redirect binding: the CNI interface's IPv6 link-local given up (the VM has the same one: same MAC) */
+  LinkLocalOff: 'link-local-off',
+  /** tc-redirect binding: ingress qdiscs and u32 filters redirecting the CNI interface and its tap to each other */
+  TcRedirect: 'tc-redirect',
 } as const;
 export type StepName = (typeof StepName)[keyof typeof StepName];
 
@@ -54,6 +58,8 @@ export type Op =
   | { op: 'netns-add'; name: string }
   | { op: 'netns-del'; name: string }
   | { op: 'ip'; args: string[]; withNetns?: true }
+  // one `tc` command line (without "tc"), run as its rtnetlink request in the same batch as the ip lines (tclines.ts)
+  | { op: 'tc'; args: string[]; withNetns?: true }
   // records of versions before the nf_tables filter: their rules are deleted with ebtables
   | { op: 'ebtables'; args: string[]; withNetns?: true }
   // the DHCP filter: nf_tables table `table` (bridge family) in the pod netns with these rules, in ebtables' words
@@ -123,11 +129,11 @@ export function newRecord(fields: Pick<PodRecord, 'key' | 'desc' | 'nsPath' | 'p
 
 const PHASES: readonly string[] = Object.values(Phase);
 const STEP_NAMES: readonly string[] = Object.values(StepName);
-const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'ebtables', 'nft', 'nft-del', 'sysctl', 'cni-add', 'cni-del', 'vf-bind', 'vf-restore-driver', 'vf-link', 'vf-netdev-return'];
+const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'tc', 'ebtables', 'nft', 'nft-del', 'sysctl', 'cni-add', 'cni-del', 'vf-bind', 'vf-restore-driver', 'vf-link', 'vf-netdev-return'];
 
 function opProblems(o: unknown, where: string): string[] {
   if (!isObj(o) || typeof o.op !== 'string' || !OP_NAMES.includes(o.op)) return [`${where}: not an op`];
-  if ((o.op === 'ip' || o.op === 'ebtables') && !(Array.isArray(o.args) && o.args.every((a) => typeof a === 'string'))) {
+  if ((o.op === 'ip' || o.op === 'tc' || o.op === 'ebtables') && !(Array.isArray(o.args) && o.args.every((a) => typeof a === 'string'))) {
     return [`${where}: ${o.op} op without string args`];
   }
   if (o.op === 'sysctl' && !(Array.isArray(o.settings) && o.settings.every((a) => typeof a === 'string' && /^[\w./-]+=\S+$/.test(a)))) {

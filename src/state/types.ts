@@ -8,20 +8,23 @@ export interface PodInterface {
   /** the link the CNI plugin left in the pod netns (e.g. "virtlet-eth0") */
   cniName: string;
   type: 'tap' | 'vf';
+  /** how a tap interface is joined to its CNI interface (src/podnet/binding.ts); absent in older records: bridge */
+  binding?: 'bridge' | 'tc-redirect';
   /**
    * colon-hex, the ORIGINAL veth MAC: the VM's NIC takes it so the outside sees the pod's MAC unchanged.
    * For a VF: the MAC its netdev had in the pod netns, set on the PF for the VF (the guest's VF driver gets it).
    */
   vmMac: string;
-  /** the random locally administered MAC the veth got instead */
+  /** the random locally administered MAC the veth got instead (bridge binding; tc-redirect leaves the MAC alone) */
   vethMacNew?: string;
   mtu: number;
   /** '' for a VF (no tap, no bridge) */
   tapName: string;
+  /** '' for a VF and for the tc-redirect binding (no bridge) */
   bridgeName: string;
-  /** the bridge's link-local address, where the DHCP server answers from ('' for a VF) */
+  /** the bridge's link-local address, where the DHCP server answers from (tc-redirect: the tap's; '' for a VF) */
   bridgeIp: string;
-  /** IPv6: the bridge's MAC and link-local address, the router and DHCPv6 server the guest sees (absent: no IPv6) */
+  /** IPv6: the bridge's (tc-redirect: the tap's) MAC and link-local address, the router and DHCPv6 server the guest sees (absent: no IPv6) */
   bridgeMac?: string;
   bridgeIp6?: string;
   /** a VF's full PCI address (0000:bb:dd.f), as Virtlet's csn PCIAddress */

@@ -5,6 +5,7 @@ import { parseCli, type OptionSpec } from '../cliargs.js';
 import { isLogLevel } from '../log.js';
 import { isIpv4 } from '../net/ip.js';
 import type { LevelWithSilent } from 'pino';
+import { BINDING_MODES, type BindingMode } from '../podnet/binding.js';
 
 export interface TapmanagerConfig {
   socket: string;
@@ -31,6 +32,8 @@ export interface TapmanagerConfig {
   spareNetns: number;
   /** the optional HTTP listener (/healthz, /readyz, /metrics); absent = off */
   httpListen?: { host: string; port: number };
+  /** how CNI interfaces are joined to the VM's taps (src/podnet/binding.ts) */
+  binding: BindingMode;
   help: boolean;
   /** --version: print the package version and exit */
   version: boolean;
@@ -158,6 +161,13 @@ export const FLAGS = {
     kind: 'string',
     help: 'ADDR:PORT for /healthz, /readyz and /metrics over HTTP (e.g. 127.0.0.1:9731); off when empty',
   },
+  binding: {
+    flag: '--binding',
+    env: 'VMPOD_BINDING',
+    def: 'auto',
+    kind: 'string',
+    help: 'how a CNI interface is joined to the VM\'s tap: bridge, tc-redirect, or auto (tc-redirect for macvlan and ipvlan, whose MAC cannot move to the VM; bridge otherwise)',
+  },
 } as const satisfies Record<string, FlagSpec>;
 
 type Key = keyof typeof FLAGS;
@@ -237,6 +247,8 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   const httpRaw = get('httpListen');
   const http = httpRaw === '' ? undefined : parseListen(httpRaw);
   if (httpRaw !== '' && !http) errors.push(`--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9731 or [::1]:9731)`);
+  const binding = BINDING_MODES.find((b) => b === get('binding'));
+  if (binding === undefined) errors.push(`--binding / VMPOD_BINDING ${JSON.stringify(get('binding'))} is not one of ${BINDING_MODES.join(', ')}`);
   if (errors.length > 0) return { ok: false, errors };
   const group = get('socketGroup');
   return {
@@ -258,6 +270,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       stopTimeoutMs,
       spareNetns,
       ...(http ? { httpListen: http } : {}),
+      binding: binding!,
       help,
       version,
     },

@@ -46,13 +46,18 @@ export class DhcpServers {
           mac: iface.vmMac,
           defaultDns: this.defaultDns,
         });
-        if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log, quiet, ...this.hooks }));
+        // tc-redirect: no bridge; the server's address is on the tap, where the VM's DHCP stays (podnet tcredirect.ts)
+        const tcRedirect = iface.binding === 'tc-redirect';
+        if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: tcRedirect ? iface.tapName : iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log, quiet, ...this.hooks }));
         if (guest.v6) {
           // records written before IPv6 support carry no bridgeMac: the planner's rule (the veth's new MAC) applies
           const mac = iface.bridgeMac ?? iface.vethMacNew;
           if (!mac) throw new VmpodError(ErrorCode.State, `pod ${st.key} interface ${iface.cniName} has no bridge MAC to serve IPv6 from`, { key: st.key, op: 'dhcp6' });
           const ip6 = iface.bridgeIp6 ?? formatIpv6(linkLocalFromMac(mac));
-          servers.push(RaServer.start({ nsPath: st.nsPath, tap: iface.tapName, routerMac: mac, routerIp: ip6, lease: guest.v6, log, quiet }));
+          // tc-redirect: the pod netns routes nothing for the VM, which is on the CNI network's link: our RA gives the
+          // prefix, DNS and the DHCPv6 flag but no default route (that network's own routers advertise theirs)
+          const ra = tcRedirect ? { ...guest.v6, defaultRoute: false } : guest.v6;
+          servers.push(RaServer.start({ nsPath: st.nsPath, tap: iface.tapName, routerMac: mac, routerIp: ip6, lease: ra, log, quiet }));
           servers.push(Dhcp6Server.start({ nsPath: st.nsPath, tap: iface.tapName, serverMac: mac, serverIp: ip6, lease: guest.v6, log, quiet }));
         }
       }

@@ -69,6 +69,7 @@ describe('parseCli', () => {
   it('refuses positionals where the program takes none', () => {
     expect(parseCli(['a', '--v', '1'], { v: { type: 'string' } }, false)).toEqual({
       values: new Map([['v', '1']]),
+      lists: new Map(),
       positionals: [],
       rest: [],
       errors: ['unknown argument "a"'],

@@ -58,7 +58,7 @@ describe('planContainerSide', () => {
   it('turns the sandboxed veth into veth + bridge + tap, every step with its undo', () => {
     const plan = planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
     expect(plan.interfaces).toEqual([
-      { index: 2, cniName: 'virtlet-eth0', type: 'tap', vmMac: '42:a4:a6:22:80:2e', vethMacNew: '02:11:22:33:44:55', mtu: 1450, tapName: 'tap0', bridgeName: 'br0', bridgeIp: '169.254.254.2', vlanId: 0 },
+      { index: 2, cniName: 'virtlet-eth0', type: 'tap', binding: 'bridge', vmMac: '42:a4:a6:22:80:2e', vethMacNew: '02:11:22:33:44:55', mtu: 1450, tapName: 'tap0', bridgeName: 'br0', bridgeIp: '169.254.254.2', vlanId: 0 },
     ]);
     expect(plan.steps.map((s) => `${s.name}:${s.target}`)).toEqual([
       'ipv6-off:netns', // the result has no IPv6

@@ -22,6 +22,7 @@ describe('tapmanager config', () => {
         maxConnections: 256,
         stopTimeoutMs: 80000,
         spareNetns: 1,
+        binding: 'auto',
         help: false,
         version: false,
       },

@@ -1,0 +1,115 @@
+// The tc-redirect binding's steps for one CNI interface (Kata's tcfilter, firecracker's tc-redirect-tap): no bridge; an
+// ingress qdisc on the interface and on tap<i>, and on each a u32 filter that redirects every frame to the other's
+// egress (mirred). The VM uses the interface's MAC, and the interface keeps it: the only way for macvlan and ipvlan.
+// Pure. plan.ts strips the interface's addresses and routes first, as for the bridge binding.
+//
+// Before the redirect, at a lower prio, filters keep in the pod netns what is not the VM's or the network's to see
+// (a terminal u32 match with a class id and no action: the frame goes up the pod netns's stack):
+//   on the interface: DHCP answers to the pod netns (udp 68: the dhcp IPAM daemon's lease and renewals) and other
+//     clients' requests (udp 67); DHCPv6 likewise (546, 547);
+//   on the tap: the VM's DHCP, DHCPv6, router solicitations and advertisements (our servers answer them on the tap),
+//     and its ARP for the DHCP server's address (169.254.254.2, on the tap), which the pod netns answers.
+// u32 offsets count from the network header: IPv4 without options, IPv6 without extension headers (DHCP has neither).
+// IPv6: the VM and the interface share the MAC, so they would share its EUI-64 link-local address; the interface gives
+// it up and makes none (addrgenmode none), so the pod netns never answers for it (DAD, NS).
+import { StepName, type Op, type Step } from '../state/record.js';
+import type { PodInterface } from '../state/types.js';
+import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
+import { Binding } from './binding.js';
+import { BRIDGE_IP, BRIDGE_PREFIX, tapName, type ObservedLink } from './types.js';
+
+const ip = (...args: string[]): Extract<Op, { op: 'ip' }> => ({ op: 'ip', args });
+const tc = (...args: string[]): Extract<Op, { op: 'tc' }> => ({ op: 'tc', args });
+
+/** The class id of a kept frame (any: the ingress qdisc has no classes; it only makes the match terminal). */
+export const KEEP_CLASSID = 'ffff:1';
+/** The redirect's prio: after every keep filter. */
+export const REDIRECT_PRIO = 100;
+
+const UDP = 17;
+const ICMPV6 = 58;
+
+/** u32 matches of one kind of frame: [protocol, matches]. */
+type Match = [protocol: 'ip' | 'ipv6' | 'arp', words: string[]];
+
+const udp4 = (port: number): Match => ['ip', ['match', 'u8', String(UDP), '0xff', 'at', '9', 'match', 'u16', String(port), '0xffff', 'at', '22']];
+const udp6 = (port: number): Match => ['ipv6', ['match', 'u8', String(UDP), '0xff', 'at', '6', 'match', 'u16', String(port), '0xffff', 'at', '42']];
+const icmp6 = (type: number): Match => ['ipv6', ['match', 'u8', String(ICMPV6), '0xff', 'at', '6', 'match', 'u8', String(type), '0xff', 'at', '40']];
+/** ARP whose target protocol address (offset 24) is the DHCP server's */
+const arpFor = (ipv4: string): Match => ['arp', ['match', 'u32', `0x${Buffer.from(ipv4.split('.').map(Number)).toString('hex')}`, '0xffffffff', 'at', '24']];
+
+/** What stays in the pod netns, by the device it arrives on. */
+export const KEPT_FROM_NETWORK: readonly Match[] = [udp4(68), udp4(67), udp6(546), udp6(547)];
+export const KEPT_FROM_VM: readonly Match[] = [udp4(67), udp4(68), arpFor(BRIDGE_IP), udp6(547), udp6(546), icmp6(133), icmp6(134)];
+
+/** The tc lines of one direction: the ingress qdisc of `dev`, its keep filters, then the redirect to `to`. */
+export function redirectLines(dev: string, to: string, kept: readonly Match[]): string[][] {
+  const head = ['filter', 'add', 'dev', dev, 'parent', 'ffff:'];
+  return [
+    ['qdisc', 'add', 'dev', dev, 'ingress'],
+    ...kept.map(([proto, words], n) => [...head, 'prio', String(n + 1), 'protocol', proto, 'u32', ...words, 'classid', KEEP_CLASSID]),
+    [...head, 'prio', String(REDIRECT_PRIO), 'protocol', 'all', 'u32', 'match', 'u8', '0', '0', 'at', '0', 'action', 'mirred', 'egress', 'redirect', 'dev', to],
+  ];
+}
+
+export interface TcRedirectInput {
+  /** the interface's ordinal among the taps (tap<i>) */
+  i: number;
+  /** its position in the CNI result */
+  index: number;
+  link: ObservedLink;
+  /** the tap's own MAC (the router and DHCPv6 server the guest sees over IPv6 use it) */
+  tapMac: string;
+  /** the result gives the interface IPv6 */
+  v6: boolean;
+}
+
+/** The steps after strip-routes/strip-addrs, and the interface the record keeps. */
+export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput): { steps: Step[]; iface: PodInterface } {
+  const v = link.name;
+  const tap = tapName(i);
+  const mtu = String(link.mtu);
+  const mac = tapMac.toLowerCase();
+  const tapIp6 = formatIpv6(linkLocalFromMac(mac));
+  const steps: Step[] = [];
+  if (v6) {
+    steps.push({
+      name: StepName.LinkLocalOff,
+      target: v,
+      do: [ip('link', 'set', 'dev', v, 'addrgenmode', 'none'), ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v))],
+      undo: [ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'), ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad')],
+    });
+  }
+  steps.push({
+    name: StepName.Tap,
+    target: tap,
+    do: [
+      ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr'),
+      ip('link', 'set', 'dev', tap, 'mtu', mtu, 'address', mac, ...(v6 ? ['addrgenmode', 'none'] : [])),
+      ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', tap),
+    ],
+    undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
+  });
+  steps.push({ name: StepName.LinksUp, target: tap, do: [v, tap].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
+  steps.push({
+    name: StepName.TcRedirect,
+    target: v,
+    do: [...redirectLines(v, tap, KEPT_FROM_NETWORK), ...redirectLines(tap, v, KEPT_FROM_VM)].map((l) => tc(...l)),
+    // the interface's qdisc goes before its CNI DEL (host-device would take it back to the host); the tap's with the netns
+    undo: [tc('qdisc', 'del', 'dev', v, 'ingress'), { ...tc('qdisc', 'del', 'dev', tap, 'ingress'), withNetns: true }],
+  });
+  const iface: PodInterface = {
+    index,
+    cniName: v,
+    type: 'tap',
+    binding: Binding.TcRedirect,
+    vmMac: link.mac.toLowerCase(),
+    mtu: link.mtu,
+    tapName: tap,
+    bridgeName: '',
+    bridgeIp: BRIDGE_IP,
+    ...(v6 ? { bridgeMac: mac, bridgeIp6: tapIp6 } : {}),
+    vlanId: 0,
+  };
+  return { steps, iface };
+}
