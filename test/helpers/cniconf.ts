@@ -79,7 +79,8 @@ async function hostRoutes(): Promise<string> {
   return (await execa('ip', ['-4', 'route', 'show', 'table', 'all'], { timeout: 10_000 })).stdout;
 }
 
-async function uniqueSubnet(): Promise<{ prefix: string }> {
+/** A /24 in 10.200-249.x.0 that no route on the host touches (its first three octets). */
+export async function uniqueSubnet(): Promise<{ prefix: string }> {
   const routes = await hostRoutes();
   for (let i = 0; i < 50; i++) {
     const b = randomBytes(2);

@@ -1,0 +1,208 @@
+// Every network shape a cluster runs, with Debian's plugins and a VM stand-in whose frames go through the pod's tap fd
+// (test/helpers/taprelay.ts): bridge, ptp, macvlan, host-device, the meta-plugin chain (portmap with a hostPort, tuning,
+// firewall), and ipvlan/vlan where the kernel can make them. Each shows the guest's DHCP lease equal to the CNI IP,
+// traffic both ways, and nothing left after release. macvlan and ipvlan get the tc-redirect binding (their MAC stays).
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { execa, type ResultPromise } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FdClient } from '../../src/client/fdclient.js';
+import { native } from '../../src/native.js';
+import type { ContainerSideNetwork, PodNetworkDesc } from '../../src/protocol/payloads.js';
+import { removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
+import { guestOnTap, type GuestNetns } from '../helpers/taprelay.js';
+import { listLinks, listNetns, run } from '../helpers/netns.js';
+import { uniqueSubnet } from '../helpers/cniconf.js';
+import { kernelMakes, makeLan, ping, udhcpcLease, writeConfList, type Lan } from '../helpers/shapes.js';
+
+const rand = () => randomBytes(3).toString('hex');
+
+let d: Daemon;
+let client: FdClient;
+let root = '';
+let confDir = '';
+let ipamDir = '';
+const lans: Lan[] = [];
+const bridges: string[] = [];
+const children: ResultPromise[] = [];
+
+beforeAll(async () => {
+  root = mkdtempSync(join(tmpdir(), 'vmpod-shapes-'));
+  confDir = join(root, 'net.d');
+  ipamDir = join(root, 'ipam');
+  writeConfList(confDir, 'placeholder', [{ type: 'loopback' }]);
+  d = await startDaemon({ confDir, binDirs: ['/usr/lib/cni'], cacheDir: join(root, 'cache') });
+  client = new FdClient(d.socket, { timeoutMs: 60_000 });
+}, 60_000);
+
+afterAll(async () => {
+  for (const c of children) c.kill('SIGKILL');
+  const code = await d?.stop();
+  for (const l of lans) await l.cleanup();
+  for (const b of bridges) await execa('ip', ['link', 'del', b], { reject: false });
+  removeDir(d.dir);
+  rmSync(root, { recursive: true, force: true });
+  expect(code).toBe(0);
+}, 60_000);
+
+const hostLocal = (subnet: string, gateway: string) => ({ type: 'host-local', dataDir: ipamDir, ranges: [[{ subnet, gateway }]], routes: [{ dst: '0.0.0.0/0' }] });
+
+function allocations(net: string): string[] {
+  const dir = join(ipamDir, net);
+  return existsSync(dir) ? readdirSync(dir).filter((f) => !/^(last_reserved_ip\.\d+|lock)$/.test(f)) : [];
+}
+
+interface Pod {
+  key: string;
+  net: string;
+  csn: ContainerSideNetwork;
+  ip: string;
+  guest: GuestNetns;
+  fd: number;
+}
+
+/** add on this conflist, the guest on the tap takes its lease (equal to the CNI IP), and pings `peer` from `peerNs`. */
+async function podOn(plugins: Record<string, unknown>[], peer: { ns: string | undefined; ip: string }, extra: Partial<PodNetworkDesc> = {}): Promise<Pod> {
+  const net = `vmshape-${rand()}`;
+  writeConfList(confDir, net, plugins);
+  const key = `vmsh-${rand()}`;
+  const csn = client.add(key, { podId: key, podNs: 'default', podName: 'vm-shape', DNS: null, ...extra });
+  const ip = csn.Result!.ips!.find((i) => i.version === '4')!.address.split('/')[0]!;
+  const { fds } = client.get(key);
+  const guest = await guestOnTap(fds[0]!, csn.Interfaces[0]!.mac!, csn.Interfaces[0]!.MTU);
+  const lease = await udhcpcLease(guest.ns, join(root, key));
+  expect(lease.ip).toBe(ip);
+  expect(await ping(guest.ns, peer.ip), `the VM reaches ${peer.ip}`).toBe(0);
+  expect(await ping(peer.ns, ip), `${peer.ip} reaches the VM`).toBe(0);
+  return { key, net, csn, ip, guest, fd: fds[0]! };
+}
+
+/** release, then: no netns, no IPAM allocation, no CNI cache file, nothing in the state dir of the pod. */
+async function releaseAll(p: Pod): Promise<void> {
+  await p.guest.close();
+  native().close(p.fd);
+  client.release(p.key);
+  expect(await listNetns()).not.toContain(p.key);
+  expect(allocations(p.net)).toEqual([]);
+  expect(readdirSync(join(root, 'cache', 'results'), { withFileTypes: true }).map((e) => e.name).filter((n) => n.includes(p.key))).toEqual([]);
+  expect(readdirSync(d.stateDir).filter((n) => n.includes(p.key))).toEqual([]);
+}
+
+async function tcFilters(ns: string, dev: string): Promise<{ kind?: string; options?: { actions?: { kind: string; to_dev?: string }[]; flowid?: string } }[]> {
+  return JSON.parse(await run(['ip', 'netns', 'exec', ns, 'tc', '-j', 'filter', 'show', 'dev', dev, 'ingress'])) as never;
+}
+
+async function hostBridge(): Promise<{ name: string; subnet: string; gateway: string }> {
+  const name = `vmsb${rand()}`;
+  bridges.push(name);
+  const { prefix } = await uniqueSubnet();
+  return { name, subnet: `${prefix}.0/24`, gateway: `${prefix}.1` };
+}
+
+describe('CNI shapes with a VM stand-in on the tap fd', () => {
+  it('bridge + host-local: the bridge binding; the host bridge reaches the VM and back', async () => {
+    const br = await hostBridge();
+    const p = await podOn([{ type: 'bridge', bridge: br.name, isGateway: true, ipMasq: false, ipam: hostLocal(br.subnet, br.gateway) }], { ns: undefined, ip: br.gateway });
+    expect(await listLinks(p.key)).toEqual(expect.arrayContaining(['br0', 'tap0', 'virtlet-eth0']));
+    await releaseAll(p);
+    expect(JSON.parse(await run(['ip', '-j', 'link', 'show', 'master', br.name])) as unknown[]).toEqual([]);
+  }, 90_000);
+
+  it('ptp + host-local (the shape of Calico, Cilium, AWS VPC CNI): routed by the host side', async () => {
+    const { prefix } = await uniqueSubnet();
+    const p = await podOn([{ type: 'ptp', ipMasq: false, ipam: hostLocal(`${prefix}.0/24`, `${prefix}.1`) }], { ns: undefined, ip: `${prefix}.1` });
+    await releaseAll(p);
+    // the host side (the veth holding the gateway address) went with the DEL
+    expect(await run(['ip', '-4', '-o', 'addr', 'show'])).not.toContain(`${prefix}.1/`);
+  }, 90_000);
+
+  it('macvlan + host-local: tc-redirect, the VM and the macvlan share its MAC, the LAN reaches the VM and back', async () => {
+    const lan = await makeLan('m');
+    lans.push(lan);
+    // what reaches the LAN's side of the wire: DHCP (udp 67/68) counted
+    await run(['ip', 'netns', 'exec', lan.ns, 'nft', '-f', '-'], {
+      input: 'table netdev vmcount {\n chain in {\n  type filter hook ingress device "lan0" priority 0;\n  udp dport { 67, 68 } counter\n }\n}\n',
+    });
+    const p = await podOn([{ type: 'macvlan', master: lan.parent, mode: 'bridge', ipam: hostLocal(lan.subnet, lan.gateway) }], { ns: lan.ns, ip: lan.gateway });
+    const links = JSON.parse(await run(['ip', '-n', p.key, '-j', '-d', 'link', 'show'])) as { ifname: string; address: string; linkinfo?: { info_kind?: string } }[];
+    const mv = links.find((l) => l.ifname === 'virtlet-eth0')!;
+    expect(mv.linkinfo?.info_kind).toBe('macvlan');
+    expect(mv.address).toBe(p.csn.Interfaces[0]!.mac);
+    expect(links.map((l) => l.ifname)).not.toContain('br0');
+    // what tc itself shows: the keep filters, then the redirect each way
+    const onMv = await tcFilters(p.key, 'virtlet-eth0');
+    expect(onMv.flatMap((f) => f.options?.actions ?? []).map((a) => [a.kind, a.to_dev])).toEqual([['mirred', 'tap0']]);
+    expect(onMv.filter((f) => f.options?.flowid === 'ffff:1').length).toBeGreaterThan(0);
+    const onTap = await tcFilters(p.key, 'tap0');
+    expect(onTap.flatMap((f) => f.options?.actions ?? []).map((a) => [a.kind, a.to_dev])).toEqual([['mirred', 'virtlet-eth0']]);
+    // the VM's DHCP stayed in the pod: not one DHCP frame reached the LAN
+    const counted = JSON.parse(await run(['ip', 'netns', 'exec', lan.ns, 'nft', '-j', 'list', 'table', 'netdev', 'vmcount'])) as { nftables: { rule?: { expr: { counter?: { packets: number } }[] } }[] };
+    const counters = counted.nftables.flatMap((e) => e.rule?.expr.flatMap((x) => (x.counter ? [x.counter.packets] : [])) ?? []);
+    expect(counters).toEqual([0]);
+    await releaseAll(p);
+    expect(JSON.parse(await run(['ip', '-j', '-d', 'link', 'show'])).filter((l: { link?: string; linkinfo?: { info_kind?: string } }) => l.linkinfo?.info_kind === 'macvlan' && l.link === lan.parent)).toEqual([]);
+  }, 90_000);
+
+  it('host-device + host-local: the NIC moves into the pod and back on release', async () => {
+    const lan = await makeLan('h');
+    lans.push(lan);
+    const p = await podOn([{ type: 'host-device', device: lan.parent, ipam: hostLocal(lan.subnet, lan.gateway) }], { ns: lan.ns, ip: lan.gateway });
+    expect(await listLinks()).not.toContain(lan.parent);
+    await releaseAll(p);
+    expect(await listLinks()).toContain(lan.parent);
+  }, 90_000);
+
+  it('bridge chained with portmap, tuning and firewall: a TCP connection to the node hostPort reaches a listener in the VM', async () => {
+    const br = await hostBridge();
+    const hostPort = 20000 + Math.floor(Math.random() * 20000);
+    const p = await podOn(
+      [
+        { type: 'bridge', bridge: br.name, isGateway: true, ipMasq: false, ipam: hostLocal(br.subnet, br.gateway) },
+        { type: 'portmap', capabilities: { portMappings: true }, snat: true },
+        { type: 'tuning', sysctl: { 'net.ipv4.conf.virtlet-eth0.accept_redirects': '0' } },
+        { type: 'firewall', backend: 'iptables' },
+      ],
+      { ns: undefined, ip: br.gateway },
+      { portMappings: [{ hostPort, containerPort: 8080, protocol: 'tcp', hostIP: '' }] },
+    );
+    const listener = execa('ip', ['netns', 'exec', p.guest.ns, 'busybox', 'nc', '-l', '-p', '8080', '-e', 'echo', 'vm-listener'], { reject: false, timeout: 30_000 });
+    children.push(listener);
+    // the node's own address on the CNI bridge: portmap's OUTPUT rule DNATs a local destination to the pod
+    let answer = '';
+    for (let i = 0; i < 20 && !answer.includes('vm-listener'); i++) {
+      const r = await execa('busybox', ['nc', '-w', '2', br.gateway, String(hostPort)], { reject: false, timeout: 5_000, input: '' });
+      answer = r.stdout;
+      if (!answer.includes('vm-listener')) await new Promise((res) => setTimeout(res, 200));
+    }
+    expect(answer).toContain('vm-listener');
+    listener.kill('SIGKILL');
+    await releaseAll(p);
+    // portmap's DNAT chain of the pod went with its DEL
+    expect((await execa('iptables', ['-t', 'nat', '-S'], { reject: false })).stdout).not.toContain(`--dport ${hostPort} `);
+  }, 90_000);
+
+  it('ipvlan + host-local (where the kernel can make one): tc-redirect', async (ctx) => {
+    const k = await kernelMakes('ipvlan');
+    if (!k.ok) ctx.skip(`this kernel cannot make an ipvlan link (${k.why}); the plan is covered by test/unit/podnet-binding.test.ts`);
+    const lan = await makeLan('i');
+    lans.push(lan);
+    const p = await podOn([{ type: 'ipvlan', master: lan.parent, mode: 'l2', ipam: hostLocal(lan.subnet, lan.gateway) }], { ns: lan.ns, ip: lan.gateway });
+    expect((await tcFilters(p.key, 'virtlet-eth0')).flatMap((f) => f.options?.actions ?? []).map((a) => a.to_dev)).toEqual(['tap0']);
+    await releaseAll(p);
+  }, 90_000);
+
+  it('vlan + host-local (where the kernel can make one): the bridge binding on a VLAN of the LAN', async (ctx) => {
+    const k = await kernelMakes('vlan');
+    if (!k.ok) ctx.skip(`this kernel cannot make a vlan link (${k.why})`);
+    const lan = await makeLan('v');
+    lans.push(lan);
+    const { prefix } = await uniqueSubnet();
+    await run(['ip', '-n', lan.ns, 'link', 'add', 'link', 'lan0', 'name', 'lan0.7', 'type', 'vlan', 'id', '7']);
+    await run(['ip', '-n', lan.ns, 'addr', 'add', `${prefix}.1/24`, 'dev', 'lan0.7']);
+    await run(['ip', '-n', lan.ns, 'link', 'set', 'dev', 'lan0.7', 'up']);
+    const p = await podOn([{ type: 'vlan', master: lan.parent, vlanId: 7, ipam: hostLocal(`${prefix}.0/24`, `${prefix}.1`) }], { ns: lan.ns, ip: `${prefix}.1` });
+    await releaseAll(p);
+  }, 90_000);
+});
