@@ -7,7 +7,6 @@ import { FdServer } from '../tapmanager/server.js';
 import { TapmanagerService } from '../tapmanager/service.js';
 import { PodNetwork } from '../podnet/index.js';
 import { CniClient, spawnPluginExec, killOrphanPlugins, confListLoader, sweepCacheTemps } from '../cni/index.js';
-import { stateSpares } from '../state/store.js';
 import { createLogger, type Logger } from '../log.js';
 import { errorChain } from '../errors.js';
 import { native } from '../native.js';
@@ -85,13 +84,10 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
   // metrics (prom-client) only with --http-listen, the one place they are read: loaded on demand
   const metrics = config.httpListen ? (await import('../tapmanager/metrics.js')).createMetrics((): Record<string, number> => service.podsByState(), (): number => server.fastGetsAnswered) : undefined;
   const plugins = spawnPluginExec({ pgidDir });
-  // one pool of spare files for the records and the CNI cache (used where both are on the state dir's filesystem)
-  const spares = stateSpares(config.stateDir);
-  const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: metrics ? metrics.timedExec(plugins) : plugins, timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }), spares });
+  const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: metrics ? metrics.timedExec(plugins) : plugins, timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
   const loadConf = confListLoader(config.cniConfDir);
   const pods = new PodNetwork({
     stateDir: config.stateDir,
-    spares,
     cni,
     loadConfList: loadConf,
     log,

@@ -2,9 +2,9 @@
 // <cacheDir>/results/<network>-<containerId>-<ifName>, mode 0600, a JSON record of kind "cniCacheV1".
 // Being libcni's own format, cnitool and other libcni users can read our records and we theirs.
 import { randomBytes } from 'node:crypto';
-import { closeSync, ftruncateSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
-import { errCode, listDir, type Spares } from '../files.js';
+import { errCode, listDir } from '../files.js';
 import { join } from 'node:path';
 import type { NetworkConfigList, RuntimeConf } from './config.js';
 
@@ -122,31 +122,25 @@ export async function readCacheRecord(path: string, expect: { networkName: strin
 /**
  * Write atomically: a temporary file in the same directory (mode 0600: results hold the pod's addressing), rename over
  * the target. A reader sees the old record or the new one, never half. Not fsynced, as libcni does not: DEL after a
- * crash of the machine runs without prevResult, which the CNI spec allows (the state record keeps the config). The
- * temporary file is a spare when there is one (files.ts Spares), written over and cut to length. Synchronous: five
+ * crash of the machine runs without prevResult, which the CNI spec allows (the state record keeps the config). Synchronous: five
  * or six syscalls on a page-cache file, cheaper than as many trips through the thread pool (each of which waited
  * for a turn of the event loop); the directory is made only when the open finds it missing.
  */
-export function writeCacheRecord(path: string, rec: CacheRecord, spares?: Spares): void {
+export function writeCacheRecord(path: string, rec: CacheRecord): void {
   const tmp = `${path}${TMP_INFIX}${process.pid}-${randomBytes(4).toString('hex')}`;
   const data = Buffer.from(JSON.stringify(rec));
-  const openTmp = (): { fd: number; reused: boolean } => {
-    const reused = spares?.take(tmp) === true;
-    return { fd: openSync(tmp, reused ? 'r+' : 'wx', 0o600), reused };
-  };
+  const openTmp = (): number => openSync(tmp, 'wx', 0o600);
   let fd: number;
-  let reused: boolean;
   try {
-    ({ fd, reused } = openTmp());
+    fd = openTmp();
   } catch (e) {
     if (errCode(e) !== 'ENOENT') throw e;
     mkdirSync(join(path, '..'), { recursive: true, mode: 0o700 });
-    ({ fd, reused } = openTmp());
+    fd = openTmp();
   }
   try {
     try {
       writeSync(fd, data, 0, data.length, 0);
-      if (reused) ftruncateSync(fd, data.length);
     } finally {
       closeSync(fd);
     }
@@ -157,7 +151,7 @@ export function writeCacheRecord(path: string, rec: CacheRecord, spares?: Spares
   }
 }
 
-/** Remove the record (kept as a spare when there is room); a missing one is fine (DEL must succeed twice). */
-export async function removeCacheRecord(path: string, spares?: Spares): Promise<void> {
-  if ((await spares?.give(path)) !== true) await rm(path, { force: true });
+/** Remove the record; a missing one is fine (DEL must succeed twice). */
+export async function removeCacheRecord(path: string): Promise<void> {
+  await rm(path, { force: true });
 }

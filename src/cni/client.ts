@@ -5,7 +5,6 @@ import { isAbsolute } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
-import type { Spares } from '../files.js';
 import { buildCacheRecord, cachedRecordsOf, cacheFilePath, readCacheRecord, removeCacheRecord, writeCacheRecord } from './cache.js';
 import { buildEnv, buildOneConfig, CniVerb, parseConfList, validateRuntime, type NetworkConfigList, type PluginConf, type RuntimeConf } from './config.js';
 import { CniError, formatCniError, parseCniErrorJson } from './errors.js';
@@ -23,8 +22,6 @@ export interface CniClientOptions {
   /** per plugin run, default 60000 */
   timeoutMs?: number;
   log?: Logger;
-  /** cache files are written into spares and given back on DEL when there are (files.ts Spares) */
-  spares?: Spares;
 }
 
 /** CHECK and a prevResult on DEL came with CNI 0.4.0 (libcni gates both on it). */
@@ -36,7 +33,6 @@ export class CniClient {
   readonly #exec: PluginExec;
   readonly #timeoutMs: number;
   readonly #log: Logger;
-  readonly #spares: Spares | undefined;
 
   constructor(opts: CniClientOptions) {
     const problems: string[] = [];
@@ -51,7 +47,6 @@ export class CniClient {
     this.#exec = opts.exec ?? spawnPluginExec();
     this.#timeoutMs = timeoutMs;
     this.#log = opts.log ?? silentLogger();
-    this.#spares = opts.spares;
   }
 
   /**
@@ -97,7 +92,7 @@ export class CniClient {
     const cached = new Promise<VmpodError | undefined>((resolve) =>
       setImmediate(() => {
         try {
-          writeCacheRecord(path, record, this.#spares);
+          writeCacheRecord(path, record);
           resolve(undefined);
         } catch (e) {
           resolve(new VmpodError(ErrorCode.Cni, `ADD network ${list.name}: cache the result in ${path}`, { cause: e, op: 'cache CNI result' }));
@@ -185,7 +180,7 @@ export class CniClient {
         cause: new AggregateError(failures, 'CNI DEL failures'),
       });
     }
-    await removeCacheRecord(cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName), this.#spares);
+    await removeCacheRecord(cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName));
   }
 
   /** Every plugin of the list located (libcni FindInPath), or an error naming the first missing one. Runs nothing. */

@@ -98,11 +98,10 @@ const SLOT_BYTES = 512;
 const BLANK = Buffer.alloc(SLOT_BYTES, 0x20);
 
 /**
- * The PID records of the running plugins: files `<dir>/<n>`, one slot per plugin running at once, written over in place
- * (a record while the plugin runs, spaces once it is over), so that a plugin run creates and removes no file (see
- * files.ts Spares for what that costs). The writes are synchronous: opening a file that exists and writing 512 bytes
- * into a block it has is cheaper than a hop to the pool. Bookkeeping only: a slot that cannot be written leaves the
- * run unrecorded.
+ * The PID records of the running plugins: files `<dir>/<n>`, one slot per plugin running at once, made when a plugin
+ * starts and removed when its run ends, so that the dir holds the running plugins' records only. The writes are
+ * synchronous: creating and writing 512 bytes costs less than a hop to the pool. Bookkeeping only: a slot that cannot
+ * be written leaves the run unrecorded.
  */
 export class PgidSlots {
   #slots = 0;
@@ -125,9 +124,9 @@ export class PgidSlots {
     return undefined;
   }
 
-  /** Blanks the slot and frees it (a record left behind names a group whose members are gone, or are told apart by start time). */
+  /** Removes the slot's file and frees the slot (a record left behind names a group whose members are gone, or are told apart by start time). */
   clear(slot: number): void {
-    this.#write(slot, BLANK);
+    rmSync(join(this.dir, String(slot)), { force: true });
     this.#free.push(slot);
   }
 

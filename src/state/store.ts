@@ -3,7 +3,7 @@
 // both atomic within one filesystem): a crashed or killed tapmanager leaves the old record or the new one, never half.
 // A durable write also fsyncs the file before the rename and the dir after it, so that the record survives a crash of
 // the machine; only what outlives a reboot needs that (an IPAM allocation, a VF's PF settings), as netns, links and taps
-// vanish with the kernel (docs/decisions.md). Files come from and go back to the spares in `<dir>/.spare` (files.ts).
+// vanish with the kernel (docs/decisions.md). The dir holds the records of live pods only (and their scratch files).
 // Synchronous on purpose: records are small, and a record must be written before the step it announces runs (a
 // durable one may finish its fsyncs on the pool while what does not outlive a reboot goes on: writeThenSync).
 import { closeSync, existsSync, fsync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
@@ -11,20 +11,13 @@ import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
 import { ErrorCode, VmpodError } from '../errors.js';
-import { Spares, listDir } from '../files.js';
+import { listDir } from '../files.js';
 import { validateKey } from '../identity.js';
 import { parseRecord, type PodRecord } from './record.js';
 
 const SUFFIX = '.json';
-/** the spare files of the records (files.ts Spares), a dir that keys() never lists */
-const SPARE_DIR = '.spare';
 /** temporary files start with "." so keys() never sees them ("." is not a valid first key char for a record name we write) */
 const TMP_PREFIX = '.tmp-';
-
-/** The spare files of a state dir: `<dir>/.spare`, which keys() never lists. */
-export function stateSpares(dir: string): Spares {
-  return new Spares(join(dir, SPARE_DIR));
-}
 
 /** fsync of a file or dir on the libuv pool (opened and closed here, which costs the loop no wait). */
 async function fsyncPath(path: string): Promise<void> {
@@ -44,17 +37,10 @@ export class StateStore {
   private dirReady = false;
   /** renameat2 RENAME_EXCHANGE works in this dir (until it says otherwise) */
   private canSwap = true;
-  /** the keys whose scratch file exists (the old record after a swap); the others take a spare (`.spare/`) first */
+  /** the keys whose scratch file exists (the old record after a swap) */
   readonly #scratches = new Set<string>();
-  readonly #spares: Spares;
 
-  /** spares: the pool to share (the CNI cache takes from it too); default one of its own in `<dir>/.spare` */
-  constructor(
-    readonly dir: string,
-    spares?: Spares,
-  ) {
-    this.#spares = spares ?? stateSpares(dir);
-  }
+  constructor(readonly dir: string) {}
 
   pathOf(key: string): string {
     validateKey(key);
@@ -90,10 +76,8 @@ export class StateStore {
     // one line (jq reads it): indented, a record is 70 % larger, and a restart reads every record before it serves
     const data = Buffer.from(JSON.stringify(rec) + '\n');
     try {
-      // into an inode that exists: the key's scratch, or a spare (files.ts Spares); a new one only when there is none.
-      // Written over from the start and cut to length, not truncated first: truncating frees the file's blocks,
-      // which on a filesystem mounted with discard waits for the device, for a block the write takes again at once
-      if (!this.#scratches.has(rec.key)) this.#spares.take(scratch);
+      // into the key's scratch when it exists (a new inode otherwise). Written over from the start and cut to length,
+      // not truncated first: truncating frees the file's blocks, which the write takes again at once
       const fd = openSync(scratch, constants.O_WRONLY | constants.O_CREAT, 0o600);
       try {
         let off = 0;
@@ -137,7 +121,7 @@ export class StateStore {
     const path = this.pathOf(key);
     try {
       this.#scratches.delete(key);
-      for (const p of [path, this.scratchOf(key)]) if (!this.#spares.giveSync(p)) rmSync(p, { force: true });
+      for (const p of [path, this.scratchOf(key)]) rmSync(p, { force: true });
       if (durable) this.fsyncDir();
     } catch (e) {
       throw new VmpodError(ErrorCode.State, `remove state record ${path}`, { cause: e, key, op: 'state-remove' });
@@ -152,7 +136,7 @@ export class StateStore {
     const path = this.pathOf(key);
     try {
       this.#scratches.delete(key);
-      await Promise.all([path, this.scratchOf(key)].map(async (p) => (await this.#spares.give(p)) || rm(p, { force: true })));
+      await Promise.all([path, this.scratchOf(key)].map((p) => rm(p, { force: true })));
     } catch (e) {
       throw new VmpodError(ErrorCode.State, `remove state record ${path}`, { cause: e, key, op: 'state-remove' });
     }

@@ -7,7 +7,6 @@ import { existsSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'nod
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { ErrorCode, VmpodError } from '../../src/errors.js';
-import { readPgidRecord } from '../../src/cni/pgid.js';
 import { base64ToMac } from '../../src/protocol/mac.js';
 import type { ContainerSideNetwork, PodNetworkDesc } from '../../src/protocol/payloads.js';
 import { BIN, removeDir, type Daemon } from './daemon.js';
@@ -256,13 +255,12 @@ export async function stopVmsAndRelease(vms: PairVmBase[], pods: Set<string>, cl
 
 /**
  * A pair test's afterAll: tapmanager stopped, what its state dir still holds (no pod record and no plugin record
- * may be left; the plugins dir and its free slot files stay, as do the spare files in .spare: both are files kept
- * for reuse), then its dir, the CNI network and the scratch dir removed. The caller asserts on the exit code and what
+ * may be left; the empty plugins dir stays), then its dir, the CNI network and the scratch dir removed. The caller asserts on the exit code and what
  * was left.
  */
 export async function endPairDaemon(d: Daemon | undefined, net: CniTestNet | undefined, dir: string | undefined): Promise<{ code: number | null | undefined; stateLeft: string[] }> {
   const code = await d?.stop();
-  const kept = (n: string) => n === 'plugins' || n === '.spare' || n.startsWith('.spare/') || (n.startsWith('plugins/') && readPgidRecord(join(d!.stateDir, n)) === undefined);
+  const kept = (n: string) => n === 'plugins';
   const stateLeft = d ? readdirSync(d.stateDir, { recursive: true }).map(String).filter((n) => !kept(n)) : [];
   if (d) removeDir(d.dir);
   await net?.cleanup();
