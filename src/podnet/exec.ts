@@ -2,6 +2,7 @@
 // process), `ebtables` and host-side `ip` spawned. Argument arrays only, every spawn with a timeout and the caller's
 // AbortSignal.
 import { execFile } from 'node:child_process';
+import { constants as osConstants } from 'node:os';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { native } from '../native.js';
 import { decodeAnswers, encodeBatch, type NlAnswer, type NlRequest } from '../net/rtnl.js';
@@ -19,25 +20,35 @@ const OUTPUT_LIMIT_BYTES = 16 * 1024 * 1024;
 export interface BatchFailure {
   /** 1-based line of the batch */
   line: number;
+  /** the errno name the kernel answered (ENODEV, EEXIST...) */
+  code: string;
   message: string;
 }
 
 /**
- * Pure: does this undo error mean "already undone"? The strerror of ENODEV ("No such device", and "Cannot find
- * device" for a name that is not there), ESRCH on route del ("No such process"), the extack of a missing address
- * ("Address not found"), EADDRNOTAVAIL, ENOENT; ebtables: no matching rule.
+ * Pure: does this undo error's errno mean "already undone"? ENODEV (no such device, also for a name that is not
+ * there), ESRCH (route del of a missing route), EADDRNOTAVAIL (addr del of a missing address), ENOENT (a missing
+ * table, rule or file).
  */
-export function isAlreadyUndone(message: string): boolean {
-  return /Cannot find device|No such device|No such process|Address not found|Cannot assign requested address|No such file or directory|does not exist|does a matching rule exist|Cannot find specified qdisc/i.test(message);
+export function isAlreadyUndone(code: string | undefined): boolean {
+  return code !== undefined && ALREADY_UNDONE.has(code);
 }
 
-/** The request of one batch line: an `ip` line, or a `tc` line marked by its leading "tc" (steps.ts runsOf). Pure. */
+const ALREADY_UNDONE: ReadonlySet<string> = new Set(['ENODEV', 'ESRCH', 'EADDRNOTAVAIL', 'ENOENT']);
+
+/** The request of one batch line: an `ip` line, or a `tc` line marked by its leading "tc" (steps.ts lineOf). Pure. */
 export function lineRequest(args: readonly string[]): NlRequest {
   return args[0] === 'tc' ? tcRequest(args.slice(1)) : ipRequest(args);
 }
 
 /** A batch line as a command, for messages. */
 export const lineText = (args: readonly string[]): string => (args[0] === 'tc' ? args.join(' ') : `ip ${args.join(' ')}`);
+
+/** An errno number as its name (the kernel's answers carry the number). */
+export function errnoName(errno: number): string {
+  for (const [name, n] of Object.entries(osConstants.errno)) if (n === errno) return name;
+  return `E${errno}`;
+}
 
 export interface RunOpts {
   signal?: AbortSignal;
@@ -94,26 +105,22 @@ async function netlink(nsPath: string, reqs: NlRequest[], force: boolean, signal
   }
 }
 
-/**
- * Runs recorded `ip` lines in the netns at nsPath, as rtnetlink requests in one addon call on a pool thread (no
- * process). As `ip -batch`, it stops at the first failing line; with force (`ip -force -batch`) every line runs.
- * Returns the failed lines, each with the kernel's reason.
- */
-export async function runIpLines(nsPath: string, lines: readonly (readonly string[])[], opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<BatchFailure[]> {
-  const answers = await netlink(nsPath, lines.map(lineRequest), opts.force ?? false, opts.signal);
-  return answers.flatMap((a, i) => (a.errno === 0 ? [] : [{ line: i + 1, message: a.text }]));
-}
+/** A line of a netlink batch: a recorded `ip` (or `tc`: lineRequest) line, or sysctls written in the netns in their turn. */
+export type NetlinkLine = readonly string[] | { sysctl: readonly string[] };
 
 /**
- * The netns's links, addresses and main-table routes, from three rtnetlink dumps in one addon call; `sysctls`
- * ("name=value") are written in the netns first, in the same call.
+ * Runs recorded `ip` lines (and sysctls) in the netns at nsPath, as rtnetlink requests in one addon call on a pool
+ * thread (no process). As `ip -batch`, it stops at the first failing line; with force (`ip -force -batch`) every line
+ * runs. Returns the failed lines, each with the kernel's errno and reason.
  */
-export async function observeNetns(nsPath: string, signal?: AbortSignal, sysctls: readonly string[] = []): Promise<Observed> {
-  const answers = await netlink(nsPath, sysctls.length > 0 ? [{ sysctl: sysctls }, ...OBSERVE_REQUESTS] : OBSERVE_REQUESTS, false, signal);
-  if (sysctls.length > 0) {
-    const s = answers.shift();
-    if (!s || s.errno !== 0) throw new VmpodError(ErrorCode.Syscall, `in ${nsPath}: ${s?.text ?? `sysctl -w ${sysctls.join(' ')}: no answer`}`, { op: 'sysctl' });
-  }
+export async function runIpLines(nsPath: string, lines: readonly NetlinkLine[], opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<BatchFailure[]> {
+  const answers = await netlink(nsPath, lines.map((l) => ('sysctl' in l ? { sysctl: l.sysctl } : lineRequest(l))), opts.force ?? false, opts.signal);
+  return answers.flatMap((a, i) => (a.errno === 0 ? [] : [{ line: i + 1, code: errnoName(Math.abs(a.errno)), message: a.text }]));
+}
+
+/** The netns's links, addresses and main-table routes, from three rtnetlink dumps in one addon call. */
+export async function observeNetns(nsPath: string, signal?: AbortSignal): Promise<Observed> {
+  const answers = await netlink(nsPath, OBSERVE_REQUESTS, false, signal);
   const failed = answers.find((a) => a.errno !== 0);
   if (failed || answers.length !== 3) throw new VmpodError(ErrorCode.Netlink, `read links and routes of ${nsPath}: ${failed?.text ?? 'no answer'}`);
   return decodeObserved(answers[0]!.data, answers[1]!.data, answers[2]!.data);
@@ -128,5 +135,5 @@ export async function addFilterTable(nsPath: string, table: string, rules: reado
 /** Deletes the filter table with its chains and rules; a table that is not there is "already undone" (ENOENT). */
 export async function deleteFilterTable(nsPath: string, table: string): Promise<void> {
   const [a] = await netlink(nsPath, [filterDelRequest(table)], false);
-  if (!a || (a.errno !== 0 && !isAlreadyUndone(a.text))) throw new VmpodError(ErrorCode.Netlink, `delete nf_tables table bridge ${table} in ${nsPath}: ${a?.text ?? 'no answer'}`);
+  if (!a || (a.errno !== 0 && !isAlreadyUndone(errnoName(Math.abs(a.errno))))) throw new VmpodError(ErrorCode.Netlink, `delete nf_tables table bridge ${table} in ${nsPath}: ${a?.text ?? 'no answer'}`);
 }

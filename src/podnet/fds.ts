@@ -1,32 +1,34 @@
 // The fds a pod hands to its VM (get): one per interface, opened through the addon (a tap must be opened inside
-// the pod netns: openTap on the calling thread, openTapAsync on a pool thread), closed through it.
+// the pod netns: openFds is the one caller of openTap and openTapAsync), closed through it.
 import { close, openSync } from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { native } from '../native.js';
 import type { PodInterface } from '../state/types.js';
 
+/** How add opens the taps it made a moment ago (see openFds); restore and get open them with neither. */
+export interface OpenFdsOptions {
+  /** a tap made a moment ago: EBUSY is a forked process's passing hold, waited out (for up to 255 ms) */
+  justMade?: boolean;
+  /** on a libuv pool thread: TUNSETIFF may wait for rtnl_lock behind other pods' plugins and link changes */
+  offLoop?: boolean;
+}
+
 /**
  * One fd per interface, in interface order (get's fdIndex). A tap: opened in the pod netns. A VF: /dev/null,
  * read-only and close-on-exec (libuv opens every file with O_CLOEXEC), only so that get hands one fd per
  * interface, as Virtlet did; vmwrapper passes the VF by its PCI address and never gives that fd to qemu.
- * On a failure the fds already opened are closed.
+ * justMade: the addon makes a persistent tap on a pool thread with an fd it closes at once; a CNI plugin of another
+ * pod spawned at that moment (by the event loop's thread) holds a copy of the fd table until it execs (close-on-exec),
+ * and meanwhile the tap is attached and TUNSETIFF answers EBUSY. Nothing else can hold a tap of a netns made for this
+ * add, so EBUSY is waited out. On a failure the fds already opened are closed.
  */
-export function openFds(nsPath: string, interfaces: PodInterface[], log: Logger): number[] {
+export async function openFds(nsPath: string, interfaces: PodInterface[], log: Logger, opts: OpenFdsOptions = {}): Promise<number[]> {
   const fds: number[] = [];
   try {
-    for (const i of interfaces) {
-      if (i.type === 'vf') fds.push(openNull(i));
-      else {
-        try {
-          fds.push(native().openTap(nsPath, i.tapName, TAP_OPTS));
-        } catch (e) {
-          throw tapError(nsPath, i.tapName, e);
-        }
-      }
-    }
+    for (const i of interfaces) fds.push(i.type === 'vf' ? openNull(i) : await openTap(nsPath, i.tapName, log, opts));
   } catch (e) {
-    closeFds(fds, log);
+    await closeFds(fds, log);
     throw e;
   }
   return fds;
@@ -48,35 +50,16 @@ function openNull(i: PodInterface): number {
   }
 }
 
-/** how long a new tap may stay busy before add gives up: one plugin fork's time to exec, with room (see below) */
+/** how long a new tap may stay busy before add gives up: one plugin fork's time to exec, with room (see openFds) */
 const NEW_TAP_BUSY_WAITS_MS = [1, 2, 4, 8, 16, 32, 64, 128];
 
-/**
- * openFds for taps made a moment ago (add); offLoop: each tap opened on a libuv pool thread (openTapAsync), for when
- * TUNSETIFF may wait for rtnl_lock behind other pods' plugins and link changes, and the event loop should not wait with
- * it (the pool trip costs an add alone 0.2 ms). The addon makes a persistent tap on a pool thread with an fd it closes
- * at once; a CNI plugin of another pod spawned at that moment (by the event loop's thread) holds a copy of the fd
- * table until it execs (close-on-exec), and meanwhile the tap is attached and TUNSETIFF answers EBUSY. Nothing else can
- * hold a tap of a netns made for this add, so EBUSY is waited out, for up to 255 ms. On a failure the fds already
- * opened are closed.
- */
-export async function openNewFds(nsPath: string, interfaces: PodInterface[], log: Logger, offLoop = false): Promise<number[]> {
-  const fds: number[] = [];
-  try {
-    for (const i of interfaces) fds.push(i.type === 'vf' ? openNull(i) : await openNewTap(nsPath, i.tapName, log, offLoop));
-  } catch (e) {
-    closeFds(fds, log);
-    throw e;
-  }
-  return fds;
-}
-
-async function openNewTap(nsPath: string, tapName: string, log: Logger, offLoop: boolean): Promise<number> {
+/** The addon's openTap, on the calling thread or (offLoop) on a pool thread; this is its one call site. */
+async function openTap(nsPath: string, tapName: string, log: Logger, opts: OpenFdsOptions): Promise<number> {
   for (let n = 0; ; n++) {
     try {
-      return offLoop ? await native().openTapAsync(nsPath, tapName, TAP_OPTS) : native().openTap(nsPath, tapName, TAP_OPTS);
+      return opts.offLoop === true ? await native().openTapAsync(nsPath, tapName, TAP_OPTS) : native().openTap(nsPath, tapName, TAP_OPTS);
     } catch (e) {
-      const ms = NEW_TAP_BUSY_WAITS_MS[n];
+      const ms = opts.justMade === true ? NEW_TAP_BUSY_WAITS_MS[n] : undefined;
       if (!isBusy(e) || ms === undefined) throw tapError(nsPath, tapName, e);
       log.debug({ nsPath, waitMs: ms }, 'a new tap is busy (a process forked meanwhile still holds the fd that made it): waiting');
       await new Promise((r) => setTimeout(r, ms));
@@ -84,34 +67,26 @@ async function openNewTap(nsPath: string, tapName: string, log: Logger, offLoop:
   }
 }
 
-/** Closes and empties `fds` (in place); a failing close is logged, the rest still closed. */
-export function closeFds(fds: number[], log: Logger): void {
-  for (const fd of fds.splice(0)) {
-    try {
-      native().close(fd);
-    } catch (e) {
-      log.error({ err: e, fd }, 'closing a tap fd failed');
-    }
-  }
-}
-
 /**
- * closeFds on the libuv pool, all at once: the last close of a tap detaches it, which waits for an RCU grace period
- * (the kernel's tun_detach: synchronize_net), some milliseconds that the event loop and the caller need not wait out
- * one by one. Empties `fds` at once; resolves when every close is over (a failure is logged).
+ * Closes and empties `fds` (in place, at once); a failing close is logged, the rest still closed. offLoop: all at once
+ * on the libuv pool, as the last close of a tap detaches it, which waits for an RCU grace period (the kernel's
+ * tun_detach: synchronize_net), which the event loop and the caller need not wait out one by one. Resolves when every
+ * close is over.
  */
-export async function closeFdsOffLoop(fds: number[], log: Logger): Promise<void> {
-  await Promise.all(
-    fds.splice(0).map(
-      (fd) =>
-        new Promise<void>((resolve) => {
-          close(fd, (e) => {
-            if (e) log.error({ err: e, fd }, 'closing a tap fd failed');
-            resolve();
-          });
-        }),
-    ),
-  );
+export async function closeFds(fds: number[], log: Logger, opts: { offLoop?: boolean } = {}): Promise<void> {
+  const all = fds.splice(0);
+  const failed = (e: unknown, fd: number): void => log.error({ err: e, fd }, 'closing a tap fd failed');
+  if (opts.offLoop !== true) {
+    for (const fd of all) {
+      try {
+        native().close(fd);
+      } catch (e) {
+        failed(e, fd);
+      }
+    }
+    return;
+  }
+  await Promise.all(all.map((fd) => new Promise<void>((resolve) => close(fd, (e) => (e ? failed(e, fd) : undefined, resolve())))));
 }
 
 /**

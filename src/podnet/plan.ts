@@ -315,26 +315,31 @@ export function dropPreparedStep(veth: string): Step {
 export interface ContainerSidePlan {
   interfaces: PodInterface[];
   steps: Step[];
+  /**
+   * The DHCP servers can start while the steps are applied (add's whileApplying): every bridge and tap the plan names
+   * exists before it runs (made while the plugins ran), and no interface has IPv6, whose RA and DHCPv6 servers read the
+   * tap through a packet socket that a link still down fails (ENETDOWN).
+   */
+  dhcpEarly: boolean;
 }
+
+/** How interface 0's bridge, tap and filter come to be: finished (made while the plugins ran) or made by the plan. */
+type LinksMade = 'prepared' | 'new';
 
 /** Steps for every CNI interface with a sandbox, in apply order (lo up first). */
 export function planContainerSide(input: ContainerSidePlanInput): ContainerSidePlan {
   const { observed, result } = input;
-  // first: the links' rtnetlink lines that follow stay one batch
-  const steps: Step[] = [...(result.ips.every((a) => !a.address.includes(':')) ? [ipv6OffStep()] : []), ...(input.prepared === undefined ? [loUpStep()] : [])];
+  const first = result.interfaces.find(hasSandbox);
+  const firstLink = observed.links.find((l) => l.name === first?.name);
+  const bindingOf = input.bindingOf ?? ((_i: number, link: ObservedLink) => chooseBinding('auto', link));
+  // the prepared bridge and filter are the bridge binding's: a tc-redirect interface 0 has them deleted first
+  const firstLinks: LinksMade =
+    input.prepared !== undefined && first?.name === input.prepared && !input.vfs?.has(first.name) && firstLink !== undefined && bindingOf(0, firstLink) === Binding.Bridge ? 'prepared' : 'new';
+  const steps = planStart(input, firstLinks);
   const interfaces: PodInterface[] = [];
   const names = new Set(observed.links.map((l) => l.name));
-  const first = result.interfaces.find(hasSandbox);
-  const bindingOf = input.bindingOf ?? ((_i: number, link: ObservedLink) => chooseBinding('auto', link));
-  const firstLink = observed.links.find((l) => l.name === first?.name);
-  // the prepared bridge and filter are the bridge binding's: a tc-redirect interface 0 has them deleted first
-  const reusePrepared = input.prepared !== undefined && first?.name === input.prepared && !input.vfs?.has(first.name) && firstLink !== undefined && bindingOf(0, firstLink) === Binding.Bridge;
-  if (input.prepared !== undefined) {
-    // ours: not a conflict; and when they do not fit, they go before anything is made in their names
-    names.delete(bridgeName(0));
-    names.delete(tapName(0));
-    if (!reusePrepared) steps.push(dropPreparedStep(input.prepared));
-  }
+  // ours: not a conflict (when they do not fit, planStart deletes them before anything is made in their names)
+  if (input.prepared !== undefined) for (const n of [bridgeName(0), tapName(0)]) names.delete(n);
   let ordinal = 0;
   result.interfaces.forEach((ci, index) => {
     if (!hasSandbox(ci)) return;
@@ -343,133 +348,159 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     if (!link) {
       throw new VmpodError(ErrorCode.Netlink, `the CNI result names interface ${ci.name} in the pod netns, but the netns has no such link (links: ${[...names].join(', ')})`, { op: 'plan' });
     }
-    if (input.vfs?.has(link.name)) {
-      // a VF gets no bridge or tap: it is bound to vfio-pci and passed through to the VM by its PCI address
-      const vf = input.vfSetups?.get(link.name);
-      if (!vf) throw new VmpodError(ErrorCode.Device, `interface ${link.name} is an SR-IOV VF; ${SRIOV_DISABLED_HINT}`, { op: 'plan' });
-      steps.push(vfSetupStep(vf));
-      interfaces.push({
-        index,
-        cniName: link.name,
-        type: 'vf',
-        vmMac: vf.mac,
-        mtu: link.mtu,
-        tapName: '',
-        bridgeName: '',
-        bridgeIp: '',
-        pciAddress: vf.address,
-        vlanId: vf.vlan,
-        vf,
-      });
-      return;
-    }
-    const tap = tapName(i);
-    const br = bridgeName(i);
-    for (const n of [tap, br]) {
-      if (names.has(n)) throw new VmpodError(ErrorCode.Conflict, `the pod netns already has a link named ${n}; it is reserved for the VM's interface ${i}`, { op: 'plan' });
-    }
-    if (Buffer.byteLength(link.name) > MAX_IFNAME) throw new VmpodError(ErrorCode.Netlink, `link name ${link.name} is longer than ${MAX_IFNAME} bytes`, { op: 'plan' });
-    const v = link.name;
-    const mtu = String(link.mtu);
-    const mac = input.newMac(i, link);
-    const v6 = lease6Of(result, index, link.mac);
-    const routes = nonKernelRoutes(observed.routes4, v);
-    const routes6 = v6 ? nonKernelRoutes(observed.routes6 ?? [], v) : [];
-    if (routes.length + routes6.length > 0) {
-      steps.push({
-        name: StepName.StripRoutes,
-        target: v,
-        do: [...routes.map((r) => ip(...routeDel(r, v))), ...routes6.map((r) => ip(...routeDel(r, v, true)))],
-        undo: [...routes.map((r) => ip(...routeRestore(r, v))), ...routes6.map((r) => ip(...routeRestore(r, v, true)))],
-      });
-    }
-    const addrs6 = v6 ? (link.addrs6 ?? []) : [];
-    if (link.addrs4.length + addrs6.length > 0) {
-      steps.push({
-        name: StepName.StripAddrs,
-        target: v,
-        do: [...link.addrs4, ...addrs6].map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
-        undo: [...link.addrs4.map((a) => ip(...addrRestore(a, v))), ...addrs6.map((a) => ip(...addrRestore(a, v, true)))],
-      });
-    }
-    if (bindingOf(i, link) === Binding.TcRedirect) {
-      const tc = planTcRedirect({ i, index, link, tapMac: mac, v6: v6 !== undefined });
-      steps.push(...tc.steps);
-      interfaces.push(tc.iface);
-      return;
-    }
-    if (mac.toLowerCase() !== link.mac.toLowerCase() || v6) {
-      // IPv6: a MAC change keeps the link-local made from the old MAC, which is the VM's own link-local now: the
-      // veth gives it up and makes none (its undo puts the kernel's default, EUI-64 of the original MAC, back)
-      const do6 = v6 ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'none'), ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v))] : [];
-      const undo6 = v6
-        ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'), ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad')]
-        : [];
-      steps.push({
-        name: StepName.VethMac,
-        target: v,
-        do: [ip('link', 'set', 'dev', v, 'address', mac), ...do6],
-        undo: [ip('link', 'set', 'dev', v, 'address', link.mac), ...undo6],
-      });
-    }
-    const bridgeMac = mac.toLowerCase();
-    const bridgeIp6 = v6 ? formatIpv6(linkLocalFromMac(bridgeMac)) : undefined;
-    if (i === 0 && reusePrepared) {
-      // made while the CNI plugins ran (preparedSteps), down, without MTU or IPv6: what the result decides comes now
-      steps.push({
-        name: StepName.Bridge,
-        target: br,
-        do: [
-          ip('link', 'set', 'dev', br, 'mtu', mtu),
-          ...(v6 ? [ip('link', 'set', 'dev', br, 'address', bridgeMac), ip('link', 'set', 'dev', br, 'addrgenmode', 'none'), ip('addr', 'add', `${bridgeIp6}/64`, 'dev', br, 'nodad')] : []),
-        ],
-        undo: [],
-      });
-      steps.push({ name: StepName.Tap, target: tap, do: [ip('link', 'set', 'dev', tap, 'mtu', mtu)], undo: [] });
-    } else {
-      steps.push(bridgeStep(br, mtu, v6 ? { mac: bridgeMac, ip6: bridgeIp6! } : undefined));
-      steps.push(tapStep(tap, mtu));
-    }
-    steps.push({
-      name: StepName.Enslave,
-      target: v,
-      do: [ip('link', 'set', 'dev', v, 'master', br), ...(i === 0 && reusePrepared ? [] : [ip('link', 'set', 'dev', tap, 'master', br)])],
-      undo: [ip('link', 'set', 'dev', v, 'nomaster')],
-    });
-    steps.push({ name: StepName.LinksUp, target: br, do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
-    if (!(i === 0 && reusePrepared)) steps.push(dhcpFilterStep(v, tap));
-    if (v6) {
-      steps.push({ name: StepName.Ipv6Forwarding, target: br, do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=1'] }], undo: [] });
-      const routeOps = [
-        ip('route', 'replace', `${v6.prefix}/${v6.prefixLength}`, 'dev', br),
-        ...v6.routes.filter((r) => r.dst !== `${v6.prefix}/${v6.prefixLength}`).map((r) => ip('route', 'replace', r.dst, ...(r.gw ? ['via', r.gw] : []), 'dev', br)),
-      ];
-      steps.push({
-        name: StepName.Ipv6Routes,
-        target: br,
-        do: routeOps,
-        undo: routeOps.map((o) => ({ ...ip('route', 'del', ...o.args.slice(2)), withNetns: true as const })),
-      });
-    }
-    interfaces.push({
-      index,
-      cniName: v,
-      type: 'tap',
-      binding: Binding.Bridge,
-      vmMac: link.mac.toLowerCase(),
-      vethMacNew: mac.toLowerCase(),
-      mtu: link.mtu,
-      tapName: tap,
-      bridgeName: br,
-      bridgeIp: BRIDGE_IP,
-      ...(bridgeIp6 ? { bridgeMac, bridgeIp6 } : {}),
-      vlanId: 0,
-    });
+    const one = input.vfs?.has(link.name) ? planVf(input, link, index) : planTap(input, link, index, i, i === 0 ? firstLinks : 'new', names, bindingOf(i, link));
+    steps.push(...one.steps);
+    interfaces.push(one.iface);
   });
   if (interfaces.length === 0) {
     throw new VmpodError(ErrorCode.Cni, 'the CNI result has no interface in the pod netns', { op: 'plan' });
   }
-  return { interfaces, steps };
+  const taps = interfaces.filter((i) => i.type === 'tap');
+  const dhcpEarly = firstLinks === 'prepared' && taps.every((i) => i.bridgeName === bridgeName(0) && i.bridgeIp6 === undefined);
+  return { interfaces, steps, dhcpEarly };
+}
+
+/**
+ * The steps before any interface's: IPv6 off when the result has none (before the veths' MACs change), lo up unless it
+ * was prepared, and the prepared links deleted when interface 0 is not the link they were made for. First, so that
+ * the links' rtnetlink lines that follow stay one batch.
+ */
+function planStart(input: ContainerSidePlanInput, firstLinks: LinksMade): Step[] {
+  const steps: Step[] = [];
+  if (input.result.ips.every((a) => !a.address.includes(':'))) steps.push(ipv6OffStep());
+  if (input.prepared === undefined) steps.push(loUpStep());
+  else if (firstLinks === 'new') steps.push(dropPreparedStep(input.prepared));
+  return steps;
+}
+
+/** A VF gets no bridge or tap: it is bound to vfio-pci and passed through to the VM by its PCI address. */
+function planVf(input: ContainerSidePlanInput, link: ObservedLink, index: number): { steps: Step[]; iface: PodInterface } {
+  const vf = input.vfSetups?.get(link.name);
+  if (!vf) throw new VmpodError(ErrorCode.Device, `interface ${link.name} is an SR-IOV VF; ${SRIOV_DISABLED_HINT}`, { op: 'plan' });
+  const iface: PodInterface = { index, cniName: link.name, type: 'vf', vmMac: vf.mac, mtu: link.mtu, tapName: '', bridgeName: '', bridgeIp: '', pciAddress: vf.address, vlanId: vf.vlan, vf };
+  return { steps: [vfSetupStep(vf)], iface };
+}
+
+/** Interface ordinal i (result index `index`) becomes veth + br<i> + tap<i>. */
+function planTap(input: ContainerSidePlanInput, link: ObservedLink, index: number, i: number, made: LinksMade, names: ReadonlySet<string>, binding: Binding): { steps: Step[]; iface: PodInterface } {
+  const tap = tapName(i);
+  const br = bridgeName(i);
+  for (const n of [tap, br]) {
+    if (names.has(n)) throw new VmpodError(ErrorCode.Conflict, `the pod netns already has a link named ${n}; it is reserved for the VM's interface ${i}`, { op: 'plan' });
+  }
+  if (Buffer.byteLength(link.name) > MAX_IFNAME) throw new VmpodError(ErrorCode.Netlink, `link name ${link.name} is longer than ${MAX_IFNAME} bytes`, { op: 'plan' });
+  const v = link.name;
+  const mtu = String(link.mtu);
+  const mac = input.newMac(i, link);
+  const v6 = lease6Of(input.result, index, link.mac);
+  const bridgeMac = mac.toLowerCase();
+  const bridgeIp6 = v6 ? formatIpv6(linkLocalFromMac(bridgeMac)) : undefined;
+  const strip = stripSteps(input.observed, link, v6 !== undefined);
+  if (binding === Binding.TcRedirect) {
+    const tc = planTcRedirect({ i, index, link, tapMac: mac, v6: v6 !== undefined });
+    return { steps: [...strip, ...tc.steps], iface: tc.iface };
+  }
+  const steps = [...strip, ...vethMacSteps(link, mac, v6 !== undefined)];
+  const ip6 = bridgeIp6 === undefined ? undefined : { mac: bridgeMac, ip6: bridgeIp6 };
+  steps.push(...(made === 'prepared' ? finishPreparedSteps(v, br, tap, mtu, ip6) : newLinkSteps(v, br, tap, mtu, ip6)));
+  if (v6) steps.push(...ipv6Steps(br, v6));
+  const iface: PodInterface = {
+    index,
+    cniName: v,
+    type: 'tap',
+    binding: Binding.Bridge,
+    vmMac: link.mac.toLowerCase(),
+    vethMacNew: mac.toLowerCase(),
+    mtu: link.mtu,
+    tapName: tap,
+    bridgeName: br,
+    bridgeIp: BRIDGE_IP,
+    ...(bridgeIp6 ? { bridgeMac, bridgeIp6 } : {}),
+    vlanId: 0,
+  };
+  return { steps, iface };
+}
+
+/** The veth's non-kernel routes, then its addresses (IPv6 ones too when `v6`), each put back by its undo. */
+function stripSteps(observed: Observed, link: ObservedLink, v6: boolean): Step[] {
+  const v = link.name;
+  const steps: Step[] = [];
+  const routes = nonKernelRoutes(observed.routes4, v);
+  const routes6 = v6 ? nonKernelRoutes(observed.routes6 ?? [], v) : [];
+  if (routes.length + routes6.length > 0) {
+    steps.push({
+      name: StepName.StripRoutes,
+      target: v,
+      do: [...routes.map((r) => ip(...routeDel(r, v))), ...routes6.map((r) => ip(...routeDel(r, v, true)))],
+      undo: [...routes.map((r) => ip(...routeRestore(r, v))), ...routes6.map((r) => ip(...routeRestore(r, v, true)))],
+    });
+  }
+  const addrs6 = v6 ? (link.addrs6 ?? []) : [];
+  if (link.addrs4.length + addrs6.length > 0) {
+    steps.push({
+      name: StepName.StripAddrs,
+      target: v,
+      do: [...link.addrs4, ...addrs6].map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
+      undo: [...link.addrs4.map((a) => ip(...addrRestore(a, v))), ...addrs6.map((a) => ip(...addrRestore(a, v, true)))],
+    });
+  }
+  return steps;
+}
+
+/**
+ * The veth's new MAC (the VM's NIC takes its original one). IPv6: a MAC change keeps the link-local made from the old
+ * MAC, which is the VM's own link-local now: the veth gives it up and makes none (its undo puts the kernel's default,
+ * EUI-64 of the original MAC, back).
+ */
+function vethMacSteps(link: ObservedLink, mac: string, v6: boolean): Step[] {
+  if (mac.toLowerCase() === link.mac.toLowerCase() && !v6) return [];
+  const v = link.name;
+  const do6 = v6 ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'none'), ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v))] : [];
+  const undo6 = v6 ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'), ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad')] : [];
+  return [{ name: StepName.VethMac, target: v, do: [ip('link', 'set', 'dev', v, 'address', mac), ...do6], undo: [ip('link', 'set', 'dev', v, 'address', link.mac), ...undo6] }];
+}
+
+/**
+ * The veth leaves the bridge when either goes (a bridge port's removal waits for an RCU grace period under rtnl_lock,
+ * and the netns removal takes the bridge with all its ports at once): its undo is left to the netns removal.
+ */
+function enslaveStep(v: string, br: string, tap?: string): Step {
+  return {
+    name: StepName.Enslave,
+    target: v,
+    do: [ip('link', 'set', 'dev', v, 'master', br), ...(tap === undefined ? [] : [ip('link', 'set', 'dev', tap, 'master', br)])],
+    undo: [{ ...ip('link', 'set', 'dev', v, 'nomaster'), withNetns: true }],
+  };
+}
+
+const linksUpStep = (v: string, br: string, tap: string): Step => ({ name: StepName.LinksUp, target: br, do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
+
+/** br<i> and tap<i> made now, the veth and the tap its ports, all up, and the veth's DHCP filter. */
+function newLinkSteps(v: string, br: string, tap: string, mtu: string, v6?: { mac: string; ip6: string }): Step[] {
+  return [bridgeStep(br, mtu, v6), tapStep(tap, mtu), enslaveStep(v, br, tap), linksUpStep(v, br, tap), dhcpFilterStep(v, tap)];
+}
+
+/** Interface 0's bridge, tap and filter, made while the plugins ran (preparedSteps) down, without MTU or IPv6: finished. */
+function finishPreparedSteps(v: string, br: string, tap: string, mtu: string, v6?: { mac: string; ip6: string }): Step[] {
+  const bridge6 = v6 ? [ip('link', 'set', 'dev', br, 'address', v6.mac), ip('link', 'set', 'dev', br, 'addrgenmode', 'none'), ip('addr', 'add', `${v6.ip6}/64`, 'dev', br, 'nodad')] : [];
+  return [
+    { name: StepName.Bridge, target: br, do: [ip('link', 'set', 'dev', br, 'mtu', mtu), ...bridge6], undo: [] },
+    { name: StepName.Tap, target: tap, do: [ip('link', 'set', 'dev', tap, 'mtu', mtu)], undo: [] },
+    enslaveStep(v, br),
+    linksUpStep(v, br, tap),
+  ];
+}
+
+/** IPv6 forwarding on (the bridge answers NS as a router), the result's prefix and routes through the bridge. */
+function ipv6Steps(br: string, v6: Lease6): Step[] {
+  const routeOps = [
+    ip('route', 'replace', `${v6.prefix}/${v6.prefixLength}`, 'dev', br),
+    ...v6.routes.filter((r) => r.dst !== `${v6.prefix}/${v6.prefixLength}`).map((r) => ip('route', 'replace', r.dst, ...(r.gw ? ['via', r.gw] : []), 'dev', br)),
+  ];
+  return [
+    { name: StepName.Ipv6Forwarding, target: br, do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=1'] }], undo: [] },
+    { name: StepName.Ipv6Routes, target: br, do: routeOps, undo: routeOps.map((o) => ({ ...ip('route', 'del', ...o.args.slice(2)), withNetns: true as const })) },
+  ];
 }
 
 /** Virtlet's ContainerSideNetwork for add's reply (and the record). */

@@ -14,7 +14,7 @@ import { bindToVfio } from '../devices/bind.js';
 import { vfLinkArgv } from '../devices/vf.js';
 import type { StateStore } from '../state/store.js';
 import type { Op, PodRecord, Step } from '../state/record.js';
-import { addFilterTable, deleteFilterTable, isAlreadyUndone, lineText, runIpLines, type NetExec } from './exec.js';
+import { addFilterTable, deleteFilterTable, isAlreadyUndone, lineText, runIpLines, type NetExec, type NetlinkLine } from './exec.js';
 import { restoreVfDriver, restoreVfLink, returnVfNetdev, type VfLink } from './vf.js';
 
 /** What the engine works with; PodNetwork builds it once. */
@@ -31,10 +31,22 @@ export interface StepDeps {
   cniDel: (rec: PodRecord, ifName: string, config?: string) => Promise<void>;
 }
 
-/** A failure of one recorded step (or of a stage that is not a step, such as open-tap). */
-export function stepError(step: string, target: string | undefined, cause: unknown): VmpodError {
+/** A failure of one recorded step (or of a stage that is not a step, such as open-tap): its message names the step. */
+export class StepError extends VmpodError {}
+
+export function stepError(step: string, target: string | undefined, cause: unknown): StepError {
   const code: ErrorCodeT = isVmpodError(cause) ? cause.code : ErrorCode.Internal;
-  return new VmpodError(code, `step "${step}"${target ? ` on ${target}` : ''} failed: ${errorChain(cause)}`, { cause, op: step });
+  return new StepError(code, `step "${step}"${target ? ` on ${target}` : ''} failed: ${errorChain(cause)}`, { cause, op: step });
+}
+
+/**
+ * Takes a step out of the record, with every step recorded after it, and writes it: for a step that has made nothing
+ * (its undo must not run) and after which nothing ran.
+ */
+export function forgetStep(store: StateStore, rec: PodRecord, step: Step): void {
+  const at = rec.steps.indexOf(step);
+  if (at >= 0) rec.steps = rec.steps.slice(0, at);
+  store.write(rec);
 }
 
 export interface StepOp {
@@ -42,22 +54,33 @@ export interface StepOp {
   op: Op;
 }
 
-/** Ops run together: one batch of `ip` lines (one netlink call), one ebtables-restore, or one op alone. */
-export type Run = { kind: 'ip'; lines: { step: Step; args: string[] }[] } | { kind: 'ebtables'; step: Step; rules: string[][] } | { kind: 'one'; step: Step; op: Op };
+/** An op of a netlink batch: an `ip` or `tc` line, or sysctls written in the pod netns in their turn. */
+export type NetlinkOp = Extract<Op, { op: 'ip' | 'tc' | 'sysctl' }>;
 
 /**
- * Pure: consecutive ip ops (of any steps) form one run, all run by one netlink call in the pod netns;
- * consecutive ebtables ops form one run per step (one atomic ebtables-restore); every other op is a run alone.
+ * Ops run together: the netns made with the sysctls of the step after it (one pool-thread call: the thread that made
+ * it is in it), one batch of `ip` lines and sysctls (one netlink call), one ebtables-restore, or one op alone.
+ */
+export type Run =
+  | { kind: 'netns'; step: Step; name: string; sysctl: Step; settings: string[] }
+  | { kind: 'ip'; lines: { step: Step; op: NetlinkOp }[] }
+  | { kind: 'ebtables'; step: Step; rules: string[][] }
+  | { kind: 'one'; step: Step; op: Op };
+
+/**
+ * Pure: a netns-add and the sysctl op right after it form one run; consecutive ip and sysctl ops (of any steps)
+ * form one run, all run by one netlink call in the pod netns; consecutive ebtables ops form one run per step (one
+ * atomic ebtables-restore); every other op is a run alone.
  */
 export function runsOf(items: readonly StepOp[]): Run[] {
   const runs: Run[] = [];
   for (const { step, op } of items) {
     const last = runs[runs.length - 1];
-    if (op.op === 'ip' || op.op === 'tc') {
-      // a tc line goes in the same batch, marked by its leading "tc" (exec.ts lineRequest)
-      const args = op.op === 'tc' ? ['tc', ...op.args] : op.args;
-      if (last?.kind === 'ip') last.lines.push({ step, args });
-      else runs.push({ kind: 'ip', lines: [{ step, args }] });
+    if (op.op === 'sysctl' && last?.kind === 'one' && last.op.op === 'netns-add') {
+      runs[runs.length - 1] = { kind: 'netns', step: last.step, name: last.op.name, sysctl: step, settings: op.settings };
+    } else if (op.op === 'ip' || op.op === 'tc' || op.op === 'sysctl') {
+      if (last?.kind === 'ip') last.lines.push({ step, op });
+      else runs.push({ kind: 'ip', lines: [{ step, op }] });
     } else if (op.op === 'ebtables') {
       if (last?.kind === 'ebtables' && last.step === step) last.rules.push(op.args);
       else runs.push({ kind: 'ebtables', step, rules: [op.args] });
@@ -65,6 +88,10 @@ export function runsOf(items: readonly StepOp[]): Run[] {
   }
   return runs;
 }
+
+/** A netlink op as runIpLines takes it (a tc line marked by its leading "tc": exec.ts lineRequest); and as a message shows it. */
+const lineOf = (op: NetlinkOp): NetlinkLine => (op.op === 'sysctl' ? { sysctl: op.settings } : op.op === 'tc' ? ['tc', ...op.args] : op.args);
+const textOf = (op: NetlinkOp): string => (op.op === 'sysctl' ? `sysctl -w ${op.settings.join(' ')}` : lineText(lineOf(op) as readonly string[]));
 
 /** Pure: ebtables-restore input that changes the filter table by these rules (no flush), in one transaction. */
 export function ebtablesRestoreInput(rules: readonly (readonly string[])[]): string {
@@ -97,55 +124,41 @@ const outlivesReboot = (steps: Step[]): boolean => steps.some((s) => s.do.some((
 const OUTLIVES_REBOOT: ReadonlySet<string> = new Set(['cni-add', 'vf-bind', 'vf-link']);
 
 /**
- * Records the steps (one write), then runs their do-ops: consecutive ip ops as one netlink batch in the pod
- * netns (it stops at the first failing line, which names the step), ebtables rules as one atomic
- * ebtables-restore. Throws a step error naming the failed step.
- */
-export async function applySteps(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void> {
-  recordSteps(deps.store, rec, steps);
-  await runSteps(deps, rec, steps, signal);
-}
-
-/**
  * Runs the do-ops of steps that are in the record already (recordSteps wrote them, possibly together with
  * later steps, so that one durable write covers them all).
  */
 export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void> {
   const sig = signal ? { signal } : {};
-  const runs = runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))));
-  for (let r = 0; r < runs.length; r++) {
-    const run = runs[r]!;
-    const next = runs[r + 1];
-    if (run.kind === 'one' && run.op.op === 'netns-add' && next?.kind === 'one' && next.op.op === 'sysctl') {
-      // the netns and its sysctls (rp-filter) in one pool-thread call: the thread that made the netns is in it
-      await addNetnsWithSysctls(deps, rec, run.step, run.op.name, next.step, next.op.settings);
-      r++;
-      continue;
-    }
-    if (run.kind === 'ip') {
-      let failures;
+  for (const run of runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))))) {
+    if (run.kind === 'netns') await addNetnsWithSysctls(deps, rec, run);
+    else if (run.kind === 'ip') await runNetlinkOps(rec, run.lines, sig);
+    else {
+      const { step } = run;
       try {
-        failures = await runIpLines(rec.nsPath, run.lines.map((g) => g.args), sig);
+        // ebtables rules are only ever undone (records of earlier versions); the filter is an nft op now
+        if (run.kind === 'ebtables') throw new VmpodError(ErrorCode.Internal, `step ${step.name}: ebtables rules are no longer applied`);
+        await applyOne(deps, rec, step, run.op, sig);
       } catch (e) {
-        throw stepError(run.lines[0]!.step.name, run.lines[0]!.step.target, e);
+        if (run.kind === 'one' && run.op.op === 'netns-add') forgetNetns(deps, rec, step);
+        throw stepError(step.name, step.target, e);
       }
-      if (failures.length > 0) {
-        const f = failures[0]!;
-        const g = run.lines[f.line - 1] ?? run.lines[0]!;
-        throw stepError(g.step.name, g.step.target, new VmpodError(ErrorCode.Netlink, `${lineText(g.args)}: ${f.message}`));
-      }
-      continue;
-    }
-    const { step } = run;
-    try {
-      // ebtables rules are only ever undone (records of earlier versions); the filter is an nft op now
-      if (run.kind === 'ebtables') throw new VmpodError(ErrorCode.Internal, `step ${step.name}: ebtables rules are no longer applied`);
-      await applyOne(deps, rec, step, run.op, sig);
-    } catch (e) {
-      if (run.kind === 'one' && run.op.op === 'netns-add') forgetNetns(deps, rec, step);
-      throw stepError(step.name, step.target, e);
     }
   }
+}
+
+/** One netlink batch of do-ops; the first failing line names its step. */
+async function runNetlinkOps(rec: PodRecord, lines: { step: Step; op: NetlinkOp }[], sig: { signal?: AbortSignal }): Promise<void> {
+  let failures;
+  try {
+    failures = await runIpLines(rec.nsPath, lines.map((g) => lineOf(g.op)), sig);
+  } catch (e) {
+    throw stepError(lines[0]!.step.name, lines[0]!.step.target, e);
+  }
+  const f = failures[0];
+  if (f === undefined) return;
+  const g = lines[f.line - 1] ?? lines[0]!;
+  const code = g.op.op === 'sysctl' ? ErrorCode.Syscall : ErrorCode.Netlink;
+  throw stepError(g.step.name, g.step.target, new VmpodError(code, `${textOf(g.op)} in ${rec.nsPath}: ${f.message}`));
 }
 
 /**
@@ -154,19 +167,19 @@ export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], si
  * it (none ran: no CNI DEL to make, nothing in that netns is ours).
  */
 function forgetNetns(deps: StepDeps, rec: PodRecord, step: Step): void {
-  const at = rec.steps.indexOf(step);
-  if (at >= 0) rec.steps = rec.steps.slice(0, at);
-  deps.store.write(rec);
+  forgetStep(deps.store, rec, step);
 }
 
-/** A netns step and the sysctl step after it, applied by one netnsAdd; a failure names the step it came from. */
-async function addNetnsWithSysctls(deps: StepDeps, rec: PodRecord, netns: Step, name: string, sysctl: Step, settings: string[]): Promise<void> {
+/**
+ * A netns step and the sysctl step after it, applied by one netnsAdd. Its failure is the netns step's: the addon
+ * removes a netns whose sysctls fail, as if it had never been made, and its error says which sysctl failed.
+ */
+async function addNetnsWithSysctls(deps: StepDeps, rec: PodRecord, run: Extract<Run, { kind: 'netns' }>): Promise<void> {
   try {
-    await native().netnsAdd(deps.netnsDir, name, settings);
+    await native().netnsAdd(deps.netnsDir, run.name, run.settings);
   } catch (e) {
-    forgetNetns(deps, rec, netns);
-    const failed = e instanceof Error && / sysctl -w /.test(e.message) ? sysctl : netns;
-    throw stepError(failed.name, failed.target, e);
+    forgetNetns(deps, rec, run.step);
+    throw stepError(run.step.name, run.step.target, e);
   }
 }
 
@@ -189,15 +202,6 @@ export async function bindNetns(deps: StepDeps, rec: PodRecord, netns: Step, nam
 /** One do-op that runs alone (not ip, not ebtables). */
 async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig: { signal?: AbortSignal }): Promise<void> {
   switch (op.op) {
-    case 'sysctl':
-      // /proc/sys/net shows the netns of the thread that opens it: one synchronous addon call enters the pod
-      // netns, writes, and leaves (no spawn: nsenter + sysctl cost two execs)
-      try {
-        native().sysctlInNetns(rec.nsPath, op.settings);
-      } catch (e) {
-        throw new VmpodError(ErrorCode.Syscall, `sysctl -w ${op.settings.join(' ')} in ${rec.nsPath}`, { cause: e });
-      }
-      return;
     case 'vf-bind':
       // host side, synchronous sysfs writes; the VF's netdev leaves the pod netns as its driver lets go
       bindToVfio(deps.sysfs, op.address);
@@ -223,6 +227,7 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
       return;
     case 'ip':
     case 'tc':
+    case 'sysctl':
     case 'ebtables':
     case 'netns-del':
     case 'cni-add':
@@ -247,10 +252,12 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
 export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): Promise<Error[]> {
   const errors: Error[] = [];
   const netnsGoes = rec.steps.some((s) => s.undo.some((o) => o.op === 'netns-del'));
+  // ebtables rules (records of earlier versions) live in the pod netns too
+  const goesWithNetns = (op: Op): boolean => op.op === 'ebtables' || ('withNetns' in op && op.withNetns === true);
   const items = [...rec.steps]
     .reverse()
     .flatMap((step) => step.undo.map((op) => ({ step, op })))
-    .filter(({ op }) => !(netnsGoes && 'withNetns' in op && op.withNetns));
+    .filter(({ op }) => !(netnsGoes && goesWithNetns(op)));
   let t = performance.now();
   for (const run of runsOf(items)) {
     const nsThere = existsSync(rec.nsPath);
@@ -260,7 +267,8 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
         if (nsThere) errors.push(...(await undoIpLines(rec, run.lines)));
       } else if (run.kind === 'ebtables') {
         if (nsThere) await undoEbtables(deps.exec, rec.nsPath, run.rules);
-      } else await undoOne(deps, rec, run.op, log);
+      } else if (run.kind === 'one') await undoOne(deps, rec, run.op, log);
+      else throw new VmpodError(ErrorCode.Internal, `a netns is not made by an undo`);
     } catch (e) {
       errors.push(stepError(`undo ${first.name}`, first.target, e));
     }
@@ -274,14 +282,14 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
 }
 
 /** Undo lines run as `ip -force -batch` would: every line runs; the failures that are not "already undone", each naming its step. */
-async function undoIpLines(rec: PodRecord, lines: { step: Step; args: string[] }[]): Promise<Error[]> {
+async function undoIpLines(rec: PodRecord, lines: { step: Step; op: NetlinkOp }[]): Promise<Error[]> {
   const key = rec.key;
-  const failures = await runIpLines(rec.nsPath, lines.map((g) => g.args), { force: true });
+  const failures = await runIpLines(rec.nsPath, lines.map((g) => lineOf(g.op)), { force: true });
   return failures
-    .filter((f) => !isAlreadyUndone(f.message))
+    .filter((f) => !isAlreadyUndone(f.code))
     .map((f) => {
-      const g = lines[f.line - 1];
-      return new VmpodError(ErrorCode.Netlink, `undo "${g?.step.name ?? '?'}"${g?.step.target ? ` on ${g.step.target}` : ''}: ${lineText(g?.args ?? [])}: ${f.message}`, { key, op: g?.step.name ?? 'undo' });
+      const g = lines[f.line - 1] ?? lines[0]!;
+      return new VmpodError(ErrorCode.Netlink, `undo "${g.step.name}"${g.step.target ? ` on ${g.step.target}` : ''}: ${textOf(g.op)}: ${f.message}`, { key, op: g.step.name });
     });
 }
 
@@ -298,7 +306,7 @@ async function undoOne(deps: StepDeps, rec: PodRecord, op: Op, log: Logger): Pro
     case 'vf-restore-driver':
       return restoreVfDriver(deps.sysfs, op, log);
     case 'vf-link':
-      return restoreVfLink(deps.vfLink, op, log);
+      return restoreVfLink(deps.vfLink, deps.sysfs, op, log);
     case 'vf-netdev-return':
       return returnVfNetdev(deps, rec, op, log);
     case 'nft-del':
@@ -322,14 +330,10 @@ async function undoOne(deps: StepDeps, rec: PodRecord, op: Op, log: Logger): Pro
 }
 
 /**
- * Deletes ebtables rules: all in one ebtables-restore transaction (one spawn); when that fails (a rule is
- * missing: a crash came between record and apply), one by one, "no such rule" being fine.
+ * Deletes ebtables rules (records of earlier versions) in one ebtables-restore transaction (one spawn). Only run when
+ * the record holds no netns removal, which would take them.
  */
 async function undoEbtables(exec: NetExec, nsPath: string, rules: string[][]): Promise<void> {
-  const all = await exec.inNetns(nsPath, ['ebtables-restore', '--noflush'], { input: ebtablesRestoreInput(rules) });
-  if (all.exitCode === 0) return;
-  for (const args of rules) {
-    const r = await exec.inNetns(nsPath, ['ebtables', ...args]);
-    if (r.exitCode !== 0 && !isAlreadyUndone(r.stderr)) throw new VmpodError(ErrorCode.Netlink, `ebtables ${args.join(' ')} in ${nsPath}: ${r.stderr.trim()}`);
-  }
+  const r = await exec.inNetns(nsPath, ['ebtables-restore', '--noflush'], { input: ebtablesRestoreInput(rules) });
+  if (r.exitCode !== 0) throw new VmpodError(ErrorCode.Netlink, `ebtables-restore in ${nsPath}: ${r.stderr.trim()}`);
 }

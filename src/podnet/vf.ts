@@ -13,7 +13,7 @@ import { restoreDriver } from '../devices/bind.js';
 import { isPciAddress } from '../devices/pci.js';
 import { describeVfAt, parseVfState, planVfSetup, vfLinkArgv, type VfLinkState, type VfSetupRecord } from '../devices/vf.js';
 import type { PodRecord } from '../state/record.js';
-import { isAlreadyUndone, type NetExec } from './exec.js';
+import type { NetExec } from './exec.js';
 import { vlanFromConf } from './plan.js';
 import { hasSandbox } from './result.js';
 import type { Observed } from './types.js';
@@ -98,12 +98,12 @@ export function restoreVfDriver(sysfs: Sysfs, op: { address: string; driver?: st
 }
 
 /** Undo of vf-link: the MAC and VLAN the PF had for the VF before. */
-export async function restoreVfLink(vfLink: VfLink, op: { pf: string; vf: number; mac: string; vlan: number }, log: Logger): Promise<void> {
+export async function restoreVfLink(vfLink: VfLink, sysfs: Sysfs, op: { pf: string; vf: number; mac: string; vlan: number }, log: Logger): Promise<void> {
   try {
     await vfLink(vfLinkArgv(op.pf, op.vf, op.mac, op.vlan));
   } catch (e) {
-    // the PF is gone ("Cannot find device"), and its VFs with it
-    if (isAlreadyUndone(errorChain(e))) {
+    // the PF is gone (no netdev of that name in the host netns), and its VFs with it
+    if (!sysfs.exists(`class/net/${op.pf}`)) {
       log.warn({ err: e, pf: op.pf }, 'the PF is gone: no VF MAC/VLAN to restore');
       return;
     }

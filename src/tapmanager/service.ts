@@ -118,92 +118,17 @@ export class TapmanagerService implements Handler {
 
   private async dispatch(req: Request, log: () => Logger, said: Record<string, unknown>): Promise<Reply> {
     switch (req.command) {
-      case Command.Add: {
-        const key = validateKey(req.key);
-        const payload = decodeGetFDPayload(req.data);
-        return this.queue.run(key, async () => {
-          const existing = this.pods.state(key);
-          if (existing) {
-            if (existing.desc.podId !== payload.podNetworkDesc.podId) {
-              throw new VmpodError(ErrorCode.Conflict, `pod network ${key} already exists for pod ${existing.desc.podId}; release it first`, { key, op: 'add' });
-            }
-            log().info('add repeated for an existing pod network: returning it unchanged');
-            return { payload: encodeCsn(existing.csn), fds: [] };
-          }
-          // the DHCP servers start while the container side is applied when they can (their bridge exists: add says),
-          // else after add; either way before the reply, so that no guest is ever faster than its server
-          let dhcpEarly = false;
-          let st: PodNetworkState;
-          try {
-            st = await this.pods.add(key, payload.podNetworkDesc, undefined, {
-              whileApplying: (pre) => {
-                // RA and DHCPv6 read the tap through a packet socket, which a link still down fails (ENETDOWN): a pod
-                // with IPv6 starts its servers after add
-                if (pre.interfaces.some((i) => i.bridgeIp6 !== undefined)) return;
-                this.dhcp.start(pre);
-                dhcpEarly = true;
-              },
-            });
-          } catch (e) {
-            if (dhcpEarly) this.dhcp.stop(key);
-            throw e;
-          }
-          if (!dhcpEarly) {
-            try {
-              this.dhcp.start(st);
-            } catch (e) {
-              await this.pods.release(key).catch((re) => log().error({ err: re }, 'rollback after a DHCP failure failed'));
-              throw e;
-            }
-          }
-          this.offerGet(st);
-          said.interfaces = describeInterfaces(st);
-          return { payload: encodeCsn(st.csn), fds: [] };
-        });
-      }
-      case Command.Release: {
-        const key = validateKey(req.key);
-        return this.queue.run(key, async () => {
-          this.replies?.forgetGetReply(key);
-          this.dhcpPending.delete(key);
-          this.dhcp.stop(key);
-          await this.pods.release(key);
-          return { payload: null, fds: [] };
-        });
-      }
-      case Command.ReleaseForce: {
+      case Command.Add:
+        return this.add(validateKey(req.key), req.data, log, said);
+      case Command.Release:
+        return this.release(validateKey(req.key), false);
+      case Command.ReleaseForce:
         // tapctl release --force: an operator finishing a quarantined key by hand
-        const key = validateKey(req.key);
-        return this.queue.run(key, async () => {
-          this.replies?.forgetGetReply(key);
-          this.dhcpPending.delete(key);
-          this.dhcp.stop(key);
-          const { leftovers } = await this.pods.release(key, { force: true });
-          return { payload: Buffer.from(JSON.stringify({ key, leftovers })), fds: [] };
-        });
-      }
-      case Command.Get: {
-        const key = validateKey(req.key);
-        return this.queue.run(key, async () => {
-          const st = await this.pods.ensureFds(key);
-          if (!this.dhcp.running(key) && !this.dhcpPending.has(key)) this.dhcp.start(st);
-          // the reply owns copies: a release queued right behind this get may close st.fds while the reply waits
-          // for the peer to read
-          this.offerGet(st);
-          return { payload: this.getPayload(st), fds: dupAll(st.fds) };
-        });
-      }
-      case Command.Recover: {
-        const key = validateKey(req.key);
-        const payload = decodeRecoverPayload(req.data);
-        return this.queue.run(key, async () => {
-          this.replies?.forgetGetReply(key);
-          const st = await this.pods.recover(key, payload);
-          this.dhcp.start(st);
-          this.offerGet(st);
-          return { payload: null, fds: [] };
-        });
-      }
+        return this.release(validateKey(req.key), true);
+      case Command.Get:
+        return this.get(validateKey(req.key));
+      case Command.Recover:
+        return this.recover(validateKey(req.key), req.data);
       case Command.List:
         return { payload: Buffer.from(JSON.stringify(this.list())), fds: [] };
       case Command.Status:
@@ -211,6 +136,81 @@ export class TapmanagerService implements Handler {
       default:
         throw new VmpodError(ErrorCode.BadRequest, `unknown command ${req.command}`);
     }
+  }
+
+  /**
+   * add: the pod network, and its DHCP servers started before the reply, so that no guest is ever faster than its
+   * server: while the container side is applied when the plan allows it (add's whileApplying), else after add.
+   */
+  private add(key: string, data: Request['data'], log: () => Logger, said: Record<string, unknown>): Promise<Reply> {
+    const payload = decodeGetFDPayload(data);
+    return this.queue.run(key, async () => {
+      const existing = this.pods.state(key);
+      if (existing) {
+        if (existing.desc.podId !== payload.podNetworkDesc.podId) {
+          throw new VmpodError(ErrorCode.Conflict, `pod network ${key} already exists for pod ${existing.desc.podId}; release it first`, { key, op: 'add' });
+        }
+        log().info('add repeated for an existing pod network: returning it unchanged');
+        return { payload: encodeCsn(existing.csn), fds: [] };
+      }
+      let dhcpEarly = false;
+      let st: PodNetworkState;
+      try {
+        st = await this.pods.add(key, payload.podNetworkDesc, undefined, {
+          whileApplying: (pre) => {
+            this.dhcp.start(pre);
+            dhcpEarly = true;
+          },
+        });
+      } catch (e) {
+        if (dhcpEarly) this.dhcp.stop(key);
+        throw e;
+      }
+      if (!dhcpEarly) {
+        try {
+          this.dhcp.start(st);
+        } catch (e) {
+          await this.pods.release(key).catch((re) => log().error({ err: re }, 'rollback after a DHCP failure failed'));
+          throw e;
+        }
+      }
+      this.offerGet(st);
+      said.interfaces = describeInterfaces(st);
+      return { payload: encodeCsn(st.csn), fds: [] };
+    });
+  }
+
+  /** release (force: tapctl release --force, the record goes even when undo steps fail: what is left is replied). */
+  private release(key: string, force: boolean): Promise<Reply> {
+    return this.queue.run(key, async () => {
+      this.replies?.forgetGetReply(key);
+      this.dhcpPending.delete(key);
+      this.dhcp.stop(key);
+      const { leftovers } = await this.pods.release(key, { force });
+      return { payload: force ? Buffer.from(JSON.stringify({ key, leftovers })) : null, fds: [] };
+    });
+  }
+
+  private get(key: string): Promise<Reply> {
+    return this.queue.run(key, async () => {
+      const st = await this.pods.ensureFds(key);
+      if (!this.dhcp.running(key) && !this.dhcpPending.has(key)) this.dhcp.start(st);
+      // the reply owns copies: a release queued right behind this get may close st.fds while the reply waits
+      // for the peer to read
+      this.offerGet(st);
+      return { payload: this.getPayload(st), fds: dupAll(st.fds) };
+    });
+  }
+
+  private recover(key: string, data: Request['data']): Promise<Reply> {
+    const payload = decodeRecoverPayload(data);
+    return this.queue.run(key, async () => {
+      this.replies?.forgetGetReply(key);
+      const st = await this.pods.recover(key, payload);
+      this.dhcp.start(st);
+      this.offerGet(st);
+      return { payload: null, fds: [] };
+    });
   }
 
   /**

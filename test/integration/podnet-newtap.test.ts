@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { readlinkSync } from 'node:fs';
 import { execa } from 'execa';
 import { pino } from 'pino';
-import { openNewFds } from '../../src/podnet/fds.js';
+import { openFds } from '../../src/podnet/fds.js';
 import { silentLogger } from '../../src/log.js';
 import { errorChain } from '../../src/errors.js';
 import { native } from '../../src/native.js';
@@ -50,7 +50,7 @@ describe('opening the taps of a new pod network', () => {
     const holder = await holdTap(60);
     const lines: { msg: string }[] = [];
     const log = pino({ level: 'debug' }, { write: (s: string) => void lines.push(JSON.parse(s) as { msg: string }) });
-    const fds = await openNewFds(nsPath, [tap], log, offLoop);
+    const fds = await openFds(nsPath, [tap], log, { justMade: true, offLoop });
     expect(fds).toHaveLength(1);
     expect(readlinkSync(`/proc/self/fd/${fds[0]}`)).toBe('/dev/net/tun');
     for (const fd of fds) native().close(fd);
@@ -65,7 +65,7 @@ describe('opening the taps of a new pod network', () => {
     const holder = await holdTap(3000);
     try {
       const t0 = Date.now();
-      const e = await openNewFds(nsPath, [tap], silentLogger()).catch((x: unknown) => x);
+      const e = await openFds(nsPath, [tap], silentLogger(), { justMade: true }).catch((x: unknown) => x);
       expect(errorChain(e)).toContain('TUNSETIFF tap0 in ' + nsPath + ': EBUSY');
       expect(Date.now() - t0).toBeLessThan(2500); // gave up before the holder let go
     } finally {

@@ -344,6 +344,7 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
     const pn = ctx.make();
     const st = await pn.add(ctx.key, desc(ctx.key));
     rmSync(ctx.tree.p(`bus/pci/devices/${VF}`), { recursive: true, force: true });
+    rmSync(ctx.tree.p(`class/net/${ctx.pfName}`), { recursive: true, force: true });
     const restore = `ip link set ${ctx.pfName} vf 1 mac ${ctx.mac} vlan 0`;
     ctx.failing.set(restore, `Cannot find device "${ctx.pfName}"`);
     ctx.events.length = 0;

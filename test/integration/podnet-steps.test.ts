@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { NetExec } from '../../src/podnet/exec.js';
-import { applySteps, undoRecord, type StepDeps } from '../../src/podnet/steps.js';
+import { recordSteps, runSteps, undoRecord, type StepDeps } from '../../src/podnet/steps.js';
+import type { Step } from '../../src/state/record.js';
 import { podNetnsSteps, rpFilterStep } from '../../src/podnet/plan.js';
 import { Sysfs } from '../../src/devices/sysfs.js';
 import { StateStore } from '../../src/state/store.js';
@@ -15,6 +16,12 @@ import { Phase, newRecord, StepName, type PodRecord } from '../../src/state/reco
 import { silentLogger } from '../../src/log.js';
 import { ErrorCode, VmpodError } from '../../src/errors.js';
 import { delNetns, listNetns, uniqueName } from '../helpers/netns.js';
+
+/** Records the steps, then applies them, as add does. */
+async function applySteps(deps: StepDeps, rec: PodRecord, steps: Step[]): Promise<void> {
+  recordSteps(deps.store, rec, steps);
+  await runSteps(deps, rec, steps);
+}
 
 const NETNS_DIR = '/var/run/netns';
 const cleanups: (() => Promise<void>)[] = [];
@@ -72,13 +79,13 @@ describe('step engine: rp-filter', () => {
     expect(await undoRecord(deps, rec, silentLogger())).toEqual([]);
   });
 
-  it('made with the netns in one call: a failing sysctl removes the netns again and names rp-filter', async () => {
+  it('made with the netns in one call: a failing sysctl removes the netns again; the error is the netns step\'s, naming the sysctl', async () => {
     const { key, deps, rec } = setup();
     const [netns, rpFilter] = podNetnsSteps(key);
     rpFilter!.do = [{ op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.vmpod-nosuchdev.rp_filter=0'] }];
     await expect(applySteps(deps, rec, [netns!, rpFilter!])).rejects.toMatchObject({
-      op: 'rp-filter',
-      message: expect.stringMatching(new RegExp(`^step "rp-filter" on ${key} failed: netnsAdd .*/${key}: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0: ENOENT`)),
+      op: 'netns',
+      message: expect.stringMatching(new RegExp(`^step "netns" on ${key} failed: netnsAdd .*/${key}: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0: ENOENT`)),
     });
     expect(await listNetns()).not.toContain(key);
     expect(existsSync(join(NETNS_DIR, key))).toBe(false);

@@ -1,6 +1,6 @@
 // The pod network against the real kernel and the real bridge + host-local plugins.
 import { describe, it, expect, afterEach } from 'vitest';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -86,6 +86,10 @@ async function expectNothingLeft(ctx: Ctx, fds: number[]) {
   expect(existsSync(join(NETNS_DIR, ctx.key)), 'netns').toBe(false);
   expect(await ctx.net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   expect(new StateStore(ctx.stateDir).keys(), 'records').toEqual([]);
+  // nothing of a released pod stays in the state dir or the CNI cache dir: no file at all (dirs may stay)
+  const files = (dir: string) => (existsSync(dir) ? readdirSync(dir, { recursive: true }).map(String).filter((n) => !statSync(join(dir, n)).isDirectory()) : []);
+  expect(files(ctx.stateDir), 'state dir').toEqual([]);
+  expect(files(ctx.net.cacheDir), 'CNI cache dir').toEqual([]);
   for (const fd of fds) {
     // the number may be reused by someone else, but not by a tap of ours
     expect(isTunFd(fd) && fdinfo(fd).includes(`iff:\ttap`), `fd ${fd} still a tap`).toBe(false);
@@ -212,10 +216,11 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(shape(await netnsState(ctx.key))).toEqual(shape(o));
 
     await pn.release(ctx.key);
-    // before CNI DEL the veth was as the plugin left it: original MAC, its address and route, out of the bridge
+    // before CNI DEL the veth was as the plugin left it: original MAC, its address and route; still a port of br0,
+    // which it leaves when the netns removal takes both (a port's removal alone waits for an RCU grace period)
     const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
     expect(veth.mac).toBe(i0.vmMac);
-    expect(veth.master).toBeUndefined();
+    expect(veth.master).toBe('br0');
     expect(veth.addrs4.map((a) => `${a.local}/${a.prefixlen}`)).toEqual([ip.address]);
     expect(atDel!.routes4.filter((r) => r.dev === 'virtlet-eth0' && r.protocol !== 'kernel').map((r) => [r.dst, r.gateway])).toEqual([['default', ctx.net.gateway]]);
     // tap0 and br0 go with the netns (undo ops marked withNetns), after CNI DEL
@@ -314,7 +319,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(pluginMac).toMatch(/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
     expect(veth.mac).toBe(pluginMac);
     expect(veth.addrs4).toHaveLength(1);
-    expect(veth.master).toBeUndefined();
+    expect(veth.master).toBe('br0');
     await expectNothingLeft(ctx, []);
   });
 

@@ -89,7 +89,8 @@ describe('planContainerSide', () => {
     // what lives only in the pod netns is left to the netns removal
     expect(by['bridge']!.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
     expect(by['tap']!.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
-    expect(by['enslave']!.undo.some((o) => 'withNetns' in o)).toBe(false);
+    // the veth leaves the bridge with the netns removal too (a port's removal waits for an RCU grace period)
+    expect(by['enslave']!.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
     expect(by['veth-mac']!.undo.some((o) => 'withNetns' in o)).toBe(false);
     const eb = by['dhcp-filter']!;
     expect(eb.do).toHaveLength(1);
@@ -341,19 +342,16 @@ describe('the pod netns steps', () => {
 });
 
 describe('runsOf (how the step engine spawns)', () => {
-  it('one ip batch across steps (one netlink call), every other op alone; ebtables rules (undo of old records) one transaction per step', () => {
+  it('one ip batch across steps (one netlink call, sysctls in their turn), the netns with its sysctls, every other op alone; ebtables rules (undo of old records) one transaction per step', () => {
     const plan = planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
     const steps = [...podNetnsSteps('pod1'), ...plan.steps];
     const runs = runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))));
-    expect(runs.map((r) => (r.kind === 'ip' ? `ip x${r.lines.length}` : r.kind === 'ebtables' ? `ebtables x${r.rules.length} ${r.step.name}` : `${r.op.op} ${r.step.name}`))).toEqual([
-      'netns-add netns',
-      'sysctl rp-filter',
-      'sysctl ipv6-off',
-      'ip x13',
-      'nft dhcp-filter',
-    ]);
-    const ip = runs[3]!;
-    expect(ip.kind === 'ip' && ip.lines.map((l) => l.step.name)[0]).toBe('lo-up');
+    const shown = (r: (typeof runs)[number]): string =>
+      r.kind === 'ip' ? `ip x${r.lines.length}` : r.kind === 'ebtables' ? `ebtables x${r.rules.length} ${r.step.name}` : r.kind === 'netns' ? `netns ${r.step.name}+${r.sysctl.name}` : `${r.op.op} ${r.step.name}`;
+    // the netns with its sysctls one call; IPv6 off the first line of the links' batch
+    expect(runs.map(shown)).toEqual(['netns netns+rp-filter', 'ip x14', 'nft dhcp-filter']);
+    const ip = runs[1]!;
+    expect(ip.kind === 'ip' && ip.lines.map((l) => l.step.name).slice(0, 2)).toEqual(['ipv6-off', 'lo-up']);
     // ebtables rules of two steps (records of earlier versions) are two transactions
     const old = { name: 'dhcp-filter', target: 'virtlet-eth0', do: [], undo: dhcpFilterRules('virtlet-eth0').map((r) => ({ op: 'ebtables' as const, args: ['-D', ...r] })) } as Step;
     const [a, b] = [{ ...old, do: old.undo }, { ...old, target: 'other', do: old.undo }];

@@ -1,0 +1,332 @@
+// The add of one pod network, stage by stage, in the order they run (each a function below, in this order):
+//   checkKeyFree    nothing of the key is live or in the way; what an earlier failed operation left is finished first
+//   readNetwork     the CNI config list read and its plugins located: a failure here has made nothing
+//   takeNetns       a spare netns made while idle (its links prepared already) or a fresh one: chosen once, here
+//   recordAdd       the netns, its prepared links and the CNI ADD written to the record (durably) before any of them runs
+//   makeNetns       the netns made, or the spare bound under the key, while the record's fsyncs run
+//   runCniAdd       the plugins' ADD, while a fresh netns gets its prepared links on a pool thread
+//   observeAndPlan  the netns read and the container side planned (plan.ts, pure), DHCP's early start with it
+//   applyPlan       the plan recorded, then applied; the caller's DHCP servers start meanwhile when the plan says so
+//   openTaps        the taps opened for the VM
+//   markReady       the CNI cache written, the record ready: the pod network's state
+// and rollBack, when any stage fails: the record's undo ops run in reverse (steps.ts), the record goes (or stays
+// quarantined when the undo cannot finish).
+import { existsSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { PodNetworkDesc, ContainerSideNetwork, CniResultV031 } from '../protocol/payloads.js';
+import { toV031 } from '../protocol/result.js';
+import { CniPluginError, type NetworkConfigList } from '../cni/index.js';
+import type { CniResult } from '../cni/types.js';
+import { native } from '../native.js';
+import { Phase, StepName, newRecord, type PodRecord, type Step } from '../state/record.js';
+import type { PodInterface } from '../state/types.js';
+import { observeNetns } from './exec.js';
+import { completeResult, withPodDns } from './result.js';
+import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, preparedSteps, randomLaaMac, type ContainerSidePlan } from './plan.js';
+import { StepError, bindNetns, forgetStep, recordSteps, recordStepsThenSync, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
+import { findVfs, planVfs } from './vf.js';
+import { chooseBinding, type Binding } from './binding.js';
+import type { ObservedLink } from './types.js';
+import { closeFds, openFds } from './fds.js';
+import { finishLeftover, quarantine } from './quarantine.js';
+import { runtimeConf, type PodEnv, type PodNetworkState } from './podenv.js';
+
+export interface AddRequest {
+  key: string;
+  desc: PodNetworkDesc;
+  /** where the pod netns is mounted */
+  nsPath: string;
+  signal?: AbortSignal;
+  /**
+   * Called with the pod network as it will be (no fds yet) while its plan is applied, when the plan says the DHCP
+   * servers can start then (ContainerSidePlan.dhcpEarly), so that the caller's work overlaps the apply; a throw fails
+   * the add (rolled back). Not called otherwise: the caller does that work after add.
+   */
+  whileApplying?: (st: PodNetworkState) => void;
+}
+
+/** What a failed add must let go of besides its record: the spare it took, the CNI cache write, the fds. */
+interface Held {
+  netns?: NetnsSource;
+  cniSettled?: () => Promise<void>;
+  fds: number[];
+}
+
+/** Adds the pod network of req.key: every stage in order; on a failure, the rollback. */
+export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNetworkState> {
+  const log = env.log.child({ key: req.key, op: 'add' });
+  const t0 = performance.now();
+  const lap = (what: string): void => log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, what);
+  await checkKeyFree(env, req, log);
+  const rec = newRecord({ key: req.key, desc: req.desc, nsPath: req.nsPath, phase: Phase.Adding, steps: [], cniIfNames: [env.ifName] });
+  const held: Held = { fds: [] };
+  try {
+    const list = await readNetwork(env);
+    const netns = (held.netns = await takeNetns(env));
+    const recorded = recordAdd(env, rec, list);
+    await makeNetns(env.deps, rec, netns, recorded, req.signal);
+    lap(netns.made);
+    const result = await runCniAdd(env, rec, list, netns, recorded, held, req.signal);
+    lap('CNI ADD done');
+    const planned = await observeAndPlan(env, rec, list, result, log, req.signal);
+    const applied = await applyPlan(env.deps, rec, planned, req);
+    lap('container side applied');
+    held.fds = await openTaps(env, rec.nsPath, applied.interfaces);
+    const st = await markReady(env, rec, applied, held);
+    log.debug({ durationMs: Math.round(performance.now() - t0) }, 'pod network added');
+    return st;
+  } catch (e) {
+    throw await rollBack(env, rec, held, e, log);
+  }
+}
+
+/**
+ * Nothing of the key is in the way: a ready record is a live pod network (release it first), a netns at nsPath not
+ * ours is never adopted (nor deleted on rollback); a record left by a failed add or release (or a crash) is undone
+ * first, so that it never blocks the retry.
+ */
+async function checkKeyFree(env: PodEnv, req: AddRequest, log: Logger): Promise<void> {
+  const old = env.store.read(req.key);
+  if (old?.phase === Phase.Ready) {
+    throw new VmpodError(ErrorCode.Conflict, `add ${req.key}: a pod network for this key exists; release it first`, { key: req.key, op: 'add' });
+  }
+  if (old) await finishLeftover(env, old, log, 'add');
+  if (existsSync(req.nsPath)) {
+    throw new VmpodError(ErrorCode.Conflict, `add ${req.key}: netns ${req.nsPath} exists already`, { key: req.key, op: 'add' });
+  }
+}
+
+/** The network read and its plugins located before anything is made: a missing plugin or a broken config dir has run nothing. */
+async function readNetwork(env: PodEnv): Promise<NetworkConfigList> {
+  try {
+    const list = await env.loadConfList();
+    await env.cni.locate(list);
+    return list;
+  } catch (e) {
+    throw stepError(StepName.CniAdd, undefined, e);
+  }
+}
+
+/**
+ * Where the add's netns comes from, chosen once (takeNetns). Either way the netns ends with the pod netns steps
+ * (podNetnsSteps) and the prepared links (preparedSteps) done; the source says how.
+ */
+interface NetnsSource {
+  /** what the log says once it is there */
+  made: string;
+  /** does the pod netns steps, recorded already */
+  make(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void>;
+  /** does the prepared steps (recorded already) while the plugins run */
+  prepare(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void>;
+  /** lets go of what it holds when the add fails before make */
+  discard(): void;
+}
+
+/** A netns made while tapmanager was idle (sparens.ts), with its links prepared, or else a fresh one. */
+async function takeNetns(env: PodEnv): Promise<NetnsSource> {
+  const fd = await env.spares.take();
+  return fd === undefined ? freshNetns() : spareNetns(fd);
+}
+
+function freshNetns(): NetnsSource {
+  return { made: 'netns made', make: runSteps, prepare: runSteps, discard: () => {} };
+}
+
+function spareNetns(fd: number): NetnsSource {
+  let held = true;
+  return {
+    made: 'spare netns bound',
+    // bound under the key; bindNetns closes the fd (the mount holds the netns)
+    make: (deps, rec, steps) => ((held = false), bindNetns(deps, rec, steps[0]!, rec.key, fd)),
+    // made with them (sparens.ts)
+    prepare: async () => {},
+    discard: () => {
+      if (held) native().close(fd);
+      held = false;
+    },
+  };
+}
+
+/** The steps the add records before any of them runs, and the durable write of them. */
+interface Recorded {
+  netns: Step[];
+  prepared: Step[];
+  cniAdd: Step;
+  /** resolves once the record is on disk (a CNI ADD's IPAM allocation outlives a reboot: it waits for this) */
+  durable: Promise<void>;
+}
+
+/**
+ * One durable write covers the netns, what is prepared in it and the CNI ADD (its DEL must follow even a failed ADD).
+ * The prepared links come before the CNI ADD: a rollback's DEL comes first, and the netns's removal takes them. The
+ * exact config goes with the pod: its DEL runs against this network, whatever the config dir holds then.
+ */
+function recordAdd(env: PodEnv, rec: PodRecord, list: NetworkConfigList): Recorded {
+  const netns = podNetnsSteps(rec.key);
+  const prepared = preparedSteps(env.ifName);
+  const cniAdd = cniAddStep(env.ifName, list.bytes.toString('base64'));
+  const durable = recordStepsThenSync(env.store, rec, [...netns, ...prepared, cniAdd]);
+  return { netns, prepared, cniAdd, durable };
+}
+
+/** The netns made while the record's fsyncs run (a reboot takes it anyway); both are over when this returns. */
+async function makeNetns(deps: StepDeps, rec: PodRecord, netns: NetnsSource, recorded: Recorded, signal?: AbortSignal): Promise<void> {
+  try {
+    await netns.make(deps, rec, recorded.netns, signal);
+  } finally {
+    await recorded.durable.catch(() => {});
+  }
+  await recorded.durable;
+}
+
+/**
+ * The CNI ADD; the prepared links (the bridge, tap and filter that need nothing from the result) are made on a pool
+ * thread meanwhile, as the plugins take most of an add, waiting. Both are over before anything goes on, or back. A
+ * first plugin that could not be executed ran nothing: its step leaves the record, and the rollback runs no DEL.
+ */
+async function runCniAdd(env: PodEnv, rec: PodRecord, list: NetworkConfigList, netns: NetnsSource, recorded: Recorded, held: Held, signal?: AbortSignal): Promise<CniResult> {
+  const prepared = netns.prepare(env.deps, rec, recorded.prepared, signal).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  try {
+    const added = await env.cni.addDeferred(list, runtimeConf(rec, env.ifName), signal);
+    held.cniSettled = added.settled;
+    const prepError = await prepared;
+    if (prepError !== undefined) throw prepError;
+    return added.result;
+  } catch (e) {
+    await prepared;
+    if (e instanceof StepError) throw e;
+    if (ranNothing(e, list)) forgetStep(env.store, rec, recorded.cniAdd);
+    throw stepError(recorded.cniAdd.name, undefined, e);
+  }
+}
+
+/** The errnos of an exec that started nothing (the file is missing, not executable, or not a program). */
+const NOT_EXECUTED: ReadonlySet<string> = new Set(['ENOENT', 'EACCES', 'ENOEXEC']);
+
+/** Did this ADD fail at the exec of the list's first plugin (so that no plugin ran)? */
+function ranNothing(e: unknown, list: NetworkConfigList): boolean {
+  if (!(e instanceof CniPluginError) || e.plugin !== list.plugins[0]?.type) return false;
+  const code = (e.cause as NodeJS.ErrnoException | undefined)?.code;
+  return code !== undefined && NOT_EXECUTED.has(code);
+}
+
+/** The container side planned from the netns as the plugins left it; `result` is the plugins' result, completed. */
+interface Planned {
+  plan: ContainerSidePlan;
+  result: CniResult;
+}
+
+/** The netns read, the result completed from it (and the request's DNS), VFs found and planned, the plan made. */
+async function observeAndPlan(env: PodEnv, rec: PodRecord, list: NetworkConfigList, added: CniResult, log: Logger, signal?: AbortSignal): Promise<Planned> {
+  try {
+    const observed = await observeNetns(rec.nsPath, signal);
+    // the request's DNS goes into the result the runtime keeps (Virtlet's), and so to DHCP after a recover
+    const result = withPodDns(completeResult(added, observed, rec.nsPath), rec.desc.DNS);
+    const vfs = findVfs(env.deps.sysfs, observed, result);
+    const vfSetups = env.enableSriov ? await planVfs(env.deps.sysfs, env.deps.vfLink, observed, vfs, list, log, signal) : undefined;
+    const bindingOf = (_i: number, link: ObservedLink): Binding => chooseBinding(env.binding, link);
+    const plan = planContainerSide({ observed, result, newMac: () => randomLaaMac(), vfs: new Set(vfs.keys()), prepared: env.ifName, bindingOf, ...(vfSetups ? { vfSetups } : {}) });
+    log.debug({ observed, steps: plan.steps.length }, 'container-side network planned');
+    return { plan, result };
+  } catch (e) {
+    throw stepError('plan', undefined, e);
+  }
+}
+
+/** What the reply and the ready record hold. */
+interface Applied {
+  result: CniResultV031;
+  csn: ContainerSideNetwork;
+  interfaces: PodInterface[];
+}
+
+/**
+ * The plan recorded, then applied on a pool thread; meanwhile the reply's csn is built and, when the plan says so,
+ * the caller's whileApplying runs (should either throw, the steps end first).
+ */
+async function applyPlan(deps: StepDeps, rec: PodRecord, planned: Planned, req: AddRequest): Promise<Applied> {
+  const { plan } = planned;
+  recordSteps(deps.store, rec, plan.steps);
+  const applying = runSteps(deps, rec, plan.steps, req.signal);
+  try {
+    const result = toV031(planned.result);
+    const csn = buildCsn(result, rec.nsPath, plan.interfaces);
+    if (plan.dhcpEarly && req.whileApplying) {
+      try {
+        req.whileApplying({ key: rec.key, nsPath: rec.nsPath, csn, interfaces: plan.interfaces, fds: [], desc: rec.desc });
+      } catch (e) {
+        throw stepError('dhcp', undefined, e);
+      }
+    }
+    await applying;
+    return { result, csn, interfaces: plan.interfaces };
+  } catch (e) {
+    await applying.catch(() => {});
+    throw e;
+  }
+}
+
+/**
+ * The VM's fds. On the event loop when this add is alone; on a pool thread when other adds or releases run, whose
+ * plugins and link changes hold rtnl_lock, which TUNSETIFF waits for.
+ */
+async function openTaps(env: PodEnv, nsPath: string, interfaces: PodInterface[]): Promise<number[]> {
+  try {
+    return await openFds(nsPath, interfaces, env.log, { justMade: true, offLoop: env.spares.inFlight > 1 });
+  } catch (e) {
+    throw stepError('open-tap', undefined, e);
+  }
+}
+
+/**
+ * The CNI ADD's cache file and bookkeeping over, the record ready: atomic, not durable (after a crash of the machine
+ * the netns is gone and the adding record's undo, CNI DEL, is what is left to do: its durable write covers it).
+ */
+async function markReady(env: PodEnv, rec: PodRecord, applied: Applied, held: Held): Promise<PodNetworkState> {
+  const settled = held.cniSettled;
+  held.cniSettled = undefined;
+  try {
+    await settled?.();
+  } catch (e) {
+    throw stepError(StepName.CniAdd, undefined, e);
+  }
+  rec.phase = Phase.Ready;
+  rec.result = applied.result;
+  rec.csn = applied.csn;
+  rec.interfaces = applied.interfaces;
+  env.store.write(rec, false);
+  return { key: rec.key, nsPath: rec.nsPath, csn: applied.csn, interfaces: applied.interfaces, fds: held.fds, desc: rec.desc };
+}
+
+/**
+ * Undoes what the record holds, in reverse; the record goes, or stays quarantined when the undo cannot finish (the
+ * next add or release of the key finishes it). Returns the add's error, saying which step failed and what is left.
+ */
+async function rollBack(env: PodEnv, rec: PodRecord, held: Held, e: unknown, log: Logger): Promise<VmpodError> {
+  held.netns?.discard();
+  await closeFds(held.fds, log);
+  const op = isVmpodError(e) && e.op ? e.op : 'add';
+  log.error({ err: e, step: op }, 'add failed: rolling back');
+  // the DEL reads the cache the ADD wrote (prevResult): the write is over first, whatever it gave
+  await held.cniSettled?.().catch(() => {});
+  const undoErrors = await undoRecord(env.deps, rec, log);
+  let tail = '';
+  if (undoErrors.length === 0) {
+    try {
+      env.store.remove(rec.key);
+    } catch (re) {
+      log.error({ err: re }, 'removing the state record after the rollback failed');
+    }
+  } else {
+    quarantine(env.store, rec, undoErrors, log);
+    tail = ` (rollback incomplete: ${undoErrors.map((u) => errorChain(u)).join('; ')}; what is left is quarantined: the next add or release of ${rec.key} finishes it first, or run "tapctl release --force ${rec.key}")`;
+  }
+  const what = e instanceof StepError ? e.message : `step "${op}" failed: ${errorChain(e)}`;
+  const code: ErrorCodeT = isVmpodError(e) ? e.code : ErrorCode.Internal;
+  return new VmpodError(code, `add ${rec.key}: ${what}${tail}`, { cause: e, key: rec.key, op });
+}
