@@ -25,7 +25,7 @@ COPY native native
 RUN --mount=type=secret,id=npmca \
     if [ -s /run/secrets/npmca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npmca; fi; \
     npm ci --no-audit --no-fund
-COPY scripts/bundle.mjs scripts/bundle.mjs
+COPY scripts/bundle.mjs scripts/protocol-h.mjs scripts/
 COPY src src
 COPY bin bin
 COPY proto proto

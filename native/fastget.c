@@ -1,9 +1,9 @@
-// The fd server's gets answered in C (declared in common.h; typed in src/native.ts).
+// The fast get server: the fd server's accept loop in C, answering gets of registered keys without entering JS
+// (typed in src/native.ts). The protocol's constants come from native/protocol.h, generated from src/protocol; which
+// frames it answers and which it hands to JS is held to the TS codec by test/unit/fastget-frames.test.ts.
 #include "common.h"
+#include "protocol.h"
 
-// ---------------------------------------------------------------------------------------------
-
-// ---- fastGetServer: Virtlet's get answered in C ----
 // The fd server's accept loop, in C on the event loop's thread. Connections are watched by an epoll set of ours,
 // itself watched by one uv_poll (libuv's own poll per fd costs five syscalls per connection). A connection from uid
 // 0 (or a primary gid of
@@ -20,10 +20,8 @@
 // epoll_wait and a DEL. A connection still open then (EAGAIN) joins the epoll set; one that sent more is served then:
 // a second request on a connection whose first was a get waits at most FG_SETTLE_MS.
 
-#define FG_HDR 77
-#define FG_KEY 64
-#define FG_MAGIC 0x42424242u
-#define FG_CMD_GET 2
+#define FG_HDR PROTO_HEADER_SIZE
+#define FG_KEY PROTO_KEY_SIZE
 #define FG_BUCKETS 256
 #define FG_MAX_FDS 16
 #define FG_MAX_GIDS 64
@@ -112,13 +110,11 @@ static void fg_entry_free(fg_entry *e) {
   free(e);
 }
 
-// The header's key as the JS decoder reads it: trimmed of ASCII whitespace and NULs at both ends.
+// The header's key as the JS decoder reads it: trimmed at both ends.
 static bool fg_header_key(const uint8_t *k, char out[FG_KEY + 1]) {
   size_t a = 0, b = FG_KEY;
-#define FG_TRIM(ch) ((ch) == 0x20 || ((ch) >= 0x09 && (ch) <= 0x0d) || (ch) == 0)
-  while (a < b && FG_TRIM(k[a])) a++;
-  while (b > a && FG_TRIM(k[b - 1])) b--;
-#undef FG_TRIM
+  while (a < b && PROTO_KEY_TRIMMED(k[a])) a++;
+  while (b > a && PROTO_KEY_TRIMMED(k[b - 1])) b--;
   if (a == b) return false;
   memcpy(out, k + a, b - a);
   out[b - a] = 0;
@@ -210,15 +206,16 @@ static void fg_handoff(fg_conn *c) {
   fg_adopt(s, fd, buf, n, &cred);
 }
 
+static uint32_t fg_be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
 // A complete header in c->buf: answered here (true), or false when JS must serve it.
 static bool fg_serve(fg_conn *c) {
   fg_server *s = c->srv;
   const uint8_t *b = c->buf;
-  uint32_t magic = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-  uint32_t data_size = (uint32_t)b[5] << 24 | (uint32_t)b[6] << 16 | (uint32_t)b[7] << 8 | b[8];
-  uint32_t oob_size = (uint32_t)b[9] << 24 | (uint32_t)b[10] << 16 | (uint32_t)b[11] << 8 | b[12];
   char key[FG_KEY + 1];
-  if (magic != FG_MAGIC || b[4] != FG_CMD_GET || data_size != 0 || oob_size != 0 || !fg_header_key(b + 13, key))
+  // a get without payload or fds, of a key JS registered; JS says what is wrong with anything else
+  if (fg_be32(b + PROTO_OFF_MAGIC) != PROTO_MAGIC || b[PROTO_OFF_COMMAND] != PROTO_CMD_GET ||
+      fg_be32(b + PROTO_OFF_DATA_SIZE) != 0 || fg_be32(b + PROTO_OFF_OOB_SIZE) != 0 || !fg_header_key(b + PROTO_OFF_KEY, key))
     return false;
   fg_entry *e = *fg_find(s, key);
   if (!e) return false;

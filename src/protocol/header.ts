@@ -12,11 +12,17 @@ export interface Header {
   key: string;
 }
 
-const OFF_MAGIC = 0;
-const OFF_COMMAND = 4;
-const OFF_DATA_SIZE = 5;
-const OFF_OOB_SIZE = 9;
-const OFF_KEY = 13;
+/** Where each field starts. native/protocol.h is generated from this and commands.ts (scripts/protocol-h.mjs). */
+export const HEADER_LAYOUT = { magic: 0, command: 4, dataSize: 5, oobSize: 9, key: 13 } as const;
+const { magic: OFF_MAGIC, command: OFF_COMMAND, dataSize: OFF_DATA_SIZE, oobSize: OFF_OOB_SIZE, key: OFF_KEY } = HEADER_LAYOUT;
+
+/**
+ * The bytes trimmed from both ends of a key: Go's strings.TrimSpace on ASCII (\t \n \v \f \r space) plus NUL, which
+ * an error reply's key is made of. The addon trims the same (native/protocol.h).
+ */
+export const KEY_TRIM_BYTES = [0x00, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x20] as const;
+const TRIMMED = new Uint8Array(256);
+for (const b of KEY_TRIM_BYTES) TRIMMED[b] = 1;
 
 const SPACE = 0x20;
 
@@ -68,10 +74,6 @@ export function encodeErrorHeader(dataSize: number): Buffer {
   return pack(ERROR_COMMAND, dataSize, 0, Buffer.alloc(KEY_SIZE, 0));
 }
 
-/** Go's strings.TrimSpace on ASCII (\t \n \v \f \r space) plus NUL, which an error reply's key is made of. */
-function isTrimmed(b: number): boolean {
-  return b === 0x20 || (b >= 0x09 && b <= 0x0d) || b === 0x00;
-}
 
 /** Decodes the first 77 bytes of buf. Throws Protocol on a short buffer or a bad magic. */
 export function decodeHeader(buf: Buffer): Header {
@@ -84,8 +86,8 @@ export function decodeHeader(buf: Buffer): Header {
   }
   let start = OFF_KEY;
   let end = OFF_KEY + KEY_SIZE;
-  while (start < end && isTrimmed(buf[start]!)) start++;
-  while (end > start && isTrimmed(buf[end - 1]!)) end--;
+  while (start < end && TRIMMED[buf[start]!] === 1) start++;
+  while (end > start && TRIMMED[buf[end - 1]!] === 1) end--;
   return {
     command: buf.readUInt8(OFF_COMMAND),
     dataSize: buf.readUInt32BE(OFF_DATA_SIZE),

@@ -20,6 +20,7 @@ import type { Logger } from '../log.js';
 import { RequestReader, encodeResponse, encodeError, type Request } from '../protocol/frames.js';
 import { Command } from '../protocol/commands.js';
 import { errorChain } from '../errors.js';
+import { groupsFromStatus, peerAllowed as allowedByRule } from '../protocol/peer.js';
 
 export type { Request };
 
@@ -279,22 +280,15 @@ function openReserve(): number {
   return openSync('/dev/null', 'r');
 }
 
-/** Supplementary groups of a process, from the "Groups:" line of /proc/<pid>/status (pure). */
-export function groupsFromStatus(status: string): number[] {
-  const m = /^Groups:[ \t]*(.*)$/m.exec(status);
-  return m ? m[1]!.trim().split(/\s+/).filter(Boolean).map(Number) : [];
-}
-
-/** uid 0, or a member of an allowed group: primary gid (SO_PEERCRED) or a supplementary one of the peer's process. */
-function peerAllowed(peer: PeerCred, allowedGids: number[]): boolean {
-  if (peer.uid === 0) return true;
-  if (allowedGids.length === 0) return false;
-  if (allowedGids.includes(peer.gid)) return true;
-  try {
-    return groupsFromStatus(readFileSync(`/proc/${peer.pid}/status`, 'utf8')).some((g) => allowedGids.includes(g));
-  } catch {
-    return false; // the peer is gone
-  }
+/** The peer rule (protocol/peer.ts), its supplementary groups read from /proc only when its credentials do not decide. */
+export function peerAllowed(peer: PeerCred, allowedGids: number[]): boolean {
+  return allowedByRule(peer, allowedGids, () => {
+    try {
+      return groupsFromStatus(readFileSync(`/proc/${peer.pid}/status`, 'utf8'));
+    } catch {
+      return []; // the peer is gone
+    }
+  });
 }
 
 /** One sendmsg's worth of a reply: bytes, and the fds that go with the first of them (owned until sent). */
