@@ -56,6 +56,29 @@ export async function cachedRecordsOf(cacheDir: string, containerId: string, ifN
   return out;
 }
 
+/**
+ * Every attachment of one network the cache holds (libcni GetCachedAttachments, filtered by network as its
+ * GCNetworkList does): records of kind cniCacheV1 naming this network, a container id and an ifName. Files that
+ * do not read or parse, and temporary files, are skipped, as libcni skips them.
+ */
+export async function cachedAttachments(cacheDir: string, networkName: string): Promise<CacheRecord[]> {
+  const dir = join(cacheDir, 'results');
+  const out: CacheRecord[] = [];
+  for (const n of listDir(dir).sort()) {
+    if (!n.startsWith(`${networkName}-`) || TMP_NAME.test(n)) continue;
+    let o: Record<string, unknown>;
+    try {
+      o = JSON.parse(await readFile(join(dir, n), 'utf8')) as Record<string, unknown>;
+    } catch {
+      continue;
+    }
+    if (typeof o !== 'object' || o === null || o.kind !== CACHE_KIND || o.networkName !== networkName) continue;
+    if (typeof o.containerId !== 'string' || o.containerId === '' || typeof o.ifName !== 'string' || o.ifName === '') continue;
+    out.push(o as unknown as CacheRecord);
+  }
+  return out;
+}
+
 /** The file name has no separator in it: network name, container id and ifName are validated first. */
 export function cacheFilePath(cacheDir: string, networkName: string, containerId: string, ifName: string): string {
   return join(cacheDir, 'results', `${networkName}-${containerId}-${ifName}`);

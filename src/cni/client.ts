@@ -5,9 +5,9 @@ import { isAbsolute } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
-import { buildCacheRecord, cachedRecordsOf, cacheFilePath, readCacheRecord, removeCacheRecord, writeCacheRecord } from './cache.js';
-import { buildEnv, buildOneConfig, CniVerb, parseConfList, validateRuntime, type NetworkConfigList, type PluginConf, type RuntimeConf } from './config.js';
-import { CniError, formatCniError, parseCniErrorJson } from './errors.js';
+import { buildCacheRecord, cachedAttachments, cachedRecordsOf, cacheFilePath, readCacheRecord, removeCacheRecord, writeCacheRecord, type CacheRecord } from './cache.js';
+import { buildEnv, buildOneConfig, CniVerb, parseConfList, validateNetworkName, validateRuntime, type NetworkConfigList, type PluginConf, type RuntimeConf } from './config.js';
+import { CniError, CniPluginError, formatCniError, parseCniErrorJson } from './errors.js';
 import { escapeOutput } from '../escape.js';
 import { spawnPluginExec, findInPath, type PluginExec } from './exec.js';
 import { compareVersions, convertResult, CURRENT_CNI_VERSION, normalizeResult } from './result.js';
@@ -110,24 +110,97 @@ export class CniClient {
   }
 
   /**
-   * CHECK (CNI 0.4.0+): every plugin in order, each with the cached ADD result as prevResult. A list with
-   * disableCheck skips it. Without a cached result there is nothing to check against: an error.
+   * CHECK (CNI 0.4.0+): every plugin in order, each with the cached ADD result as prevResult (or what
+   * `opts.prevResult` makes of it: the runtime may know the attachment changed since, as tapmanager does). A list
+   * with disableCheck skips it ('disabled'). Without a cached result there is nothing to check against: an error.
    */
-  async check(list: NetworkConfigList, rt: RuntimeConf, signal?: AbortSignal): Promise<void> {
+  async check(list: NetworkConfigList, rt: RuntimeConf, opts: { signal?: AbortSignal; prevResult?: (cached: CniResult) => CniResult } = {}): Promise<'checked' | 'disabled'> {
     validateRuntime(list, rt, CniVerb.Check);
-    if (compareVersions(list.cniVersion, PREV_RESULT_ON_DEL_AND_CHECK) < 0) {
+    if (!supportsCheck(list)) {
       throw new CniError({ code: CniErrorCode.IncompatibleVersion, msg: `configuration version "${list.cniVersion}" does not support the CHECK command` });
     }
-    if (list.disableCheck === true) return;
+    if (list.disableCheck === true) return 'disabled';
     const paths = await this.#findAll(list.plugins);
     const cached = await this.#loadCached(list, rt);
     if (cached === undefined) {
       throw new VmpodError(ErrorCode.NotFound, `CHECK network ${list.name} for ${rt.containerId}/${rt.ifName}: no usable cached ADD result`);
     }
+    const prev = opts.prevResult ? opts.prevResult(cached) : cached;
     for (const [i, plugin] of list.plugins.entries()) {
-      this.#checkAborted(signal, CniVerb.Check, list, plugin);
-      const conf = buildOneConfig(list, plugin, this.#convertPrev(cached, list, plugin, CniVerb.Check), rt.capabilityArgs);
-      await this.#run(paths[i] as string, plugin, CniVerb.Check, list, rt, conf, signal);
+      this.#checkAborted(opts.signal, CniVerb.Check, list, plugin);
+      const conf = buildOneConfig(list, plugin, this.#convertPrev(prev, list, plugin, CniVerb.Check), rt.capabilityArgs);
+      await this.#run(paths[i] as string, plugin, CniVerb.Check, list, rt, conf, opts.signal);
+    }
+    return 'checked';
+  }
+
+  /**
+   * STATUS (CNI 1.1.0; libcni GetStatusNetworkList): can the network take adds? Each plugin gets its own config
+   * with the list's name and version, and no attachment. Unlike libcni, which stops at the first error, every
+   * plugin is asked, so that each one's answer is known (the first failure is what an add is refused with).
+   * A list below 1.1.0 is never asked: []. A plugin that cannot be run, or hangs past the timeout, counts as
+   * error 50 (it cannot take adds either).
+   */
+  async status(list: NetworkConfigList, signal?: AbortSignal): Promise<PluginStatus[]> {
+    if (!supportsStatusAndGc(list)) return [];
+    const out: PluginStatus[] = [];
+    for (const plugin of list.plugins) {
+      try {
+        const path = await this.#find(plugin.type);
+        await this.#run(path, plugin, CniVerb.Status, list, undefined, buildOneConfig(list, plugin, undefined), signal);
+        out.push({ plugin: plugin.type, code: 0, msg: '' });
+      } catch (e) {
+        out.push(statusOf(plugin.type, e));
+      }
+    }
+    return out;
+  }
+
+  /**
+   * GC (CNI 1.1.0; libcni GCNetworkList). First, every attachment the cache holds for this network that `valid`
+   * does not name gets a DEL with the config and prevResult its record holds (libcni DELs with the list it is
+   * given; the record's config is what the ADD ran with). `ifNames` narrows that to attachments of these
+   * interface names (the runtime's own, in a cache dir other runtimes share). Then, with `plugins` and a list of
+   * 1.1.0 or later, every plugin gets GC with `cni.dev/valid-attachments` (and the older `cni.dev/attachments`,
+   * which libcni sends too) naming exactly `valid`. A list with disableGC gets neither. A failure stops nothing:
+   * every one is in `errors`.
+   */
+  async gc(list: NetworkConfigList, valid: readonly GcAttachment[], opts: { plugins: boolean; ifNames?: readonly string[]; signal?: AbortSignal }): Promise<GcReport> {
+    validateNetworkName(list.name);
+    const report: GcReport = { network: list.name, removed: [], pluginsAsked: [], errors: [] };
+    if (list.disableGC === true) return { ...report, disabled: true };
+    const keep = new Set(valid.map((a) => `${a.containerId}\0${a.ifName}`));
+    for (const rec of await cachedAttachments(this.#cacheDir, list.name)) {
+      if (keep.has(`${rec.containerId}\0${rec.ifName}`) || (opts.ifNames !== undefined && !opts.ifNames.includes(rec.ifName))) continue;
+      try {
+        await this.del(this.#recordList(rec, list), recordRuntime(rec), opts.signal);
+        report.removed.push({ containerId: rec.containerId, ifName: rec.ifName });
+      } catch (e) {
+        report.errors.push(`DEL of the stale attachment ${rec.containerId}/${rec.ifName}: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
+    if (!opts.plugins || !supportsStatusAndGc(list)) return report;
+    const attachments = valid.map((a) => ({ containerID: a.containerId, ifname: a.ifName }));
+    for (const plugin of list.plugins) {
+      const conf = { ...buildOneConfig(list, plugin, undefined), 'cni.dev/valid-attachments': attachments, 'cni.dev/attachments': attachments };
+      report.pluginsAsked.push(plugin.type);
+      try {
+        await this.#run(await this.#find(plugin.type), plugin, CniVerb.Gc, list, undefined, conf, opts.signal);
+      } catch (e) {
+        report.errors.push(`GC of plugin ${plugin.type}: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
+    return report;
+  }
+
+  /** The config a cache record's ADD ran with; the given list when the record has none (or it does not parse). */
+  #recordList(rec: CacheRecord, list: NetworkConfigList): NetworkConfigList {
+    if (rec.config === '') return list;
+    try {
+      return parseConfList(Buffer.from(rec.config, 'base64'), `CNI cache record of ${rec.containerId}/${rec.ifName}`);
+    } catch (e) {
+      this.#log.warn({ err: e, network: list.name, containerId: rec.containerId }, 'the config in a CNI cache record does not parse: DEL with the current one');
+      return list;
     }
   }
 
@@ -280,7 +353,7 @@ export class CniClient {
     plugin: PluginConf,
     verb: CniVerb,
     list: NetworkConfigList,
-    rt: RuntimeConf,
+    rt: RuntimeConf | undefined,
     conf: Record<string, unknown>,
     signal: AbortSignal | undefined,
     deferCleanup = false,
@@ -300,11 +373,68 @@ export class CniClient {
       return out;
     } finally {
       this.#log.debug(
-        { plugin: plugin.type, verb, network: list.name, containerId: rt.containerId, ifName: rt.ifName, ok, durationMs: Math.round(performance.now() - t0) },
+        { plugin: plugin.type, verb, network: list.name, containerId: rt?.containerId, ifName: rt?.ifName, ok, durationMs: Math.round(performance.now() - t0) },
         'CNI plugin run',
       );
     }
   }
+}
+
+/** STATUS's answer for one plugin: 0, or the CNI error code it failed with (50: cannot take adds). */
+export interface PluginStatus {
+  plugin: string;
+  code: number;
+  msg: string;
+}
+
+/** One attachment, as CNI GC names it (spec: "cni.dev/valid-attachments": [{containerID, ifname}]). */
+export interface GcAttachment {
+  containerId: string;
+  ifName: string;
+}
+
+/** What a GC did: the stale attachments DEL'd, the plugins sent GC, and every failure. */
+export interface GcReport {
+  network: string;
+  /** the list has disableGC: nothing was done */
+  disabled?: true;
+  removed: GcAttachment[];
+  pluginsAsked: string[];
+  errors: string[];
+}
+
+/** STATUS error 50 (spec): the plugin cannot take adds; 51: and existing attachments may be degraded. */
+export const STATUS_CANNOT_ADD = 50;
+export const STATUS_DEGRADED = 51;
+
+/** CHECK came with 0.4.0 (libcni CheckNetworkList). */
+export function supportsCheck(list: Pick<NetworkConfigList, 'cniVersion'>): boolean {
+  return compareVersions(list.cniVersion, PREV_RESULT_ON_DEL_AND_CHECK) >= 0;
+}
+
+/** STATUS and GC came with 1.1.0; libcni runs neither for an older list. */
+export function supportsStatusAndGc(list: Pick<NetworkConfigList, 'cniVersion'>): boolean {
+  return compareVersions(list.cniVersion, '1.1.0') >= 0;
+}
+
+/** A failed STATUS run as its answer: the plugin's CNI error code, else 50 (a hang killed at the timeout, a crash). */
+function statusOf(plugin: string, e: unknown): PluginStatus {
+  if (e instanceof CniPluginError && !e.timedOut && e.cniError !== undefined) {
+    const d = e.cniError.details !== undefined && e.cniError.details !== '' ? `: ${e.cniError.details}` : '';
+    return { plugin, code: e.cniError.code, msg: `${e.cniError.msg}${d}` };
+  }
+  return { plugin, code: STATUS_CANNOT_ADD, msg: e instanceof Error ? e.message : String(e) };
+}
+
+/** The attachment a cache record names, as libcni's GCNetworkList rebuilds it for the DEL. */
+function recordRuntime(rec: CacheRecord): RuntimeConf {
+  return {
+    containerId: rec.containerId,
+    netns: rec.netns ?? '',
+    ifName: rec.ifName,
+    args: (rec.cniArgs ?? []).map(([k, v]) => [k, v]),
+    ...(rec.capabilityArgs !== undefined ? { capabilityArgs: rec.capabilityArgs } : {}),
+  };
 }
 
 function parseJson(plugin: string, verb: string, stdout: Buffer): unknown {

@@ -23,6 +23,8 @@ export interface NetworkConfigList {
   cniVersion: string;
   cniVersions?: string[];
   disableCheck?: boolean;
+  /** CNI 1.1.0 (libcni GCNetworkList): no GC at all, neither the stale attachments' DEL nor the plugins' GC */
+  disableGC?: boolean;
   plugins: PluginConf[];
   /** the list as JSON (the file's bytes; for a single-plugin .conf, the list built from it) */
   bytes: Buffer;
@@ -38,8 +40,8 @@ export interface RuntimeConf {
   capabilityArgs?: Record<string, unknown>;
 }
 
-/** The CNI commands (spec "Parameters": CNI_COMMAND). STATUS and GC (1.1.0) are not run by this client. */
-export const CniVerb = { Add: 'ADD', Del: 'DEL', Check: 'CHECK', Version: 'VERSION' } as const;
+/** The CNI commands (spec "Parameters": CNI_COMMAND); STATUS and GC came with 1.1.0. */
+export const CniVerb = { Add: 'ADD', Del: 'DEL', Check: 'CHECK', Status: 'STATUS', Gc: 'GC', Version: 'VERSION' } as const;
 export type CniVerb = (typeof CniVerb)[keyof typeof CniVerb];
 
 /** Extensions libcni (and the CRI runtimes) read from a config directory. */
@@ -103,6 +105,16 @@ function readName(o: Obj, problems: string[]): string {
   return o.name;
 }
 
+/** disableCheck, disableGC: libcni accepts a bool, and since 1.1 also the strings "true"/"false". */
+function readSwitch(o: Obj, key: 'disableCheck' | 'disableGC', problems: string[]): boolean | undefined {
+  const v = o[key];
+  if (v === undefined) return undefined;
+  if (typeof v === 'boolean') return v;
+  if (v === 'true' || v === 'false') return v === 'true';
+  problems.push(`"${key}" ${JSON.stringify(v)} is not a boolean`);
+  return undefined;
+}
+
 /**
  * Parse a network configuration list (.conflist), or a single plugin configuration (.conf/.json, which
  * libcni's ConfListFromConf turns into a one-plugin list). A .conf/.json that has "plugins" and no "type"
@@ -136,18 +148,14 @@ export function parseConfList(bytes: Buffer, file: string): NetworkConfigList {
     // ConfListFromConf: the list carries the conf's name and version; its bytes are that list.
     listBytes = Buffer.from(JSON.stringify({ cniVersion: json.cniVersion, name: json.name, plugins: [json] }));
   }
-  let disableCheck: boolean | undefined;
-  if (json.disableCheck !== undefined) {
-    // libcni accepts a bool, and since 1.1 also the strings "true"/"false".
-    if (typeof json.disableCheck === 'boolean') disableCheck = json.disableCheck;
-    else if (json.disableCheck === 'true' || json.disableCheck === 'false') disableCheck = json.disableCheck === 'true';
-    else problems.push(`"disableCheck" ${JSON.stringify(json.disableCheck)} is not a boolean`);
-  }
+  const disableCheck = readSwitch(json, 'disableCheck', problems);
+  const disableGC = readSwitch(json, 'disableGC', problems);
   if (problems.length > 0) throw configError(file, problems.join('; '));
 
   const list: NetworkConfigList = { name, cniVersion, plugins, bytes: listBytes, file };
   if (cniVersions !== undefined) list.cniVersions = cniVersions;
   if (disableCheck !== undefined) list.disableCheck = disableCheck;
+  if (disableGC !== undefined) list.disableGC = disableGC;
   return list;
 }
 

@@ -24,7 +24,18 @@ export {
 } from './config.js';
 export { spawnPluginExec, findInPath, DEFAULT_PLUGIN_OUTPUT_BYTES, type SpawnPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
 export { killOrphanPlugins, readPgidRecord, type PgidRecord } from './pgid.js';
-export { CniClient, parsePluginResult, type CniClientOptions } from './client.js';
+export {
+  CniClient,
+  parsePluginResult,
+  STATUS_CANNOT_ADD,
+  STATUS_DEGRADED,
+  supportsCheck,
+  supportsStatusAndGc,
+  type CniClientOptions,
+  type GcAttachment,
+  type GcReport,
+  type PluginStatus,
+} from './client.js';
 export {
   CNI_VERSIONS,
   compareVersions,
@@ -34,5 +45,5 @@ export {
   normalizeResult,
   type CniVersion,
 } from './result.js';
-export { buildCacheRecord, CACHE_KIND, cacheFilePath, cachedRecordsOf, sweepCacheTemps, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';
+export { buildCacheRecord, CACHE_KIND, cacheFilePath, cachedAttachments, cachedRecordsOf, sweepCacheTemps, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';
 export { CniError, CniPluginError, formatCniError, parseCniErrorJson, pluginFailure, type PluginFailure } from './errors.js';
