@@ -6,3 +6,4 @@ export { completeResult, fixOffSubnetGateways, isIncomplete, nonKernelRoutes } f
 export { decodeObserved, OBSERVE_REQUESTS } from './observe.js';
 export { NetExec, isAlreadyUndone, runIpLines, observeNetns } from './exec.js';
 export { ipRequest } from './iplines.js';
+export { BINDING_CHECKS, CheckReason, bindingOf, checkBridgeBinding, checkLinks, checkPod, checkTcRedirectBinding, prevResultForCheck, redirectsTo, type BindingCheck, type CheckFailure, type PodCheck } from './check.js';

@@ -11,7 +11,7 @@ import type { PodNetworkDesc, RecoverPayload } from '../protocol/payloads.js';
 import type { CniClient, NetworkConfigList } from '../cni/index.js';
 import { Sysfs } from '../devices/sysfs.js';
 import { StateStore } from '../state/store.js';
-import { Phase, newRecord, type PodRecord } from '../state/record.js';
+import { Phase, StepName, newRecord, type PodRecord } from '../state/record.js';
 import { NetExec } from './exec.js';
 import { POD_NETNS_SYSCTLS, preparedSteps } from './plan.js';
 import { DEFAULT_IFNAME } from './types.js';
@@ -26,6 +26,9 @@ import { attach, recoverPodNetwork, restoreRecord, type RestoreOutcome } from '.
 import { readRecord } from './quarantine.js';
 import type { PodEnv, PodNetworkState } from './podenv.js';
 import type { BindingMode } from './binding.js';
+import { checkPod, type PodCheck } from './check.js';
+import { networksForDel } from './release.js';
+import { runtimeConf } from './podenv.js';
 
 export { resultForRecover } from './recover.js';
 export type { PodNetworkState } from './podenv.js';
@@ -168,6 +171,32 @@ export class PodNetwork {
     const st = await recoverPodNetwork(this.env, key, this.nsPathOf(key), this.states.get(key), payload);
     this.states.set(key, st);
     return st;
+  }
+
+  /** tapctl check and --check-interval: the pod's own checks and CNI CHECK (check.ts). Changes nothing. */
+  async check(key: string, dhcp: () => string | undefined): Promise<PodCheck> {
+    validateKey(key);
+    const rec = this.env.store.read(key);
+    if (!rec) throw new VmpodError(ErrorCode.NotFound, `no pod network for key ${key}`, { key, op: 'check' });
+    if (rec.phase !== Phase.Ready) throw new VmpodError(ErrorCode.State, `pod network ${key} is in phase "${rec.phase}", not ready: nothing to check`, { key, op: 'check' });
+    const ifName = rec.cniIfNames[0] ?? this.env.ifName;
+    const del = rec.steps.find((st) => st.name === StepName.CniAdd)?.undo.find((o) => o.op === 'cni-del');
+    const config = del?.op === 'cni-del' ? del.config : undefined;
+    return checkPod({
+      key,
+      nsPath: rec.nsPath,
+      interfaces: rec.interfaces,
+      cni: this.env.cni,
+      networks: () => networksForDel(this.env, rec, ifName, config),
+      runtime: runtimeConf(rec, ifName),
+      dhcp,
+      exec: this.env.deps.exec,
+    });
+  }
+
+  /** CNI_IFNAME of the pods this network adds (the attachments in the CNI cache that are tapmanager's). */
+  get cniIfName(): string {
+    return this.env.ifName;
   }
 
   state(key: string): PodNetworkState | undefined {

@@ -94,7 +94,7 @@ export function cniDel(env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>): (rec:
  * config beside the result); else the config dir as it is now. A config dir that cannot be read does not stop
  * the release: the DEL is skipped, loudly (there is nothing to tell the network by).
  */
-async function networksForDel(env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>, rec: PodRecord, ifName: string, config: string | undefined): Promise<NetworkConfigList[]> {
+export async function networksForDel(env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>, rec: PodRecord, ifName: string, config: string | undefined): Promise<NetworkConfigList[]> {
   if (config !== undefined) return [parseConfList(Buffer.from(config, 'base64'), `the CNI config recorded for ${rec.key}`)];
   const cached = await env.cni.cachedNetworks(rec.key, ifName);
   if (cached.length > 0) return cached;
