@@ -195,6 +195,17 @@ async function main(argv: string[]): Promise<number> {
         process.stdout.write(`not ready: ${st.reasons.join('; ')}\n`);
         return 1;
       }
+      case 'gc': {
+        if (p.positional.length !== 1) throw new UsageError('gc takes no arguments');
+        const r = client.gc();
+        out(r);
+        return r.errors.length > 0 ? 1 : 0;
+      }
+      case 'check': {
+        const r = client.check(oneKey(p));
+        out(r);
+        return r.ok ? 0 : 1;
+      }
       case undefined:
         throw new UsageError('no command given');
       default:

@@ -17,7 +17,7 @@ import { decodeHeader, encodeHeader, type Header } from '../protocol/header.js';
 import { validateKey } from '../identity.js';
 import { decodeCsn, decodeGetInfo, encodeGetFDPayload, encodeRecoverPayload } from '../protocol/codec.js';
 import type { ContainerSideNetwork, GetInfo, PodNetworkDesc, RecoverPayload } from '../protocol/payloads.js';
-import type { StatusReport } from '../protocol/status.js';
+import type { CheckSummary, GcSummary, StatusReport } from '../protocol/status.js';
 
 export interface FdClientOptions {
   /** SO_RCVTIMEO/SO_SNDTIMEO per socket operation, ms (0 = none). Default 120 s: an add waits for CNI. */
@@ -127,6 +127,26 @@ export class FdClient {
     return o as StatusReport;
   }
 
+  /** gc (7, ours): one CNI GC now; what it removed. */
+  gc(): GcSummary {
+    const v = this.jsonReply(Command.Gc) as Partial<GcSummary> | null;
+    if (typeof v !== 'object' || v === null || !Array.isArray(v.removed) || !Array.isArray(v.errors)) {
+      throw this.protocolError(Command.Gc, '', `payload is not a GC report: ${JSON.stringify(v).slice(0, 80)}`);
+    }
+    return v as GcSummary;
+  }
+
+  /** check (8, ours): the pod's checks now; its failures when it fails. */
+  check(key: string): CheckSummary {
+    validateKey(key);
+    const r = this.request(Command.Check, key, null);
+    return this.decode(Command.Check, key, () => {
+      const v = JSON.parse(r.data.toString('utf8')) as Partial<CheckSummary>;
+      if (typeof v.ok !== 'boolean' || !Array.isArray(v.failures)) throw new Error('not a check report');
+      return v as CheckSummary;
+    });
+  }
+
   /** A keyless request of ours whose reply is JSON. */
   private jsonReply(command: Command): unknown {
     const r = this.request(command, '', null);
@@ -193,7 +213,7 @@ export class FdClient {
         throw this.protocolError(command, key, `unexpected response command 0x${resp.header.command.toString(16).padStart(2, '0')} (${commandName(resp.header.command)})`);
       }
       // Virtlet's client checks the echoed key on add; we check it on every keyed command
-      if (command !== Command.List && command !== Command.Status && resp.header.key !== key) {
+      if (command !== Command.List && command !== Command.Status && command !== Command.Gc && resp.header.key !== key) {
         throw this.protocolError(command, key, `response is for key ${JSON.stringify(resp.header.key)}`);
       }
       if (!expectFds && fds.length > 0) throw this.protocolError(command, key, `unexpected ${fds.length} fds in the response`);

@@ -1,7 +1,7 @@
 // The fd-server protocol's constants (docs/protocol.md; Virtlet pkg/tapmanager/fdserver.go).
 
 /** Request command codes. 0..3 are Virtlet's and never change meaning; ours start at 4. */
-export const Command = { Add: 0, Release: 1, Get: 2, Recover: 3, List: 4, ReleaseForce: 5, Status: 6 } as const;
+export const Command = { Add: 0, Release: 1, Get: 2, Recover: 3, List: 4, ReleaseForce: 5, Status: 6, Gc: 7, Check: 8 } as const;
 export type Command = (typeof Command)[keyof typeof Command];
 
 /** A response carries `request | RESPONSE_BIT` (Virtlet's fdResponse). */
@@ -29,11 +29,13 @@ const NAMES: Record<Command, string> = {
   [Command.List]: 'list',
   [Command.ReleaseForce]: 'release-force',
   [Command.Status]: 'status',
+  [Command.Gc]: 'gc',
+  [Command.Check]: 'check',
 };
 
-/** True for the request codes we serve (0..6). */
+/** True for the request codes we serve (0..8). */
 export function isCommand(n: number): n is Command {
-  return Number.isInteger(n) && n >= Command.Add && n <= Command.Status;
+  return Number.isInteger(n) && n >= Command.Add && n <= Command.Check;
 }
 
 /** The response code for a request code. */

@@ -34,6 +34,14 @@ export interface TapmanagerConfig {
   httpListen?: { host: string; port: number };
   /** how CNI interfaces are joined to the VM's taps (src/podnet/binding.ts) */
   binding: BindingMode;
+  /** how old the last CNI STATUS answer may be (an add older asks again); also how often it is asked */
+  cniStatusIntervalMs: number;
+  /** CNI GC after the restore and then this often; 0: never (tapctl gc still runs one) */
+  cniGcIntervalMs: number;
+  /** --cni-gc plugins: GC goes to the plugins too (default: only the stale attachments' DEL) */
+  cniGcPlugins: boolean;
+  /** every ready pod checked this often; 0: never (tapctl check still runs one) */
+  checkIntervalMs: number;
   help: boolean;
   /** --version: print the package version and exit */
   version: boolean;
@@ -168,6 +176,34 @@ export const FLAGS = {
     kind: 'string',
     help: 'how a CNI interface is joined to the VM\'s tap: bridge, tc-redirect, or auto (tc-redirect for macvlan and ipvlan, whose MAC cannot move to the VM; bridge otherwise)',
   },
+  cniStatusIntervalMs: {
+    flag: '--cni-status-interval',
+    env: 'VMPOD_CNI_STATUS_INTERVAL_MS',
+    def: '10000',
+    kind: 'int',
+    help: 'ms between CNI STATUS runs of a cniVersion 1.1.0+ network; an add asks again when the last answer is older',
+  },
+  cniGcIntervalMs: {
+    flag: '--cni-gc-interval',
+    env: 'VMPOD_CNI_GC_INTERVAL_MS',
+    def: '3600000',
+    kind: 'int',
+    help: 'ms between CNI GCs (the first right after the restore at start); 0: never',
+  },
+  cniGc: {
+    flag: '--cni-gc',
+    env: 'VMPOD_CNI_GC',
+    def: '',
+    kind: 'string',
+    help: '"plugins": GC also sends CNI GC to the plugins with the live VM pods (never on a conflist shared with the node\'s container runtime); default: only DEL of stale cached attachments',
+  },
+  checkIntervalMs: {
+    flag: '--check-interval',
+    env: 'VMPOD_CHECK_INTERVAL_MS',
+    def: '300000',
+    kind: 'int',
+    help: 'ms between checks of every ready pod (its links, MAC, DHCP server, CNI CHECK); 0: never',
+  },
 } as const satisfies Record<string, FlagSpec>;
 
 type Key = keyof typeof FLAGS;
@@ -244,6 +280,17 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   for (const d of defaultDns) {
     if (!isIpv4(d)) errors.push(`--default-dns ${JSON.stringify(d)} is not an IPv4 address`);
   }
+  const statusInterval = Number(get('cniStatusIntervalMs'));
+  if (!Number.isInteger(statusInterval) || statusInterval <= 0) errors.push(`--cni-status-interval ${JSON.stringify(get('cniStatusIntervalMs'))} is not a positive integer (ms)`);
+  const zeroOrMore = (k: 'cniGcIntervalMs' | 'checkIntervalMs'): number => {
+    const v = Number(get(k));
+    if (!Number.isInteger(v) || v < 0) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} is not a non-negative integer (ms; 0: never)`);
+    return v;
+  };
+  const gcInterval = zeroOrMore('cniGcIntervalMs');
+  const checkInterval = zeroOrMore('checkIntervalMs');
+  const gcMode = get('cniGc');
+  if (gcMode !== '' && gcMode !== 'plugins') errors.push(`--cni-gc / VMPOD_CNI_GC ${JSON.stringify(gcMode)} is not "plugins" (or empty)`);
   const httpRaw = get('httpListen');
   const http = httpRaw === '' ? undefined : parseListen(httpRaw);
   if (httpRaw !== '' && !http) errors.push(`--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9731 or [::1]:9731)`);
@@ -271,6 +318,10 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       spareNetns,
       ...(http ? { httpListen: http } : {}),
       binding: binding!,
+      cniStatusIntervalMs: statusInterval,
+      cniGcIntervalMs: gcInterval,
+      cniGcPlugins: gcMode === 'plugins',
+      checkIntervalMs: checkInterval,
       help,
       version,
     },

@@ -80,6 +80,14 @@ export class DhcpServers {
     return last;
   }
 
+  /** For a pod's check: undefined when every server of the pod listens, else why not. */
+  problem(key: string): string | undefined {
+    const servers = this.byKey.get(key);
+    if (servers === undefined) return `no DHCP server runs for pod ${key}`;
+    const stopped = servers.filter((s) => !s.running);
+    return stopped.length === 0 ? undefined : `${stopped.length} of the pod's ${servers.length} DHCP/RA servers stopped listening`;
+  }
+
   running(key: string): boolean {
     return this.byKey.has(key);
   }

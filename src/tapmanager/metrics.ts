@@ -5,7 +5,8 @@
 import { basename } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { PluginExec } from '../cni/index.js';
+import type { PluginExec, PluginStatus } from '../cni/index.js';
+import { CheckReason } from '../podnet/check.js';
 import type { ServiceHooks } from './service.js';
 import { packageVersion } from '../version.js';
 
@@ -19,7 +20,9 @@ const RESTORE_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300];
 export interface Metrics {
   registry: Registry;
   /** hooks for TapmanagerService */
-  hooks: Required<Pick<ServiceHooks, 'onRequest' | 'onDhcpPacket' | 'onDhcpLease' | 'onRestored'>>;
+  hooks: Required<Pick<ServiceHooks, 'onRequest' | 'onDhcpPacket' | 'onDhcpLease' | 'onRestored' | 'onCheckFailure'>>;
+  /** each CNI STATUS answer (cni-status.ts): vmpod_cni_status */
+  onCniStatus(network: string, statuses: PluginStatus[]): void;
   /** wraps a CNI PluginExec so that each plugin run is timed by plugin and command */
   timedExec(inner: PluginExec): PluginExec;
   /** the text exposition and its content type */
@@ -64,6 +67,9 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
   // the usual build_info: 1, the version in a label (joins with other series by instance)
   new Gauge(base('build_info', 'the running tapmanager build: always 1, its package version in the label', ['version'])).set({ version: packageVersion() }, 1);
   restoredAt.set(0);
+  const cniStatus = new Gauge(base('cni_status', 'the last CNI STATUS answer of each plugin of a cniVersion 1.1.0+ network: 0 ok, else the CNI error code (50: cannot take adds, 51: and attachments may be degraded)', ['network', 'plugin']));
+  const checkFailures = new Counter(base('pod_check_failures_total', 'pod checks that failed, by reason (docs/operations.md says what to do for each)', ['reason']));
+  for (const reason of Object.values(CheckReason)) checkFailures.inc({ reason }, 0);
   // known label values start at 0 so a rate() sees the first increment
   for (const type of ['discover', 'request']) dhcp.inc({ direction: 'received', type }, 0);
   for (const type of ['offer', 'ack', 'nak']) dhcp.inc({ direction: 'sent', type }, 0);
@@ -87,6 +93,14 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
         restore.observe(seconds);
         restoredAt.set(1);
       },
+      onCheckFailure(reason) {
+        checkFailures.inc({ reason });
+      },
+    },
+    onCniStatus(network, statuses) {
+      // a plugin taken out of the list leaves no stale series
+      cniStatus.reset();
+      for (const s of statuses) cniStatus.set({ network, plugin: s.plugin }, s.code);
     },
     timedExec(inner) {
       return {

@@ -1,5 +1,5 @@
-// Readiness beyond "restored" (the service knows that): the fd socket still listens at its path, and the CNI
-// config loads. Each unmet condition is a sentence for /readyz and `tapctl status --ready`.
+// Readiness beyond "restored" (the service knows that): the fd socket still listens at its path, the CNI
+// config loads, and no CNI plugin answers STATUS with an error. Each unmet condition is a sentence for /readyz and `tapctl status --ready`.
 import { lstatSync } from 'node:fs';
 import { errorChain } from '../errors.js';
 
@@ -9,6 +9,8 @@ export interface ReadinessDeps {
   listening(): boolean;
   cniConfDir: string;
   loadConfList(): Promise<unknown>;
+  /** CNI STATUS (cni-status.ts): one sentence per plugin that cannot take adds */
+  cniStatus?: () => string[];
 }
 
 export async function checkReadiness(d: ReadinessDeps): Promise<{ ready: boolean; reasons: string[] }> {
@@ -26,5 +28,6 @@ export async function checkReadiness(d: ReadinessDeps): Promise<{ ready: boolean
   } catch (e) {
     reasons.push(`CNI config in ${d.cniConfDir} does not load: ${errorChain(e).replace(/\s*\n\s*/g, ' ')}`);
   }
+  reasons.push(...(d.cniStatus?.() ?? []));
   return { ready: reasons.length === 0, reasons };
 }

@@ -12,6 +12,8 @@ import { macToBase64 } from '../protocol/mac.js';
 import type { GetInfo } from '../protocol/payloads.js';
 import { InterfaceType } from '../protocol/payloads.js';
 import { KeyQueue } from './keyqueue.js';
+import { OpLock } from './oplock.js';
+import { PodChecker } from './checks.js';
 import { describeInterfaces, type PodNetwork, type PodNetworkState } from '../podnet/index.js';
 import type { PodSummary, StatusReport } from '../protocol/status.js';
 import { DhcpServers } from './dhcp-servers.js';
@@ -34,6 +36,12 @@ export interface ServiceHooks {
   onRestored?: (seconds: number) => void;
   /** status (6): the readiness the daemon computes (socket, CNI config); without it, restored alone decides */
   readiness?: () => Promise<{ ready: boolean; reasons: string[] }>;
+  /** before an add runs anything: throws when the network cannot take adds (CNI STATUS, cni-status.ts) */
+  admitAdd?: () => Promise<void>;
+  /** gc (7): one CNI GC (gc.ts), holding `ops` alone */
+  gc?: () => Promise<unknown>;
+  /** a pod check failed, once per reason */
+  onCheckFailure?: (reason: string) => void;
 }
 
 /** Where a ready pod's answer to get is kept for the socket server to send by itself (FdServer with fastGets). */
@@ -46,6 +54,10 @@ export interface GetReplies {
 
 export class TapmanagerService implements Handler {
   readonly queue = new KeyQueue();
+  /** adds and releases share it, a CNI GC holds it alone (oplock.ts) */
+  readonly ops = new OpLock();
+  /** the pods' checks, and which pods are degraded (checks.ts) */
+  readonly checks: PodChecker;
   readonly dhcp: DhcpServers;
   readonly hooks: ServiceHooks;
   private restoreState: 'pending' | 'running' | 'done' = 'pending';
@@ -72,6 +84,12 @@ export class TapmanagerService implements Handler {
     opts: { defaultDns?: readonly string[]; hooks?: ServiceHooks } = {},
   ) {
     this.hooks = opts.hooks ?? {};
+    this.checks = new PodChecker({
+      check: (key) => this.queue.run(key, () => this.pods.check(key, () => (this.dhcpPending.has(key) ? undefined : this.dhcp.problem(key)))),
+      readyKeys: () => this.pods.records().filter((r) => r.phase === 'ready').map((r) => r.key),
+      log,
+      onFailure: (reason) => this.hooks.onCheckFailure?.(reason),
+    });
     this.dhcp = new DhcpServers(log, opts.defaultDns, {
       onPacket: (dir, type) => this.hooks.onDhcpPacket?.(dir, type),
       onLease: () => this.hooks.onDhcpLease?.(),
@@ -133,6 +151,11 @@ export class TapmanagerService implements Handler {
         return { payload: Buffer.from(JSON.stringify(this.list())), fds: [] };
       case Command.Status:
         return { payload: Buffer.from(JSON.stringify(await this.status())), fds: [] };
+      case Command.Gc:
+        if (!this.hooks.gc) throw new VmpodError(ErrorCode.BadRequest, 'gc: this daemon runs no CNI GC');
+        return { payload: Buffer.from(JSON.stringify(await this.hooks.gc())), fds: [] };
+      case Command.Check:
+        return { payload: Buffer.from(JSON.stringify(await this.checks.checkOne(validateKey(req.key)))), fds: [] };
       default:
         throw new VmpodError(ErrorCode.BadRequest, `unknown command ${req.command}`);
     }
@@ -144,7 +167,7 @@ export class TapmanagerService implements Handler {
    */
   private add(key: string, data: Request['data'], log: () => Logger, said: Record<string, unknown>): Promise<Reply> {
     const payload = decodeGetFDPayload(data);
-    return this.queue.run(key, async () => {
+    return this.queue.run(key, () => this.ops.runShared(async () => {
       const existing = this.pods.state(key);
       if (existing) {
         if (existing.desc.podId !== payload.podNetworkDesc.podId) {
@@ -153,6 +176,8 @@ export class TapmanagerService implements Handler {
         log().info('add repeated for an existing pod network: returning it unchanged');
         return { payload: encodeCsn(existing.csn), fds: [] };
       }
+      // a network whose plugin answers STATUS with an error: refused before anything is made or run
+      await this.hooks.admitAdd?.();
       let dhcpEarly = false;
       let st: PodNetworkState;
       try {
@@ -177,18 +202,19 @@ export class TapmanagerService implements Handler {
       this.offerGet(st);
       said.interfaces = describeInterfaces(st);
       return { payload: encodeCsn(st.csn), fds: [] };
-    });
+    }));
   }
 
   /** release (force: tapctl release --force, the record goes even when undo steps fail: what is left is replied). */
   private release(key: string, force: boolean): Promise<Reply> {
-    return this.queue.run(key, async () => {
+    return this.queue.run(key, () => this.ops.runShared(async () => {
       this.replies?.forgetGetReply(key);
       this.dhcpPending.delete(key);
       this.dhcp.stop(key);
+      this.checks.forget(key);
       const { leftovers } = await this.pods.release(key, { force });
       return { payload: force ? Buffer.from(JSON.stringify({ key, leftovers })) : null, fds: [] };
-    });
+    }));
   }
 
   private get(key: string): Promise<Reply> {
@@ -325,12 +351,14 @@ export class TapmanagerService implements Handler {
       const lastLease = this.dhcp.lastLease(key);
       const ips = (st?.csn ?? rec?.csn)?.Result?.ips ?? [];
       const desc = st?.desc ?? rec?.desc;
+      const degraded = phase === 'ready' ? this.checks.degraded(key) : undefined;
       return {
         key,
         podName: desc?.podName ?? '',
         podNs: desc?.podNs ?? '',
         nsPath: st?.nsPath ?? rec?.nsPath ?? '',
-        state: phase,
+        state: degraded ? 'degraded' : phase,
+        ...(degraded ? { degraded: { at: degraded.at, failures: degraded.failures } } : {}),
         createdAt: rec?.createdAt ?? '',
         interfaces: (st?.interfaces ?? rec?.interfaces ?? []).map((i) => {
           const ip = ips.find((x) => (x.interface ?? 0) === i.index)?.address;

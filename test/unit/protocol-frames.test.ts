@@ -141,7 +141,7 @@ describe('RequestReader', () => {
   });
 
   it('rejects unknown commands after the header', () => {
-    for (const c of [7, 0x7f, 0x80, 0x82, 0xff]) {
+    for (const c of [9, 0x7f, 0x80, 0x82, 0xff]) {
       const r = new RequestReader();
       const h = req(c, 'k');
       expect(r.push(h.subarray(0, 76))).toEqual([]);

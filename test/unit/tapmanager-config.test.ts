@@ -23,6 +23,10 @@ describe('tapmanager config', () => {
         stopTimeoutMs: 80000,
         spareNetns: 1,
         binding: 'auto',
+        cniStatusIntervalMs: 10000,
+        cniGcIntervalMs: 3600000,
+        cniGcPlugins: false,
+        checkIntervalMs: 300000,
         help: false,
         version: false,
       },
@@ -47,6 +51,25 @@ describe('tapmanager config', () => {
 
   it('--version is a switch: the config says so', () => {
     expect(parseConfig(['--version'], {})).toMatchObject({ ok: true, config: { version: true } });
+  });
+
+  it('the CNI STATUS, GC and check intervals, and --cni-gc plugins', () => {
+    expect(parseConfig(['--cni-gc', 'plugins', '--cni-gc-interval', '0', '--check-interval=0'], { VMPOD_CNI_STATUS_INTERVAL_MS: '500' })).toMatchObject({
+      ok: true,
+      config: { cniGcPlugins: true, cniGcIntervalMs: 0, checkIntervalMs: 0, cniStatusIntervalMs: 500 },
+    });
+    expect(parseConfig([], { VMPOD_CNI_GC: 'plugins', VMPOD_CNI_GC_INTERVAL_MS: '60000', VMPOD_CHECK_INTERVAL_MS: '1000' })).toMatchObject({
+      ok: true,
+      config: { cniGcPlugins: true, cniGcIntervalMs: 60000, checkIntervalMs: 1000 },
+    });
+    expect(parseConfig(['--cni-gc', 'all', '--cni-status-interval', '0', '--check-interval', '-1'], {})).toEqual({
+      ok: false,
+      errors: [
+        '--cni-status-interval "0" is not a positive integer (ms)',
+        '--check-interval "-1" is not a non-negative integer (ms; 0: never)',
+        '--cni-gc / VMPOD_CNI_GC "all" is not "plugins" (or empty)',
+      ],
+    });
   });
 
   it('--spare-netns / VMPOD_SPARE_NETNS: 0 to 16', () => {
