@@ -15,7 +15,7 @@ export function hostRoot(env: Record<string, string | undefined> = process.env):
 /** The sysfs name of a vfio no-IOMMU group (drivers/vfio/group.c). */
 const NOIOMMU_GROUP_NAME = 'vfio-noiommu';
 
-function functionFacts(sysfs: Sysfs, address: string): FunctionFacts {
+export function functionFacts(sysfs: Sysfs, address: string): FunctionFacts {
   const d = sysfs.pciDevice(address);
   if (d === undefined) return { address, exists: false, class: 0 };
   const f: FunctionFacts = { address: d.address, exists: true, class: d.class };
@@ -85,7 +85,8 @@ export function findHolders(root: string, nodes: Map<string, string>): Map<strin
   return out;
 }
 
-function groupFacts(sysfs: Sysfs, root: string, group: string): GroupFacts {
+/** A group's members (bridges included), mediated devices and no-IOMMU mark; holders are left empty (findHolders). */
+export function groupFacts(sysfs: Sysfs, root: string, group: string): GroupFacts {
   const members: FunctionFacts[] = [];
   const mdevs: GroupFacts['mdevs'] = [];
   for (const e of sysfs.list(`kernel/iommu_groups/${group}/devices`)) {

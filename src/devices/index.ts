@@ -5,8 +5,8 @@ export { bindToVfio, restoreDriver } from './bind.js';
 export { CDI_DEVICES_ENV, CDI_SPEC_DIRS_ENV, cdiRequests, cdiSpecDirs, loadCdiRegistry, parseCdiNames, parseQualifiedName, validateSpec, type CdiRegistry } from './cdi.js';
 export { collectDevices, devicesOrThrow, type CollectedDevices, type CollectOptions } from './collect.js';
 export { classifyCriDevices, criRequests, CRI_DEVICES_ENV, parseCriDevices, type CriDevice, type CriDeviceClasses } from './cri.js';
-export { findHolders, hostRoot, readHostFacts } from './host.js';
-export { isVfioBound, mergeDevices } from './merge.js';
+export { findHolders, functionFacts, groupFacts, hostRoot, readHostFacts } from './host.js';
+export { isBridge, isVfioBound, leavesGroupViable, mergeDevices } from './merge.js';
 export { isBridgeClass, isPciAddress, isVfioDriverName, parsePciAddress, PciClass, sysfsRoot, VFIO_DRIVERS, VFIO_PCI_DRIVER } from './pci.js';
 export { EnvConvention, pluginEnvRequests } from './plugins.js';
 export {

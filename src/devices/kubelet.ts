@@ -9,12 +9,15 @@ import type { PodResourcesMsg, PodResourcesTarget } from './podresources.js';
 
 const PROTO = 'proto/kubelet/podresources/v1/api.proto';
 
-/** The .proto ships at the package root; this module runs from src/, dist/ or dist/bundle/. */
-export function protoPath(from = dirname(fileURLToPath(import.meta.url))): string {
+/**
+ * A .proto of proto/ (PodResources by default; the device plugin API too): they ship at the package root, and this
+ * module runs from src/, dist/ or dist/bundle/.
+ */
+export function protoPath(rel: string = PROTO, from = dirname(fileURLToPath(import.meta.url))): string {
   for (let dir = from; ; dir = dirname(dir)) {
-    const p = join(dir, PROTO);
+    const p = join(dir, rel);
     if (existsSync(p)) return p;
-    if (dirname(dir) === dir) throw new VmpodError(ErrorCode.Internal, `${PROTO} not found above ${from}`);
+    if (dirname(dir) === dir) throw new VmpodError(ErrorCode.Internal, `${rel} not found above ${from}`);
   }
 }
 

@@ -19,8 +19,13 @@ function hex(cls: number): string {
 }
 
 /** Bridges (host bridge, PCI-to-PCI bridge, anything on pcieport) stay with the host and do not affect viability. */
-function isBridge(f: FunctionFacts): boolean {
+export function isBridge(f: FunctionFacts): boolean {
   return isBridgeClass(f.class) || f.driver === PCIEPORT_DRIVER;
+}
+
+/** The kernel's viability rule for one group member: absent, a bridge, unbound, on pci-stub or on a vfio driver. */
+export function leavesGroupViable(m: FunctionFacts): boolean {
+  return !m.exists || isBridge(m) || m.driver === undefined || m.driver === PCI_STUB_DRIVER || isVfioBound(m);
 }
 
 export function isVfioBound(f: FunctionFacts): boolean {
@@ -131,7 +136,7 @@ export function mergeDevices(requests: readonly DeviceRequest[], facts: HostFact
       continue;
     }
     for (const m of g.members) {
-      if (passed.has(m.address) || !m.exists || isBridge(m) || m.driver === undefined || m.driver === PCI_STUB_DRIVER || isVfioBound(m)) continue;
+      if (passed.has(m.address) || leavesGroupViable(m)) continue;
       problems.push(
         `IOMMU group ${group} of ${why} is not viable: its other member ${m.address} (not allocated to this pod) is bound to ${m.driver}; the kernel gives a group to a VM only when every member is on a vfio driver, pci-stub or no driver: unbind it (echo ${m.address} > ${sys(`bus/pci/devices/${m.address}/driver/unbind`)}) or bind it to vfio-pci, or allocate a function from another group`,
       );
