@@ -3,7 +3,7 @@
 // dist/bundle/vmwrapper.cjs, the entry and the probe path, and dist/bundle/vmwrapper-start.cjs, the start path
 // (src/vmwrapper/run.ts: the client, the qemu argv builder, the device scan), which the entry require()s only on a
 // start, so a probe neither reads nor parses it. vmwrapper.cjs is executable (a shebang): libvirt runs it as it is.
-// tapmanager and tapctl: ESM bundles, run by their launchers in bin/.
+// tapmanager, tapctl and vfio-device-plugin: ESM bundles, run by their launchers in bin/.
 import { build } from 'esbuild';
 
 // Loaded with import() only on the paths that use them (kubelet's PodResources API, YAML CDI specs): kept out of
@@ -49,7 +49,7 @@ const startPathApart = {
   },
 };
 await Promise.all([
-  ...['tapmanager', 'tapctl'].map((name) =>
+  ...['tapmanager', 'tapctl', 'vfio-device-plugin'].map((name) =>
     build({
       ...common,
       entryPoints: [`src/bin/${name}.ts`],
