@@ -111,6 +111,23 @@ __attribute__((format(printf, 3, 4))) napi_value throw_errno(napi_env env, int e
   return NULL;
 }
 
+// Throws Error (TypeError with type) "msg" whose code is err's name and errno err, without strerror in the message:
+// every error the addon throws carries both, as errno_error's do.
+static void throw_coded(napi_env env, bool type, int err, const char *msg) {
+  char namebuf[16];
+  napi_value jmsg, jcode, jerr, jerrno;
+  if (napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &jmsg) != napi_ok ||
+      napi_create_string_utf8(env, errno_name(err, namebuf, sizeof(namebuf)), NAPI_AUTO_LENGTH, &jcode) != napi_ok ||
+      (type ? napi_create_type_error(env, NULL, jmsg, &jerr) : napi_create_error(env, NULL, jmsg, &jerr)) != napi_ok ||
+      napi_create_int32(env, err, &jerrno) != napi_ok) {
+    napi_throw_error(env, NULL, msg);  // out of memory: the message at least
+    return;
+  }
+  napi_set_named_property(env, jerr, "code", jcode);
+  napi_set_named_property(env, jerr, "errno", jerrno);
+  napi_throw(env, jerr);
+}
+
 __attribute__((format(printf, 2, 3))) napi_value throw_type(napi_env env, const char *fmt,
                                                                    ...) {
   char msg[512];
@@ -118,15 +135,22 @@ __attribute__((format(printf, 2, 3))) napi_value throw_type(napi_env env, const 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  napi_throw_type_error(env, NULL, msg);
+  throw_coded(env, true, EINVAL, msg);
   return NULL;
 }
 
-// Something in N-API itself failed (out of memory, pending exception): make sure an exception is pending.
+// Something in N-API itself failed: an exception a getter threw stays; a value of the wrong kind is EINVAL (a
+// TypeError, as bad arguments are), anything else ENOMEM (what makes N-API fail to create a value).
 napi_value throw_napi(napi_env env, const char *what) {
   bool pending = false;
   napi_is_exception_pending(env, &pending);
-  if (!pending) napi_throw_error(env, NULL, what);
+  if (pending) return NULL;
+  const napi_extended_error_info *info = NULL;
+  napi_status st = napi_get_last_error_info(env, &info) == napi_ok && info ? info->error_code : napi_generic_failure;
+  bool kind = st == napi_invalid_arg || st == napi_object_expected || st == napi_string_expected ||
+              st == napi_name_expected || st == napi_function_expected || st == napi_number_expected ||
+              st == napi_boolean_expected || st == napi_array_expected || st == napi_bigint_expected;
+  throw_coded(env, kind, kind ? EINVAL : ENOMEM, what);
   return NULL;
 }
 

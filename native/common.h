@@ -134,13 +134,11 @@ napi_value js_execve(napi_env env, napi_callback_info info);
 napi_value js_spawnChild(napi_env env, napi_callback_info info);
 napi_value js_killGroup(napi_env env, napi_callback_info info);
 // netns.c
-napi_value js_netnsAdd(napi_env env, napi_callback_info info);
 napi_value js_netnsMake(napi_env env, napi_callback_info info);
 napi_value js_netnsBind(napi_env env, napi_callback_info info);
 napi_value js_netnsDel(napi_env env, napi_callback_info info);
 // tap.c
 napi_value js_openTap(napi_env env, napi_callback_info info);
-napi_value js_openTapAsync(napi_env env, napi_callback_info info);
 // sysctl.c
 napi_value js_sysctlInNetns(napi_env env, napi_callback_info info);
 // netsock.c

@@ -1,5 +1,5 @@
 // Network namespaces: entering one for a single call (netns_enter/netns_leave, used by the tap, socket and sysctl
-// files), and named netns as iproute2 makes them (netnsAdd, netnsMake, netnsBind, netnsDel) on pool threads.
+// files), and named netns as iproute2 makes them (netnsMake, netnsBind, netnsDel) on pool threads.
 
 #include "common.h"
 
@@ -69,24 +69,23 @@ bool get_netns_link(napi_env env, const char *fn, napi_value *argv, char **ns_pa
 // named netns, as iproute2's `ip netns add` / `ip netns del` make them (the same files, so `ip -n <name>`, CNI
 // plugins and `ip netns list` see them): <dir> is a shared mount point (bound on itself once, so the netns
 // mounts below it propagate to other mount namespaces), <dir>/<name> an empty file with the netns bind-mounted
-// on it. netnsAdd runs on a libuv pool thread: unshare(CLONE_NEWNET) moves only that thread, which binds its new
-// netns and goes back to its own before it runs anything else.
-
-// Settles a pool-thread work's promise: rejected with errno_error(err, what) when err is set, else resolved with ok
+// on it. One way to make one: netnsMake, on a libuv pool thread (unshare(CLONE_NEWNET) moves only that thread, which
+// writes the sysctls, opens its new netns and goes back to its own before it runs anything else), then netnsBind
+// names it (src/native.ts netnsAdd does both).
 
 typedef struct {
   napi_async_work work;
   napi_deferred deferred;
   char *dir;
   char *path;
-  char **settings;  // netnsAdd, netnsMake: sysctls written inside the new netns before it is left (NULL: none)
+  char **settings;  // netnsMake: sysctls written inside the new netns before it is left (NULL: none)
   int fd;           // netnsMake: the new netns (its result); netnsBind: the netns to bind
   int err;
   char what[320];
-} netns_add_t;
+} netns_work_t;
 
 // Records the failure of `what` (printf format) with err, which the caller took from errno first.
-__attribute__((format(printf, 3, 4))) static void netns_add_fail(netns_add_t *w, int err, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static void netns_fail(netns_work_t *w, int err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(w->what, sizeof(w->what), fmt, ap);
@@ -96,91 +95,53 @@ __attribute__((format(printf, 3, 4))) static void netns_add_fail(netns_add_t *w,
 
 // What `ip netns add` does before the bind: <dir> made and shared (bound on itself first when it is no mount point,
 // EINVAL), <path> created empty. False with the failure recorded.
-static bool netns_prepare_path(netns_add_t *w, const char *op) {
+static bool netns_prepare_path(netns_work_t *w, const char *op) {
   int err;
   if (mkdir(w->dir, 0755) < 0 && (err = errno) != EEXIST) {
-    netns_add_fail(w, err, "%s: mkdir %s", op, w->dir);
+    netns_fail(w, err, "%s: mkdir %s", op, w->dir);
     return false;
   }
   bool bound = false;
   while (mount("", w->dir, "none", MS_SHARED | MS_REC, NULL) < 0) {
     err = errno;
     if (err != EINVAL || bound) {
-      netns_add_fail(w, err, "%s: make %s a shared mount", op, w->dir);
+      netns_fail(w, err, "%s: make %s a shared mount", op, w->dir);
       return false;
     }
     if (mount(w->dir, w->dir, "none", MS_BIND | MS_REC, NULL) < 0) {
-      netns_add_fail(w, errno, "%s: bind %s on itself", op, w->dir);
+      netns_fail(w, errno, "%s: bind %s on itself", op, w->dir);
       return false;
     }
     bound = true;
   }
   int fd = open(w->path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0);
   if (fd < 0) {
-    netns_add_fail(w, errno, "%s: create %s", op, w->path);
+    netns_fail(w, errno, "%s: create %s", op, w->path);
     return false;
   }
   close(fd);
   return true;
 }
 
-static void netns_add_execute(napi_env env, void *data) {
-  (void)env;
-  netns_add_t *w = data;
-  int err;
-  if (!netns_prepare_path(w, "netnsAdd")) return;
-  const char *step = NULL;
-  err = 0;
-  int orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-  if (orig < 0) {
-    err = errno, step = "open /proc/thread-self/ns/net";
-  } else if (unshare(CLONE_NEWNET) < 0) {
-    err = errno, step = "unshare(CLONE_NEWNET)";
-    close(orig);
-  } else {
-    const char *failed = NULL;
-    if (mount("/proc/thread-self/ns/net", w->path, "none", MS_BIND, NULL) < 0) {
-      err = errno, step = "bind the new netns";
-    } else if (w->settings && (err = sysctl_write_all(w->settings, &failed)) != 0) {
-      // made, but not as asked: gone again, as if it had never been
-      snprintf(w->what, sizeof(w->what), "sysctl -w %s", failed);
-      step = w->what;
-      umount2(w->path, MNT_DETACH);
-    }
-    // a pool thread left in the pod's netns would run later work there: abort rather than go on
-    if (setns(orig, CLONE_NEWNET) < 0) {
-      fprintf(stderr, "vmpod_native: setns back after creating %s failed: %s; aborting\n", w->path, strerror(errno));
-      abort();
-    }
-    close(orig);
-  }
-  if (err) {
-    unlink(w->path);
-    char what[sizeof(w->what)];
-    snprintf(what, sizeof(what), "%s", step);
-    netns_add_fail(w, err, "netnsAdd %s: %s", w->path, what);
-  }
-}
-
 // netnsMake: a new netns with its sysctls, held by an fd only (nothing mounts it: it is gone with the fd).
 static void netns_make_execute(napi_env env, void *data) {
   (void)env;
-  netns_add_t *w = data;
+  netns_work_t *w = data;
   int orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
   if (orig < 0) {
-    netns_add_fail(w, errno, "netnsMake: open /proc/thread-self/ns/net");
+    netns_fail(w, errno, "netnsMake: open /proc/thread-self/ns/net");
     return;
   }
   if (unshare(CLONE_NEWNET) < 0) {
-    netns_add_fail(w, errno, "netnsMake: unshare(CLONE_NEWNET)");
+    netns_fail(w, errno, "netnsMake: unshare(CLONE_NEWNET)");
     close(orig);
     return;
   }
   const char *failed = NULL;
   int err = w->settings ? sysctl_write_all(w->settings, &failed) : 0;
-  if (err) netns_add_fail(w, err, "netnsMake: sysctl -w %s", failed);
+  if (err) netns_fail(w, err, "netnsMake: sysctl -w %s", failed);
   else if ((w->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0)
-    netns_add_fail(w, errno, "netnsMake: open the new netns");
+    netns_fail(w, errno, "netnsMake: open the new netns");
   // a pool thread left in the new netns would run later work there: abort rather than go on
   if (setns(orig, CLONE_NEWNET) < 0) {
     fprintf(stderr, "vmpod_native: setns back after making a netns failed: %s; aborting\n", strerror(errno));
@@ -192,30 +153,30 @@ static void netns_make_execute(napi_env env, void *data) {
 // netnsBind: the netns of w->fd at <dir>/<name>, as `ip netns add` mounts a new one; a failure removes the file.
 static void netns_bind_execute(napi_env env, void *data) {
   (void)env;
-  netns_add_t *w = data;
+  netns_work_t *w = data;
   if (!netns_prepare_path(w, "netnsBind")) return;
   char src[64];
   snprintf(src, sizeof(src), "/proc/self/fd/%d", w->fd);
   if (mount(src, w->path, "none", MS_BIND, NULL) < 0) {
     int err = errno;
     unlink(w->path);
-    netns_add_fail(w, err, "netnsBind %s: bind the netns", w->path);
+    netns_fail(w, err, "netnsBind %s: bind the netns", w->path);
   }
 }
 
-static void netns_add_free(netns_add_t *w) {
+static void netns_work_free(netns_work_t *w) {
   free(w->dir);
   free(w->path);
   if (w->settings) free_strv(w->settings);
   free(w);
 }
 
-static void netns_add_complete(napi_env env, napi_status status, void *data) {
-  netns_add_t *w = data;
-  if (status != napi_ok) netns_add_fail(w, ECANCELED, "netns %s: cancelled", w->path);
+static void netns_work_complete(napi_env env, napi_status status, void *data) {
+  netns_work_t *w = data;
+  if (status != napi_ok) netns_fail(w, ECANCELED, "netns %s: cancelled", w->path);
   settle_promise(env, w->deferred, w->err, w->what, NULL);
   napi_delete_async_work(env, w->work);
-  netns_add_free(w);
+  netns_work_free(w);
 }
 
 // A name for a file in <dir>: 1 to 255 bytes, no '/', not "." or "..".
@@ -224,72 +185,24 @@ static bool netns_name_ok(const char *name) {
   return n > 0 && n < 256 && strchr(name, '/') == NULL && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
-// netnsAdd(dir, name, sysctls?: string[]): the named netns, with the sysctls (as sysctlInNetns takes them) written
-// inside it by the thread that made it; a failure removes it again.
-napi_value js_netnsAdd(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value argv[3];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2)
-    return throw_type(env, "netnsAdd: expected (dir, name[, sysctls])");
-  netns_add_t *w = calloc(1, sizeof(*w));
-  if (!w) return throw_errno(env, ENOMEM, "netnsAdd");
-  napi_value promise = NULL;
-  char *name = NULL;
-  w->dir = get_string(env, argv[0], "netnsAdd", "dir");
-  if (!w->dir) goto fail;
-  name = get_string(env, argv[1], "netnsAdd", "name");
-  if (!name) goto fail;
-  if (w->dir[0] != '/' || !netns_name_ok(name)) {
-    throw_type(env, "netnsAdd: dir must be absolute and name 1 to 255 bytes without '/', got \"%s\" and \"%s\"", w->dir, name);
-    goto fail;
-  }
-  size_t plen = strlen(w->dir) + 1 + strlen(name) + 1;
-  w->path = malloc(plen);
-  if (!w->path) {
-    throw_errno(env, ENOMEM, "netnsAdd");
-    goto fail;
-  }
-  snprintf(w->path, plen, "%s/%s", w->dir, name);
-  napi_valuetype t = napi_undefined;
-  if (argc > 2) napi_typeof(env, argv[2], &t);
-  if (t != napi_undefined) {
-    w->settings = get_string_array(env, argv[2], "netnsAdd", "sysctls");
-    if (!w->settings) goto fail;
-    const char *bad = sysctl_bad_setting(w->settings);
-    if (bad) {
-      throw_type(env, "netnsAdd: setting \"%s\" is not name=value with a name of [a-z0-9_.-]", bad);
-      goto fail;
-    }
-  }
-  promise = queue_promise(env, "vmpod.netnsAdd", netns_add_execute, netns_add_complete, w, &w->work, &w->deferred);
-  if (!promise) goto fail;
-  free(name);
-  return promise;
-fail:
-  // a created promise that is never settled is only garbage: the caller sees the exception
-  free(name);
-  netns_add_free(w);
-  return NULL;
-}
-
 static void netns_make_complete(napi_env env, napi_status status, void *data) {
-  netns_add_t *w = data;
-  if (status != napi_ok && !w->err) netns_add_fail(w, ECANCELED, "netnsMake: cancelled");
+  netns_work_t *w = data;
+  if (status != napi_ok && !w->err) netns_fail(w, ECANCELED, "netnsMake: cancelled");
   napi_value v = NULL;
-  if (!w->err && napi_create_int32(env, w->fd, &v) != napi_ok) netns_add_fail(w, ENOMEM, "netnsMake: the result");
+  if (!w->err && napi_create_int32(env, w->fd, &v) != napi_ok) netns_fail(w, ENOMEM, "netnsMake: the result");
   if (w->err && w->fd >= 0) close(w->fd);
   settle_promise(env, w->deferred, w->err, w->what, w->err ? NULL : v);
   napi_delete_async_work(env, w->work);
-  netns_add_free(w);
+  netns_work_free(w);
 }
 
-// netnsMake(sysctls?: string[]) -> Promise<fd>: a new netns on a pool thread, the sysctls written inside it, held by
-// the fd it resolves with (close it to let it go; netnsBind mounts it under a name).
+// netnsMake(sysctls?: string[]) -> Promise<fd>: a new netns on a pool thread, the sysctls (as sysctlInNetns takes them)
+// written inside it, held by the fd it resolves with (close it to let it go; netnsBind mounts it under a name).
 napi_value js_netnsMake(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return throw_type(env, "netnsMake: expected ([sysctls])");
-  netns_add_t *w = calloc(1, sizeof(*w));
+  netns_work_t *w = calloc(1, sizeof(*w));
   if (!w) return throw_errno(env, ENOMEM, "netnsMake");
   w->fd = -1;
   napi_valuetype t = napi_undefined;
@@ -299,23 +212,23 @@ napi_value js_netnsMake(napi_env env, napi_callback_info info) {
     const char *bad = w->settings ? sysctl_bad_setting(w->settings) : NULL;
     if (!w->settings || bad) {
       if (bad) throw_type(env, "netnsMake: setting \"%s\" is not name=value with a name of [a-z0-9_.-]", bad);
-      netns_add_free(w);
+      netns_work_free(w);
       return NULL;
     }
   }
   napi_value promise = queue_promise(env, "vmpod.netnsMake", netns_make_execute, netns_make_complete, w, &w->work, &w->deferred);
-  if (!promise) netns_add_free(w);
+  if (!promise) netns_work_free(w);
   return promise;
 }
 
-// netnsBind(fd, dir, name) -> Promise: the netns of fd (netnsMake's) at <dir>/<name>, as netnsAdd would make one
-// there; fd stays the caller's.
+// netnsBind(fd, dir, name) -> Promise: the netns of fd (netnsMake's) at <dir>/<name>, as `ip netns add` mounts one;
+// fd stays the caller's.
 napi_value js_netnsBind(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   if (!get_args(env, info, 3, argv, "netnsBind")) return NULL;
   int fd;
   if (!get_fd(env, argv[0], "netnsBind", &fd)) return NULL;
-  netns_add_t *w = calloc(1, sizeof(*w));
+  netns_work_t *w = calloc(1, sizeof(*w));
   if (!w) return throw_errno(env, ENOMEM, "netnsBind");
   w->fd = fd;
   char *name = NULL;
@@ -324,20 +237,20 @@ napi_value js_netnsBind(napi_env env, napi_callback_info info) {
   if (!w->dir || !name || w->dir[0] != '/' || !netns_name_ok(name)) {
     if (w->dir && name) throw_type(env, "netnsBind: dir must be absolute and name 1 to 255 bytes without '/', got \"%s\" and \"%s\"", w->dir, name);
     free(name);
-    netns_add_free(w);
+    netns_work_free(w);
     return NULL;
   }
   size_t plen = strlen(w->dir) + 1 + strlen(name) + 1;
   w->path = malloc(plen);
   if (!w->path) {
     free(name);
-    netns_add_free(w);
+    netns_work_free(w);
     return throw_errno(env, ENOMEM, "netnsBind");
   }
   snprintf(w->path, plen, "%s/%s", w->dir, name);
   free(name);
-  napi_value promise = queue_promise(env, "vmpod.netnsBind", netns_bind_execute, netns_add_complete, w, &w->work, &w->deferred);
-  if (!promise) netns_add_free(w);
+  napi_value promise = queue_promise(env, "vmpod.netnsBind", netns_bind_execute, netns_work_complete, w, &w->work, &w->deferred);
+  if (!promise) netns_work_free(w);
   return promise;
 }
 
@@ -345,11 +258,11 @@ napi_value js_netnsBind(napi_env env, napi_callback_info info) {
 // (a process in it, an open fd such as a tap's). A path that is no mount (EINVAL) is still removed.
 static void netns_del_execute(napi_env env, void *data) {
   (void)env;
-  netns_add_t *w = data;
+  netns_work_t *w = data;
   if (umount2(w->path, MNT_DETACH) < 0 && errno != EINVAL)
-    netns_add_fail(w, errno, "netnsDel: umount %s", w->path);
+    netns_fail(w, errno, "netnsDel: umount %s", w->path);
   else if (unlink(w->path) < 0)
-    netns_add_fail(w, errno, "netnsDel: remove %s", w->path);
+    netns_fail(w, errno, "netnsDel: remove %s", w->path);
 }
 
 // netnsDel(path) -> Promise: on a pool thread (the unlink can wait on the filesystem's journal)
@@ -362,13 +275,13 @@ napi_value js_netnsDel(napi_env env, napi_callback_info info) {
     free(path);
     return NULL;
   }
-  netns_add_t *w = calloc(1, sizeof(*w));
+  netns_work_t *w = calloc(1, sizeof(*w));
   if (!w) {
     free(path);
     return throw_errno(env, ENOMEM, "netnsDel");
   }
   w->path = path;
-  napi_value promise = queue_promise(env, "vmpod.netnsDel", netns_del_execute, netns_add_complete, w, &w->work, &w->deferred);
-  if (!promise) netns_add_free(w);
+  napi_value promise = queue_promise(env, "vmpod.netnsDel", netns_del_execute, netns_work_complete, w, &w->work, &w->deferred);
+  if (!promise) netns_work_free(w);
   return promise;
 }

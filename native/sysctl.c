@@ -1,5 +1,5 @@
 // sysctls: name=value settings checked and written to /proc/sys inside a netns (sysctlInNetns); the writer is shared
-// with netnsAdd/netnsMake and the netlink batch.
+// with netnsMake and the netlink batch.
 
 #include "common.h"
 

@@ -1,5 +1,5 @@
-// Taps: a tap opened inside a pod's netns (TUNSETIFF), on the event loop (openTap) or on a pool thread
-// (openTapAsync).
+// Taps: a tap opened inside a pod's netns (TUNSETIFF) by openTap, on the event loop's thread or, with offLoop, on a
+// libuv pool thread.
 
 #include "common.h"
 
@@ -32,19 +32,21 @@ static int tap_open_in(const char *fn, const char *ns_path, const char *name, in
   return err < 0 ? err : fd;
 }
 
-// (nsPath, name, opts?) of openTap and openTapAsync: the strings malloc'd (the caller frees both either way) and
-// the TUNSETIFF flags beyond IFF_TAP|IFF_NO_PI. False with a TypeError pending on bad arguments.
-static bool get_tap_args(napi_env env, napi_callback_info info, const char *fn, char **ns_path, char **name, int *flags) {
+// (nsPath, name, opts?) of openTap: the strings malloc'd (the caller frees both either way), the TUNSETIFF flags beyond
+// IFF_TAP|IFF_NO_PI, and whether to open it on a pool thread. False with a TypeError pending on bad arguments.
+static bool get_tap_args(napi_env env, napi_callback_info info, char **ns_path, char **name, int *flags, bool *off_loop) {
+  const char *fn = "openTap";
   napi_value argv[3];
   napi_valuetype t;
   bool vnet_hdr = false, multi_queue = false;
   *ns_path = *name = NULL;
+  *off_loop = false;
   if (!get_args(env, info, 3, argv, fn)) return false;
   if (napi_typeof(env, argv[2], &t) != napi_ok) return throw_napi(env, "napi_typeof failed"), false;
   if (t == napi_object) {
-    const char *keys[2] = {"vnetHdr", "multiQueue"};
-    bool *outs[2] = {&vnet_hdr, &multi_queue};
-    for (int i = 0; i < 2; i++) {
+    const char *keys[3] = {"vnetHdr", "multiQueue", "offLoop"};
+    bool *outs[3] = {&vnet_hdr, &multi_queue, off_loop};
+    for (int i = 0; i < 3; i++) {
       napi_value v;
       napi_valuetype vt;
       if (napi_get_named_property(env, argv[2], keys[i], &v) != napi_ok || napi_typeof(env, v, &vt) != napi_ok)
@@ -60,22 +62,8 @@ static bool get_tap_args(napi_env env, napi_callback_info info, const char *fn, 
   return get_netns_link(env, fn, argv, ns_path, name);
 }
 
-napi_value js_openTap(napi_env env, napi_callback_info info) {
-  char *ns_path, *name, what[320];
-  int flags;
-  napi_value ret = NULL;
-  if (get_tap_args(env, info, "openTap", &ns_path, &name, &flags)) {
-    int fd = tap_open_in("openTap", ns_path, name, flags, what, sizeof(what));
-    if (fd < 0) throw_errno(env, -fd, "%s", what);
-    else if (!(ret = make_int(env, fd))) close(fd);
-  }
-  free(ns_path);
-  free(name);
-  return ret;
-}
-
 typedef struct {
-  napi_async_work work;
+  napi_async_work work;  // offLoop only
   napi_deferred deferred;
   char *ns_path;
   char *name;
@@ -84,44 +72,63 @@ typedef struct {
   char what[320];
 } tap_open_t;
 
-static void tap_open_execute(napi_env env, void *data) {
-  (void)env;
-  tap_open_t *w = data;
-  w->fd = tap_open_in("openTapAsync", w->ns_path, w->name, w->flags, w->what, sizeof(w->what));
-}
-
-static void tap_open_complete(napi_env env, napi_status status, void *data) {
-  tap_open_t *w = data;
-  napi_value v = NULL;
-  int err = w->fd < 0 ? -w->fd : 0;
-  if (!err && status != napi_ok) {
-    close(w->fd);
-    err = ECANCELED;
-    snprintf(w->what, sizeof(w->what), "openTapAsync %s: cancelled", w->name);
-  } else if (!err && napi_create_int32(env, w->fd, &v) != napi_ok) {
-    close(w->fd);
-    err = ENOMEM;
-    snprintf(w->what, sizeof(w->what), "openTapAsync %s: the result", w->name);
-  }
-  settle_promise(env, w->deferred, err, w->what, err ? NULL : v);
-  napi_delete_async_work(env, w->work);
+static void tap_open_free(tap_open_t *w) {
   free(w->ns_path);
   free(w->name);
   free(w);
 }
 
-// openTapAsync(nsPath, name, opts?) -> Promise<fd>: openTap on a libuv pool thread (TUNSETIFF takes rtnl_lock,
-// which CNI plugins running meanwhile contend for: the event loop does not wait for it).
-napi_value js_openTapAsync(napi_env env, napi_callback_info info) {
-  tap_open_t *w = calloc(1, sizeof(*w));
-  if (!w) return throw_errno(env, ENOMEM, "openTapAsync");
-  napi_value promise = NULL;
-  if (get_tap_args(env, info, "openTapAsync", &w->ns_path, &w->name, &w->flags))
-    promise = queue_promise(env, "vmpod.openTapAsync", tap_open_execute, tap_open_complete, w, &w->work, &w->deferred);
-  if (!promise) {
-    free(w->ns_path);
-    free(w->name);
-    free(w);
+static void tap_open_execute(napi_env env, void *data) {
+  (void)env;
+  tap_open_t *w = data;
+  w->fd = tap_open_in("openTap", w->ns_path, w->name, w->flags, w->what, sizeof(w->what));
+}
+
+// Settles the promise with the fd (or its error) and frees w; status: the pool work's (napi_ok on the loop).
+static void tap_open_settle(napi_env env, napi_status status, tap_open_t *w) {
+  napi_value v = NULL;
+  int err = w->fd < 0 ? -w->fd : 0;
+  if (!err && status != napi_ok) {
+    close(w->fd);
+    err = ECANCELED;
+    snprintf(w->what, sizeof(w->what), "openTap %s: cancelled", w->name);
+  } else if (!err && napi_create_int32(env, w->fd, &v) != napi_ok) {
+    close(w->fd);
+    err = ENOMEM;
+    snprintf(w->what, sizeof(w->what), "openTap %s: the result", w->name);
   }
+  settle_promise(env, w->deferred, err, w->what, err ? NULL : v);
+  tap_open_free(w);
+}
+
+static void tap_open_complete(napi_env env, napi_status status, void *data) {
+  tap_open_t *w = data;
+  napi_delete_async_work(env, w->work);
+  tap_open_settle(env, status, w);
+}
+
+// openTap(nsPath, name, opts?) -> Promise<fd>. Without offLoop the tap is opened on this thread before the call returns
+// (the promise is settled already); with it, on a pool thread: TUNSETIFF takes rtnl_lock, which CNI plugins running
+// meanwhile contend for, and the event loop need not wait for it. Bad arguments throw at once either way.
+napi_value js_openTap(napi_env env, napi_callback_info info) {
+  tap_open_t *w = calloc(1, sizeof(*w));
+  if (!w) return throw_errno(env, ENOMEM, "openTap");
+  bool off_loop;
+  napi_value promise = NULL;
+  if (!get_tap_args(env, info, &w->ns_path, &w->name, &w->flags, &off_loop)) {
+    tap_open_free(w);
+    return NULL;
+  }
+  if (off_loop) {
+    promise = queue_promise(env, "vmpod.openTap", tap_open_execute, tap_open_complete, w, &w->work, &w->deferred);
+    if (!promise) tap_open_free(w);
+    return promise;
+  }
+  if (napi_create_promise(env, &w->deferred, &promise) != napi_ok) {
+    tap_open_free(w);
+    return throw_napi(env, "napi_create_promise failed");
+  }
+  tap_open_execute(env, w);
+  tap_open_settle(env, napi_ok, w);
   return promise;
 }

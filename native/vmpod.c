@@ -6,8 +6,8 @@
 //   files.c     lockExclusive, exchangePaths
 //   exec.c      close, close-on-exec flags, the inherited-fd scan, execve
 //   spawn.c     spawnChild, killGroup
-//   netns.c     entering a netns for one call; named netns (netnsAdd, netnsMake, netnsBind, netnsDel)
-//   tap.c       openTap, openTapAsync
+//   netns.c     entering a netns for one call; named netns (netnsMake, netnsBind, netnsDel)
+//   tap.c       openTap (on the loop's thread or a pool thread)
 //   sysctl.c    sysctlInNetns and the /proc/sys writer
 //   netsock.c   the DHCP UDP and IPv6 packet sockets in a pod netns, recvFrom, sendTo
 //   netlink.c   netlinkInNetns: rtnetlink, persistent taps, nf_tables, sysctls in one batch
@@ -48,14 +48,12 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"execve", js_execve},
       {"inheritableFds", js_inheritableFds},
       {"openTap", js_openTap},
-      {"openTapAsync", js_openTapAsync},
       {"udpSocketInNetns", js_udpSocketInNetns},
       {"packetSocketInNetns", js_packetSocketInNetns},
       {"sysctlInNetns", js_sysctlInNetns},
       {"recvFrom", js_recvFrom},
       {"sendTo", js_sendTo},
       {"notifyDatagram", js_notifyDatagram},
-      {"netnsAdd", js_netnsAdd},
       {"netnsMake", js_netnsMake},
       {"netnsBind", js_netnsBind},
       {"netnsDel", js_netnsDel},

@@ -1,7 +1,12 @@
 // Typed loader of the C N-API addon (native/*.c): the only place that makes raw syscalls.
-// Every function is one synchronous call unless its type says Promise or it takes a callback. Failures throw (or
-// reject with) an Error whose `code` is the errno name
-// (e.g. "ENOENT", "EBUSY") and whose message names the operation, e.g. "TUNSETIFF tap0: EBUSY (Device or resource busy)".
+// Every function is one synchronous call unless its type says Promise or it takes a callback.
+//
+// Errors: every error the addon throws, or rejects a promise with, has `code`, the errno name ("ENOENT", "EBUSY"),
+// and `errno`, its positive number (2, 16), so callers match `err.code === 'ENOENT'`, never the message. The message
+// names the operation and the object, e.g. "TUNSETIFF tap0 in /var/run/netns/x: EBUSY (Device or resource busy)".
+// Bad arguments (a wrong type, a name too long, a relative path) throw a TypeError with code EINVAL at once, also from
+// the functions that return a promise; a failure inside N-API itself is EINVAL (a value of the wrong kind) or ENOMEM.
+// A poller's callback gets libuv's errors the same way (code "EBADF", errno 9).
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -77,6 +82,11 @@ export interface TapOptions {
   vnetHdr?: boolean;
   /** IFF_MULTI_QUEUE */
   multiQueue?: boolean;
+  /**
+   * open it on a libuv pool thread: TUNSETIFF takes rtnl_lock, which CNI plugins running at the same time contend
+   * for, and the event loop need not wait for it. Without it the tap is opened before openTap returns.
+   */
+  offLoop?: boolean;
 }
 
 export interface Native {
@@ -150,22 +160,19 @@ export interface Native {
   /** The open fds >= 3 without FD_CLOEXEC, ascending (what this process inherited to pass on). */
   inheritableFds(): number[];
 
-  // ---- named netns (the files `ip netns` makes and reads) ----
+  // ---- named netns (the files `ip netns` makes and reads): made by netnsMake, named by netnsBind (netnsAdd: both) ----
   /**
-   * `ip netns add`: a new netns bind-mounted on the new file dir/name, dir made a shared mount first (bound on
-   * itself when it is no mount point) so the netns mounts propagate. Made on a libuv pool thread (unshare moves
-   * that thread only, and it goes back at once); rejects with errno's code (EEXIST: the name is taken), leaving no file.
-   * sysctls (as sysctlInNetns takes them) are written inside the new netns by the same thread before it leaves; one
-   * that fails removes the netns again, and the error says `sysctl -w <setting>`.
-   */
-  netnsAdd(dir: string, name: string, sysctls?: readonly string[]): Promise<void>;
-  /**
-   * A new netns, on a libuv pool thread, with the sysctls written inside it (as netnsAdd), mounted nowhere: resolves
-   * with an fd (close-on-exec) that holds it; closing the fd lets it go. `/proc/self/fd/<fd>` names it for the calls
-   * that take a netns path.
+   * A new netns, on a libuv pool thread (unshare moves that thread only, and it goes back at once), with the sysctls
+   * (as sysctlInNetns takes them) written inside it, mounted nowhere: resolves with an fd (close-on-exec) that holds
+   * it; closing the fd lets it go. `/proc/self/fd/<fd>` names it for the calls that take a netns path. A sysctl that
+   * fails rejects with its errno, the message saying `sysctl -w <setting>`, and leaves nothing.
    */
   netnsMake(sysctls?: readonly string[]): Promise<number>;
-  /** The netns of fd (netnsMake's) at dir/name, mounted as netnsAdd mounts a new one; fd stays the caller's. */
+  /**
+   * The netns of fd (netnsMake's) bind-mounted on the new file dir/name, as `ip netns add` mounts one: dir made a
+   * shared mount first (bound on itself when it is no mount point) so the netns mounts propagate. Rejects with EEXIST
+   * when the name is taken; a failure leaves no file. fd stays the caller's.
+   */
   netnsBind(fd: number, dir: string, name: string): Promise<void>;
   /**
    * `ip netns del`, on a libuv pool thread: detach the netns mount at path and remove the file (a path that is no
@@ -181,13 +188,11 @@ export interface Native {
   netlinkInNetns(nsPath: string, requests: Buffer, force: boolean): Promise<Buffer>;
 
   // ---- netns-bound operations (each enters the netns, does its work and returns to the caller's netns) ----
-  /** open /dev/net/tun inside the netns at nsPath and TUNSETIFF(name, IFF_TAP|IFF_NO_PI[|VNET_HDR][|MULTI_QUEUE]); returns the fd (CLOEXEC). */
-  openTap(nsPath: string, name: string, opts?: TapOptions): number;
   /**
-   * openTap on a libuv pool thread: TUNSETIFF takes rtnl_lock, which CNI plugins running at the same time contend
-   * for, and the event loop need not wait for it. Rejects with the same errors.
+   * open /dev/net/tun inside the netns at nsPath and TUNSETIFF(name, IFF_TAP|IFF_NO_PI[|VNET_HDR][|MULTI_QUEUE]);
+   * resolves with the fd (CLOEXEC). On the calling thread, or with opts.offLoop on a pool thread.
    */
-  openTapAsync(nsPath: string, name: string, opts?: TapOptions): Promise<number>;
+  openTap(nsPath: string, name: string, opts?: TapOptions): Promise<number>;
   /**
    * a UDP socket created inside the netns at nsPath, NONBLOCK|CLOEXEC, SO_REUSEADDR, SO_BROADCAST, IP_PKTINFO,
    * SO_BINDTODEVICE(ifname), bound to 0.0.0.0:port.
@@ -260,4 +265,18 @@ export function native(): Native {
     cached = g[LOADED];
   }
   return cached;
+}
+
+/**
+ * `ip netns add`: a new netns with its sysctls (netnsMake), named dir/name (netnsBind); the fd that held it meanwhile
+ * is closed either way (the mount holds the netns). Rejects with the errno of the step that failed.
+ */
+export async function netnsAdd(dir: string, name: string, sysctls?: readonly string[]): Promise<void> {
+  const n = native();
+  const fd = await n.netnsMake(sysctls);
+  try {
+    await n.netnsBind(fd, dir, name);
+  } finally {
+    n.close(fd);
+  }
 }

@@ -1,5 +1,5 @@
 // The fds a pod hands to its VM (get): one per interface, opened through the addon (a tap must be opened inside
-// the pod netns: openFds is the one caller of openTap and openTapAsync), closed through it.
+// the pod netns: openFds is the one caller of openTap), closed through it.
 import { close, openSync } from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -57,7 +57,7 @@ const NEW_TAP_BUSY_WAITS_MS = [1, 2, 4, 8, 16, 32, 64, 128];
 async function openTap(nsPath: string, tapName: string, log: Logger, opts: OpenFdsOptions): Promise<number> {
   for (let n = 0; ; n++) {
     try {
-      return opts.offLoop === true ? await native().openTapAsync(nsPath, tapName, TAP_OPTS) : native().openTap(nsPath, tapName, TAP_OPTS);
+      return await native().openTap(nsPath, tapName, { ...TAP_OPTS, offLoop: opts.offLoop === true });
     } catch (e) {
       const ms = opts.justMade === true ? NEW_TAP_BUSY_WAITS_MS[n] : undefined;
       if (!isBusy(e) || ms === undefined) throw tapError(nsPath, tapName, e);

@@ -4,7 +4,7 @@
 // operations cost one addon call (rtnetlink in the pod netns); the filter is one nf_tables transaction. Nothing on the
 // add path starts a process but the CNI plugins (ebtables runs only to undo records of earlier versions).
 import { existsSync } from 'node:fs';
-import { native } from '../native.js';
+import { native, netnsAdd } from '../native.js';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
@@ -176,7 +176,7 @@ function forgetNetns(deps: StepDeps, rec: PodRecord, step: Step): void {
  */
 async function addNetnsWithSysctls(deps: StepDeps, rec: PodRecord, run: Extract<Run, { kind: 'netns' }>): Promise<void> {
   try {
-    await native().netnsAdd(deps.netnsDir, run.name, run.settings);
+    await netnsAdd(deps.netnsDir, run.name, run.settings);
   } catch (e) {
     forgetNetns(deps, rec, run.step);
     throw stepError(run.step.name, run.step.target, e);
@@ -215,7 +215,7 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
       return;
     case 'netns-add':
       // what `ip netns add` does, without its spawn: the addon makes it on a pool thread
-      await native().netnsAdd(deps.netnsDir, op.name);
+      await netnsAdd(deps.netnsDir, op.name);
       return;
     case 'nft':
       // one nf_tables transaction by the addon: the table with all its rules, or nothing

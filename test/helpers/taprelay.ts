@@ -45,7 +45,7 @@ export async function guestOnTap(podTapFd: number, mac: string, mtu = 1500): Pro
   try {
     await run(['ip', '-n', ns, 'tuntap', 'add', 'dev', 'eth0', 'mode', 'tap', 'vnet_hdr']);
     await run(['ip', '-n', ns, 'link', 'set', 'dev', 'eth0', 'address', mac, 'mtu', String(mtu)]);
-    fd = native().openTap(nsPath, 'eth0', { vnetHdr: true });
+    fd = await native().openTap(nsPath, 'eth0', { vnetHdr: true });
     await run(['ip', '-n', ns, 'link', 'set', 'dev', 'lo', 'up']);
     await run(['ip', '-n', ns, 'link', 'set', 'dev', 'eth0', 'up']);
   } catch (e) {

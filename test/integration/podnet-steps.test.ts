@@ -85,7 +85,7 @@ describe('step engine: rp-filter', () => {
     rpFilter!.do = [{ op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.vmpod-nosuchdev.rp_filter=0'] }];
     await expect(applySteps(deps, rec, [netns!, rpFilter!])).rejects.toMatchObject({
       op: 'netns',
-      message: expect.stringMatching(new RegExp(`^step "netns" on ${key} failed: netnsAdd .*/${key}: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0: ENOENT`)),
+      message: expect.stringMatching(new RegExp(`^step "netns" on ${key} failed: netnsMake: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0: ENOENT`)),
     });
     expect(await listNetns()).not.toContain(key);
     expect(existsSync(join(NETNS_DIR, key))).toBe(false);

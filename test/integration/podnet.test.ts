@@ -118,7 +118,7 @@ async function rpFilters(key: string, devs: string[]): Promise<string[]> {
 async function holdTap(nsPath: string, name: string): Promise<number> {
   for (let i = 0; ; i++) {
     try {
-      return native().openTap(nsPath, name, { vnetHdr: true });
+      return await native().openTap(nsPath, name, { vnetHdr: true });
     } catch (e) {
       if (i >= 500) throw e;
       await new Promise((r) => setTimeout(r, 10));

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
-import { native, PollEvent, type Native } from '../../src/native.js';
+import { native, netnsAdd, PollEvent, type Native } from '../../src/native.js';
 
 const n: Native = native();
 const ADDON = path.resolve(import.meta.dirname, '../../build/Release/vmpod_native.node');
@@ -81,12 +81,21 @@ describe('errors', () => {
     expect(e.message).toContain(p);
   });
 
-  it('bad JS arguments throw TypeError', () => {
-    expect(() => n.close('3' as unknown as number)).toThrow(TypeError);
-    expect(() => n.read(0, 1.5)).toThrow(TypeError);
-    expect(() => n.trySendMsg(0, 'x' as unknown as Buffer, [])).toThrow(TypeError);
-    expect(() => n.openTap('/proc/self/ns/net', 'a-name-longer-than-15')).toThrow(TypeError);
-    expect(() => n.connectUnix('a\0b')).toThrow(TypeError);
+  it('bad JS arguments throw TypeError, with code EINVAL and its errno as every addon error has', () => {
+    const calls: (() => unknown)[] = [
+      () => n.close('3' as unknown as number),
+      () => n.read(0, 1.5),
+      () => n.trySendMsg(0, 'x' as unknown as Buffer, []),
+      () => n.openTap('/proc/self/ns/net', 'a-name-longer-than-15'),
+      () => n.connectUnix('a\0b'),
+      () => n.listenUnix(42 as unknown as string, 0o600, 1),
+      () => n.fastGetServer(0, { allowedGids: 'x' } as never, () => {}, () => {}),
+    ];
+    for (const call of calls) {
+      const e = errorOf(call);
+      expect(e).toBeInstanceOf(TypeError);
+      expect({ code: e.code, errno: e.errno }).toEqual({ code: 'EINVAL', errno: os.constants.errno.EINVAL });
+    }
   });
 });
 
@@ -365,7 +374,7 @@ describe('openTap', () => {
 
   it('creates the tap inside the netns, CLOEXEC, and leaves the host netns alone', async () => {
     const before = fs.readlinkSync('/proc/thread-self/ns/net');
-    const fd = n.openTap(nsPath, tapName);
+    const fd = await n.openTap(nsPath, tapName);
     fds.push(fd);
     expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
     expect(fdinfo(fd)).toContain(`iff:\t${tapName}`);
@@ -374,49 +383,52 @@ describe('openTap', () => {
     await expect(ip('link', 'show', tapName)).rejects.toThrow();
   });
 
-  it('a second single-queue open of an open tap is EBUSY', () => {
-    fds.push(n.openTap(nsPath, tapName, { vnetHdr: true }));
-    const e = errorOf(() => n.openTap(nsPath, tapName, { vnetHdr: true }));
-    expect(e.code).toBe('EBUSY');
-    expect(e.message).toBe(`TUNSETIFF ${tapName} in ${nsPath}: EBUSY (Device or resource busy)`);
+  it('a second single-queue open of an open tap is EBUSY', async () => {
+    fds.push(await n.openTap(nsPath, tapName, { vnetHdr: true }));
+    await expect(n.openTap(nsPath, tapName, { vnetHdr: true })).rejects.toMatchObject({
+      code: 'EBUSY',
+      errno: os.constants.errno.EBUSY,
+      message: `TUNSETIFF ${tapName} in ${nsPath}: EBUSY (Device or resource busy)`,
+    });
   });
 
   it('multi-queue: two fds on one name', async () => {
     const mq = `vq${rand()}`;
-    const a = n.openTap(nsPath, mq, { multiQueue: true, vnetHdr: true });
+    const a = await n.openTap(nsPath, mq, { multiQueue: true, vnetHdr: true });
     fds.push(a);
-    const b = n.openTap(nsPath, mq, { multiQueue: true, vnetHdr: true });
+    const b = await n.openTap(nsPath, mq, { multiQueue: true, vnetHdr: true });
     fds.push(b);
     expect(fdinfo(a)).toContain(`iff:\t${mq}`);
     expect(fdinfo(b)).toContain(`iff:\t${mq}`);
     // IFF_MULTI_QUEUE must match the existing link: a single-queue open of it fails
-    expect(errorOf(() => n.openTap(nsPath, mq)).code).toBe('EINVAL');
+    await expect(n.openTap(nsPath, mq)).rejects.toMatchObject({ code: 'EINVAL' });
     expect(await ip('-n', nsName, 'link', 'show', mq)).toContain(mq);
   });
 
-  it('a missing nsPath gives ENOENT and the thread stays in its netns', () => {
+  it('a missing nsPath gives ENOENT and the thread stays in its netns', async () => {
     const before = fs.readlinkSync('/proc/thread-self/ns/net');
-    const e = errorOf(() => n.openTap(`/var/run/netns/vmpt-missing-${rand()}`, tapName));
-    expect(e.code).toBe('ENOENT');
+    await expect(n.openTap(`/var/run/netns/vmpt-missing-${rand()}`, tapName)).rejects.toMatchObject({ code: 'ENOENT' });
     expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
     // a path that is not a netns: setns fails, still home
-    expect(errorOf(() => n.openTap('/etc/hostname', tapName)).code).toBe('EINVAL');
+    await expect(n.openTap('/etc/hostname', tapName)).rejects.toMatchObject({ code: 'EINVAL' });
     expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
   });
 
-  it('openTapAsync: the same tap opened on a pool thread, with the same errors', async () => {
+  it('offLoop: the same tap opened on a pool thread, with the same errors', async () => {
     const before = fs.readlinkSync('/proc/thread-self/ns/net');
-    const fd = await n.openTapAsync(nsPath, tapName, { vnetHdr: true });
+    const fd = await n.openTap(nsPath, tapName, { vnetHdr: true, offLoop: true });
     fds.push(fd);
     expect(fdinfo(fd)).toContain(`iff:\t${tapName}`);
     expect(isCloexec(fd)).toBe(true);
     expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
-    await expect(n.openTapAsync(nsPath, tapName, { vnetHdr: true })).rejects.toMatchObject({ code: 'EBUSY', message: `TUNSETIFF ${tapName} in ${nsPath}: EBUSY (Device or resource busy)` });
-    await expect(n.openTapAsync(`/var/run/netns/vmpt-missing-${rand()}`, tapName)).rejects.toMatchObject({ code: 'ENOENT' });
-    await expect(n.openTapAsync('/etc/hostname', tapName)).rejects.toMatchObject({ code: 'EINVAL' });
-    // bad arguments throw at once, as openTap's do
-    expect(() => n.openTapAsync(nsPath, 'a-name-longer-than-15')).toThrow(TypeError);
-    expect(() => n.openTapAsync(nsPath, tapName, 1 as never)).toThrow(/openTapAsync: opts must be an object/);
+    const off = { vnetHdr: true, offLoop: true };
+    await expect(n.openTap(nsPath, tapName, off)).rejects.toMatchObject({ code: 'EBUSY', message: `TUNSETIFF ${tapName} in ${nsPath}: EBUSY (Device or resource busy)` });
+    await expect(n.openTap(`/var/run/netns/vmpt-missing-${rand()}`, tapName, off)).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(n.openTap('/etc/hostname', tapName, off)).rejects.toMatchObject({ code: 'EINVAL' });
+    // bad arguments throw at once, on the loop or off it
+    expect(() => n.openTap(nsPath, 'a-name-longer-than-15', off)).toThrow(TypeError);
+    expect(() => n.openTap(nsPath, tapName, 1 as never)).toThrow(/openTap: opts must be an object/);
+    expect(() => n.openTap(nsPath, tapName, { offLoop: 1 } as never)).toThrow(TypeError);
   });
 });
 
@@ -428,7 +440,7 @@ describe('killGroup', () => {
   });
 });
 
-describe('netnsAdd, netnsDel', () => {
+describe('netnsMake, netnsBind (netnsAdd), netnsDel', () => {
   const made: string[] = [];
   afterAll(async () => {
     for (const name of made) if (fs.existsSync(`/var/run/netns/${name}`)) await execa('ip', ['netns', 'del', name], { reject: false });
@@ -440,7 +452,7 @@ describe('netnsAdd, netnsDel', () => {
     const name = `vmpt-${rand()}`;
     made.push(name);
     const before = fs.readlinkSync('/proc/thread-self/ns/net');
-    await n.netnsAdd('/var/run/netns', name);
+    await netnsAdd('/var/run/netns', name);
     expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
     expect(await netnsList()).toContain(name);
     // a netns of its own: only lo, down, and not the host's
@@ -450,7 +462,7 @@ describe('netnsAdd, netnsDel', () => {
     // the pool thread went back too: a second netns is another new one, not made inside the first
     const second = `vmpt-${rand()}`;
     made.push(second);
-    await n.netnsAdd('/var/run/netns', second);
+    await netnsAdd('/var/run/netns', second);
     expect((await execa('ip', ['netns', 'exec', second, 'readlink', '/proc/self/ns/net'])).stdout.trim()).not.toBe(inode);
     await n.netnsDel(`/var/run/netns/${name}`);
     await n.netnsDel(`/var/run/netns/${second}`);
@@ -463,16 +475,17 @@ describe('netnsAdd, netnsDel', () => {
     made.push(name);
     const host = fs.readFileSync('/proc/sys/net/ipv4/conf/default/rp_filter', 'utf8').trim();
     const want = host === '2' ? '1' : '2';
-    await n.netnsAdd('/var/run/netns', name, [`net.ipv4.conf.default.rp_filter=${want}`, 'net.ipv6.conf.default.accept_dad=0']);
+    await netnsAdd('/var/run/netns', name, [`net.ipv4.conf.default.rp_filter=${want}`, 'net.ipv6.conf.default.accept_dad=0']);
     const read = (k: string) => execa('ip', ['netns', 'exec', name, 'cat', `/proc/sys/net/${k}`]).then((r) => r.stdout.trim());
     expect([await read('ipv4/conf/default/rp_filter'), await read('ipv6/conf/default/accept_dad')]).toEqual([want, '0']);
     expect(fs.readFileSync('/proc/sys/net/ipv4/conf/default/rp_filter', 'utf8').trim()).toBe(host);
     await n.netnsDel(`/var/run/netns/${name}`);
     const bad = `vmpt-${rand()}`;
     made.push(bad);
-    await expect(n.netnsAdd('/var/run/netns', bad, ['net.ipv4.conf.vmpt-nosuchdev.rp_filter=0'])).rejects.toMatchObject({
+    await expect(netnsAdd('/var/run/netns', bad, ['net.ipv4.conf.vmpt-nosuchdev.rp_filter=0'])).rejects.toMatchObject({
       code: 'ENOENT',
-      message: `netnsAdd /var/run/netns/${bad}: sysctl -w net.ipv4.conf.vmpt-nosuchdev.rp_filter=0: ENOENT (No such file or directory)`,
+      errno: os.constants.errno.ENOENT,
+      message: 'netnsMake: sysctl -w net.ipv4.conf.vmpt-nosuchdev.rp_filter=0: ENOENT (No such file or directory)',
     });
     expect(fs.existsSync(`/var/run/netns/${bad}`)).toBe(false);
     expect(await netnsList()).not.toContain(bad);
@@ -483,15 +496,17 @@ describe('netnsAdd, netnsDel', () => {
     made.push(name);
     await ip('netns', 'add', name);
     await ip('-n', name, 'link', 'add', 'vmptd0', 'type', 'bridge');
-    await expect(n.netnsAdd('/var/run/netns', name)).rejects.toMatchObject({ code: 'EEXIST', message: `netnsAdd: create /var/run/netns/${name}: EEXIST (File exists)` });
+    await expect(netnsAdd('/var/run/netns', name)).rejects.toMatchObject({ code: 'EEXIST', message: `netnsBind: create /var/run/netns/${name}: EEXIST (File exists)` });
     expect(await ip('-n', name, 'link', 'show', 'vmptd0')).toContain('vmptd0');
     await ip('netns', 'del', name);
   });
 
   it('refuses names that are not one file name, and removes a file that is no mount', async () => {
-    expect(() => n.netnsAdd('/var/run/netns', '../x')).toThrow(TypeError);
-    expect(() => n.netnsAdd('relative', 'x')).toThrow(TypeError);
-    expect(() => n.netnsAdd('/var/run/netns', 'x', ['net/../../x=1'])).toThrow(/netnsAdd: setting "net\/..\/..\/x=1" is not name=value/);
+    const typeError = { name: 'TypeError', code: 'EINVAL', errno: os.constants.errno.EINVAL };
+    await expect(netnsAdd('/var/run/netns', '../x')).rejects.toMatchObject(typeError);
+    await expect(netnsAdd('relative', 'x')).rejects.toMatchObject(typeError);
+    await expect(netnsAdd('/var/run/netns', 'x', ['net/../../x=1'])).rejects.toThrow(/netnsMake: setting "net\/..\/..\/x=1" is not name=value/);
+    expect(fs.existsSync('/var/run/netns/x')).toBe(false);
     expect(() => n.netnsDel('x')).toThrow(TypeError);
     const name = `vmpt-${rand()}`;
     fs.writeFileSync(`/var/run/netns/${name}`, '');
