@@ -145,6 +145,7 @@ napi_value js_sysctlInNetns(napi_env env, napi_callback_info info);
 napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info);
 napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info);
 napi_value js_recvFrom(napi_env env, napi_callback_info info);
+napi_value js_recvFrame(napi_env env, napi_callback_info info);
 napi_value js_sendTo(napi_env env, napi_callback_info info);
 // netlink.c
 napi_value js_netlinkInNetns(napi_env env, napi_callback_info info);

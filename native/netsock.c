@@ -1,5 +1,5 @@
 // Datagram sockets inside a pod's netns: the DHCP UDP socket (udpSocketInNetns), the IPv6 packet socket
-// (packetSocketInNetns), and their receive and send (recvFrom, sendTo).
+// (packetSocketInNetns), and their receive and send (recvFrom, recvFrame, sendTo).
 
 #include "common.h"
 
@@ -71,6 +71,18 @@ napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info) {
   return socket_made(env, fd, ok, &a);
 }
 
+// One boolean of an optional options object (undefined or null: none given, *out unchanged).
+static bool get_opt_bool(napi_env env, napi_value opts, const char *fn, const char *key, bool *out) {
+  napi_valuetype t;
+  if (napi_typeof(env, opts, &t) != napi_ok) return throw_napi(env, "napi_typeof failed"), false;
+  if (t == napi_undefined || t == napi_null) return true;
+  if (t != napi_object) return throw_type(env, "%s: opts must be an object", fn), false;
+  napi_value v;
+  if (napi_get_named_property(env, opts, key, &v) != napi_ok || napi_typeof(env, v, &t) != napi_ok)
+    return throw_napi(env, "napi_get_named_property failed"), false;
+  return t == napi_undefined || get_bool(env, v, fn, key, out);
+}
+
 // An AF_PACKET socket for IPv6 frames (ETH_P_IPV6) bound to one link inside the netns at nsPath: the RA and
 // DHCPv6 servers read the frames the VM sends into its tap and write theirs straight back into the tap, so a
 // reply can reach no other MAC and needs no route or neighbour entry in the pod netns. PACKET_IGNORE_OUTGOING:
@@ -80,12 +92,17 @@ napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info) {
 // sockets see the frame first. The BPF filter keeps everything but the wanted IPv6 frames out.
 // filter: a classic BPF program (struct sock_filter[], 8 bytes each) attached before the socket is bound, so no
 // frame the program refuses is ever queued (the socket is made with protocol 0 and receives nothing until bind).
+// PACKET_AUXDATA: recvFrame reports a frame whose checksum is still to be filled in (a guest with checksum offload).
+// opts.vnetHdr (PACKET_VNET_HDR): each frame read or written is preceded by a struct virtio_net_hdr, as on a tap
+// fd with IFF_VNET_HDR (the tests' guest relay).
 napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info) {
-  napi_value argv[3];
+  napi_value argv[4];
   const uint8_t *prog = NULL;
   size_t prog_len = 0;
-  if (!get_args(env, info, 3, argv, "packetSocketInNetns") ||
-      !get_bytes(env, argv[2], "packetSocketInNetns", "filter", &prog, &prog_len))
+  bool vnet_hdr = false;
+  if (!get_args(env, info, 4, argv, "packetSocketInNetns") ||
+      !get_bytes(env, argv[2], "packetSocketInNetns", "filter", &prog, &prog_len) ||
+      !get_opt_bool(env, argv[3], "packetSocketInNetns", "vnetHdr", &vnet_hdr))
     return NULL;
   if (prog_len == 0 || prog_len % sizeof(struct sock_filter) != 0 || prog_len / sizeof(struct sock_filter) > BPF_MAXINSNS)
     return throw_type(env, "packetSocketInNetns: filter must be 1 to %d BPF instructions of %zu bytes, got %zu bytes",
@@ -99,8 +116,15 @@ napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info) {
     throw_errno(env, errno, "setsockopt SO_ATTACH_FILTER (%u instructions) on %s in %s", fprog.len, a.ifname, a.ns_path);
     return socket_made(env, fd, false, &a);
   }
-  if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) {
-    throw_errno(env, errno, "setsockopt PACKET_IGNORE_OUTGOING %s in %s", a.ifname, a.ns_path);
+  const char *what = NULL;
+  if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0)
+    what = "PACKET_IGNORE_OUTGOING";
+  else if (setsockopt(fd, SOL_PACKET, PACKET_AUXDATA, &one, sizeof(one)) < 0)
+    what = "PACKET_AUXDATA";
+  else if (vnet_hdr && setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof(one)) < 0)
+    what = "PACKET_VNET_HDR";
+  if (what) {
+    throw_errno(env, errno, "setsockopt %s %s in %s", what, a.ifname, a.ns_path);
     return socket_made(env, fd, false, &a);
   }
   struct sockaddr_ll sll;
@@ -111,6 +135,58 @@ napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info) {
   bool ok = bind(fd, (struct sockaddr *)&sll, sizeof(sll)) == 0;
   if (!ok) throw_errno(env, errno, "bind AF_PACKET to %s in %s", a.ifname, a.ns_path);
   return socket_made(env, fd, ok, &a);
+}
+
+// recvFrame(fd, max) on a packet socket made by packetSocketInNetns: {data, csumNotReady} or null (EAGAIN).
+// csumNotReady: PACKET_AUXDATA's TP_STATUS_CSUMNOTREADY, a frame whose sender left its transport checksum to be
+// filled in (CHECKSUM_PARTIAL: a virtio-net guest with offloads, a veth): the packet is whole, the checksum field not.
+napi_value js_recvFrame(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  int fd;
+  int64_t max;
+  if (!get_args(env, info, 2, argv, "recvFrame") || !get_fd(env, argv[0], "recvFrame", &fd) ||
+      !get_int(env, argv[1], "recvFrame", "max", 1, MAX_IO_BYTES, &max))
+    return NULL;
+  uint8_t *buf = malloc((size_t)max);
+  if (!buf) return throw_errno(env, ENOMEM, "recvmsg fd %d", fd);
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(struct tpacket_auxdata))];
+  } ctl;
+  struct iovec iov = {.iov_base = buf, .iov_len = (size_t)max};
+  struct msghdr msg;
+  ssize_t n;
+  do {
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof(ctl.buf);
+    n = recvmsg(fd, &msg, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    int err = errno;
+    free(buf);
+    if (err == EAGAIN || err == EWOULDBLOCK) return make_null(env);
+    return throw_errno(env, err, "recvmsg fd %d", fd);
+  }
+  bool not_ready = false;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_PACKET && c->cmsg_type == PACKET_AUXDATA) {
+      struct tpacket_auxdata aux;
+      memcpy(&aux, CMSG_DATA(c), sizeof(aux));
+      not_ready = (aux.tp_status & TP_STATUS_CSUMNOTREADY) != 0;
+    }
+  }
+  napi_value obj, data, v;
+  bool ok = napi_create_object(env, &obj) == napi_ok &&
+            napi_create_buffer_copy(env, (size_t)n, buf, NULL, &data) == napi_ok &&
+            napi_set_named_property(env, obj, "data", data) == napi_ok &&
+            napi_get_boolean(env, not_ready, &v) == napi_ok &&
+            napi_set_named_property(env, obj, "csumNotReady", v) == napi_ok;
+  free(buf);
+  if (!ok) return throw_napi(env, "recvFrame: building the result failed");
+  return obj;
 }
 
 napi_value js_recvFrom(napi_env env, napi_callback_info info) {

@@ -9,7 +9,7 @@
 //   netns.c     entering a netns for one call; named netns (netnsMake, netnsBind, netnsDel)
 //   tap.c       openTap (on the loop's thread or a pool thread)
 //   sysctl.c    sysctlInNetns and the /proc/sys writer
-//   netsock.c   the DHCP UDP and IPv6 packet sockets in a pod netns, recvFrom, sendTo
+//   netsock.c   the DHCP UDP and IPv6 packet sockets in a pod netns, recvFrom, recvFrame, sendTo
 //   netlink.c   netlinkInNetns: rtnetlink, persistent taps, nf_tables, sysctls in one batch
 //   common.c    errors, argument helpers, promises of pool-thread work (declared in common.h)
 //
@@ -52,6 +52,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"packetSocketInNetns", js_packetSocketInNetns},
       {"sysctlInNetns", js_sysctlInNetns},
       {"recvFrom", js_recvFrom},
+      {"recvFrame", js_recvFrame},
       {"sendTo", js_sendTo},
       {"notifyDatagram", js_notifyDatagram},
       {"netnsMake", js_netnsMake},

@@ -34,6 +34,16 @@ export interface RecvFromResult {
   ifindex: number;
 }
 
+export interface RecvFrameResult {
+  /** the whole Ethernet frame */
+  data: Buffer;
+  /**
+   * PACKET_AUXDATA's TP_STATUS_CSUMNOTREADY: the sender left the transport checksum to be filled in (CHECKSUM_PARTIAL,
+   * as a virtio-net guest with checksum offload sends): the packet is correct, its checksum field is only a seed.
+   */
+  csumNotReady: boolean;
+}
+
 export interface Poller {
   /** stop watching; idempotent. Does not close the fd. */
   stop(): void;
@@ -208,8 +218,12 @@ export interface Native {
    * frames) made inside the netns at nsPath and bound to ifname there, NONBLOCK|CLOEXEC, PACKET_IGNORE_OUTGOING,
    * with the classic BPF program `filter` (struct sock_filter[]) attached before the bind: read() gives the whole
    * Ethernet frames the link receives that the filter passes, writeAll() transmits one frame on it (on a tap: to the VM).
+   * PACKET_AUXDATA is on, for recvFrame. opts.vnetHdr (PACKET_VNET_HDR): every frame read or written is preceded by a
+   * struct virtio_net_hdr (10 bytes), as on a tap fd opened with vnetHdr.
    */
-  packetSocketInNetns(nsPath: string, ifname: string, filter: Buffer): number;
+  packetSocketInNetns(nsPath: string, ifname: string, filter: Buffer, opts?: { vnetHdr?: boolean }): number;
+  /** One frame from a packetSocketInNetns socket, with whether its checksum is still to be filled in; null on EAGAIN. */
+  recvFrame(fd: number, max: number): RecvFrameResult | null;
   /** recvfrom on a nonblocking UDP socket; null on EAGAIN. */
   recvFrom(fd: number, max: number): RecvFromResult | null;
   /** sendto(address:port) on a UDP socket. */

@@ -556,7 +556,7 @@ describe('sysctlInNetns', () => {
   });
 });
 
-describe('udpSocketInNetns, recvFrom, sendTo', () => {
+describe('udpSocketInNetns, recvFrom, sendTo; packetSocketInNetns, recvFrame', () => {
   // two netns joined by a veth pair: the datagram arrives on a real interface
   const ns1 = `vmpt-${rand()}`;
   const ns2 = `vmpt-${rand()}`;
@@ -613,6 +613,46 @@ describe('udpSocketInNetns, recvFrom, sendTo', () => {
     expect(b).toEqual({ data: Buffer.from('bcast'), address: '10.253.7.2', port: 6768, ifindex: v1 });
 
     expect(() => n.sendTo(client, Buffer.from('x'), '10.253.7', 6767)).toThrow(TypeError);
+  });
+
+  /** the next frame on a packet socket that `want` accepts (others: ARP, MLD, ... skipped) */
+  async function nextFrame(fd: number, want: (f: Buffer) => boolean): Promise<{ data: Buffer; csumNotReady: boolean }> {
+    for (;;) {
+      const r = n.recvFrame(fd, 2048);
+      if (r && want(r.data)) return r;
+      if (!r) await readable(fd);
+    }
+  }
+  const ACCEPT_ALL = Buffer.from([0x06, 0, 0, 0, 0, 0, 0x04, 0]);
+  const udpTo = (port: number, off = 0) => (f: Buffer) => f.readUInt16BE(off + 12) === 0x0800 && f[off + 23] === 17 && f.readUInt16BE(off + 36) === port;
+
+  it('packetSocketInNetns + recvFrame: a checksum left to fill in (veth tx offload) is reported, a full one is not', async () => {
+    const ns1Path = `/var/run/netns/${ns1}`;
+    const ns2Path = `/var/run/netns/${ns2}`;
+    const raw = n.packetSocketInNetns(ns1Path, 'v1', ACCEPT_ALL);
+    fds.push(raw);
+    const vnet = n.packetSocketInNetns(ns1Path, 'v1', ACCEPT_ALL, { vnetHdr: true });
+    fds.push(vnet);
+    const client = n.udpSocketInNetns(ns2Path, 'v2', 6790);
+    fds.push(client);
+    // a kernel UDP socket sending out of a veth (tx checksum offload on by default): CHECKSUM_PARTIAL
+    n.sendTo(client, Buffer.from('partial'), '10.253.7.1', 6791);
+    const p = await nextFrame(raw, udpTo(6791));
+    expect(p.csumNotReady).toBe(true);
+    expect(p.data.subarray(42).toString()).toBe('partial');
+    // the same frame with PACKET_VNET_HDR: struct virtio_net_hdr first, VIRTIO_NET_HDR_F_NEEDS_CSUM and where the
+    // checksum goes (csum_start: the UDP header, after Ethernet and IPv4; csum_offset 6: UDP's checksum field)
+    const v = await nextFrame(vnet, udpTo(6791, 10));
+    expect(v.data[0]! & 1).toBe(1);
+    expect({ start: v.data.readUInt16LE(6), offset: v.data.readUInt16LE(8) }).toEqual({ start: 34, offset: 6 });
+    // a frame written whole, checksum included (as the DHCPv6 server writes its replies), is not reported
+    const sender = n.packetSocketInNetns(ns2Path, 'v2', ACCEPT_ALL);
+    fds.push(sender);
+    const whole = Buffer.from(p.data);
+    whole.writeUInt16BE(0, 40); // UDP over IPv4: checksum 0 is "none", a complete datagram
+    n.writeAll(sender, whole);
+    expect((await nextFrame(raw, (f) => udpTo(6791)(f) && f.readUInt16BE(40) === 0)).csumNotReady).toBe(false);
+    expect(() => n.packetSocketInNetns(ns1Path, 'v1', ACCEPT_ALL, { vnetHdr: 'yes' as never })).toThrow(TypeError);
   });
 
   it('errors name the netns and the device', () => {
