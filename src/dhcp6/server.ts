@@ -29,7 +29,7 @@
 import { errorChain, tryDecode } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
-import { native } from '../native.js';
+import { native, type RecvFrameResult } from '../native.js';
 import { SocketWatch } from '../net/watch.js';
 import { type PacketIo, RateLimit } from '../net/packetio.js';
 import { bpfIpv6Filter, decodeFrame6, decodeUdp6, encodeUdp6Frame, NH_UDP } from '../net/frame6.js';
@@ -264,7 +264,7 @@ const RECV_MAX = 65536;
 export class Dhcp6Server {
   readonly stats: Dhcp6Stats = { advertises: 0, replies: 0, dropped: 0, ignored: 0, limited: 0 };
   readonly lease: Lease6;
-  private readonly watch: SocketWatch<Buffer>;
+  private readonly watch: SocketWatch<RecvFrameResult>;
   private readonly io: PacketIo;
   private readonly log: Logger;
   private readonly ctx: Answer6Context;
@@ -288,7 +288,7 @@ export class Dhcp6Server {
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'dhcp6', tap: opts.tap, mac: opts.lease.mac });
     const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ udpPort: DHCP6_SERVER_PORT }));
-    this.watch = new SocketWatch(this.io, fd, (f) => this.io.read(f, RECV_MAX), (b) => this.handle(b), this.log, 'dhcp6 server');
+    this.watch = new SocketWatch(this.io, fd, (f) => this.io.recvFrame(f, RECV_MAX), (r) => this.handle(r.data, r.csumNotReady), this.log, 'dhcp6 server');
     this.log[opts.quiet === true ? 'debug' : 'info']({ nsPath: opts.nsPath, serverIp: this.serverIp, duid: built.serverDuid.toString('hex'), ip: `${opts.lease.ip}/${opts.lease.prefixLength}` }, 'dhcp6 server listening');
   }
 
@@ -301,8 +301,8 @@ export class Dhcp6Server {
     this.log.info({ stats: this.stats }, 'dhcp6 server stopped');
   }
 
-  /** One frame; never throws. */
-  handle(frameBuf: Buffer): void {
+  /** One frame (csumNotReady: its UDP checksum is still to be filled in, see decodeFrame6); never throws. */
+  handle(frameBuf: Buffer, csumNotReady = false): void {
     const drop = (why: string, from?: string) => {
       this.stats.dropped++;
       this.log.debug({ from, bytes: frameBuf.length, why }, 'dhcp6: dropped');
@@ -314,7 +314,7 @@ export class Dhcp6Server {
     let f;
     let udp;
     try {
-      f = decodeFrame6(frameBuf);
+      f = decodeFrame6(frameBuf, csumNotReady);
       if (f.proto !== NH_UDP) return ignore(`next header ${f.proto}`);
       udp = decodeUdp6(f.payload);
     } catch (e) {

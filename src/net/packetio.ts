@@ -1,11 +1,12 @@
 // What the RA and DHCPv6 servers need of a packet socket, and their flood guard.
-import type { Poller } from '../native.js';
+import type { Poller, RecvFrameResult } from '../native.js';
 
 /** The socket calls the servers make; native() by default, a recording fake in unit tests. */
 export interface PacketIo {
   packetSocketInNetns(nsPath: string, ifname: string, filter: Buffer): number;
   pollReadable(fd: number, cb: (err: Error | null) => void): Poller;
-  read(fd: number, max: number): Buffer | null;
+  /** a frame and whether its checksum is still to be filled in (a guest with checksum offload); null: none waiting */
+  recvFrame(fd: number, max: number): RecvFrameResult | null;
   writeAll(fd: number, data: Buffer): void;
   close(fd: number): void;
 }

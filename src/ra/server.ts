@@ -17,7 +17,7 @@
 import { errorChain } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
-import { native } from '../native.js';
+import { native, type RecvFrameResult } from '../native.js';
 import { SocketWatch } from '../net/watch.js';
 import { bpfIpv6Filter, decodeFrame6, encodeIcmp6Frame, NH_ICMPV6 } from '../net/frame6.js';
 import { normaliseIpv6 } from '../net/ipv6.js';
@@ -54,11 +54,14 @@ export interface RaServerOptions {
 
 export type RsDecision = { kind: 'answer'; dst: string; dstMac: string } | { kind: 'ignore'; why: string } | { kind: 'drop'; why: string };
 
-/** What to do with one frame (pure): RFC 4861 6.1.1's validity checks, then whether it is ours to answer. */
-export function answerRs(frameBuf: Buffer, vmMac: string, routerIp: string): RsDecision {
+/**
+ * What to do with one frame (pure): RFC 4861 6.1.1's validity checks, then whether it is ours to answer.
+ * csumNotReady: the socket's word that the ICMPv6 checksum is still to be filled in (decodeFrame6).
+ */
+export function answerRs(frameBuf: Buffer, vmMac: string, routerIp: string, csumNotReady = false): RsDecision {
   let f;
   try {
-    f = decodeFrame6(frameBuf);
+    f = decodeFrame6(frameBuf, csumNotReady);
   } catch (e) {
     return { kind: 'drop', why: errorChain(e) };
   }
@@ -79,7 +82,7 @@ const RECV_MAX = 65536;
 
 export class RaServer {
   readonly stats: RaStats = { periodic: 0, solicited: 0, dropped: 0, ignored: 0, limited: 0 };
-  private readonly watch: SocketWatch<Buffer>;
+  private readonly watch: SocketWatch<RecvFrameResult>;
   private timer: NodeJS.Timeout | undefined;
   private sentInitial = 0;
   private readonly io: PacketIo;
@@ -106,7 +109,7 @@ export class RaServer {
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'ra', tap: opts.tap, mac: this.vmMac });
     const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ icmpType: ICMP6_RS }));
-    this.watch = new SocketWatch(this.io, fd, (f) => this.io.read(f, RECV_MAX), (b) => this.handle(b), this.log, 'ra');
+    this.watch = new SocketWatch(this.io, fd, (f) => this.io.recvFrame(f, RECV_MAX), (r) => this.handle(r.data, r.csumNotReady), this.log, 'ra');
     this.log[opts.quiet === true ? 'debug' : 'info']({ router: this.routerIp, prefix: `${opts.lease.prefix}/${opts.lease.prefixLength}`, defaultRouter: opts.lease.defaultRoute, mtu: opts.lease.mtu }, 'router advertisements on');
     this.advertise();
   }
@@ -146,11 +149,11 @@ export class RaServer {
     }
   }
 
-  /** One frame; never throws. */
-  handle(frameBuf: Buffer): void {
+  /** One frame (csumNotReady: its checksum is still to be filled in); never throws. */
+  handle(frameBuf: Buffer, csumNotReady = false): void {
     let d: RsDecision;
     try {
-      d = answerRs(frameBuf, this.vmMac, this.routerIp);
+      d = answerRs(frameBuf, this.vmMac, this.routerIp, csumNotReady);
     } catch (e) {
       d = { kind: 'drop', why: `internal: ${errorChain(e)}` };
     }

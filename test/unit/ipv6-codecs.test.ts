@@ -8,8 +8,8 @@ import type { CniResult } from '../../src/cni/types.js';
 import { guestFromCni, type Lease6 } from '../../src/dhcp/lease.js';
 import { buildOptions6 } from '../../src/dhcp6/options.js';
 import { decodeIaNa, decodeMessage6, decodeStatus, duidLl, encodeDomainList, encodeIaAddr, encodeIaNa, encodeMessage6, getOption6, Msg, Opt6, Status } from '../../src/dhcp6/packet.js';
-import { answer6, warmUpMessages6 } from '../../src/dhcp6/server.js';
-import { checksum6, decodeFrame6, encodeIcmp6Frame } from '../../src/net/frame6.js';
+import { answer6, Dhcp6Server, warmUpMessages6 } from '../../src/dhcp6/server.js';
+import { checksum6, decodeFrame6, decodeUdp6, encodeIcmp6Frame, encodeUdp6Frame } from '../../src/net/frame6.js';
 import { ipFamily } from '../../src/net/ip.js';
 import { formatIpv6, linkLocalFromMac, parseIpv6 } from '../../src/net/ipv6.js';
 import { raFromLease } from '../../src/ra/options.js';
@@ -226,6 +226,51 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
   });
 });
 
+describe('checksum offload: frames whose checksum the guest left to be filled in', () => {
+  /** What a sender with checksum offload leaves in the field (CHECKSUM_PARTIAL): the pseudo-header sum, folded. */
+  function partial(frame: Buffer): Buffer {
+    const f = Buffer.from(frame);
+    const at = 14 + 40 + (f[20] === 17 ? 6 : 2);
+    let sum = f.readUInt16BE(18) + f[20]!;
+    for (let i = 22; i < 54; i += 2) sum += f.readUInt16BE(i);
+    while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+    f.writeUInt16BE(sum, at);
+    return f;
+  }
+  const guest = 'fe80::5054:ff:fe12:3456';
+  const solicitFrame = partial(encodeUdp6Frame({ srcMac: VM_MAC, dstMac: '33:33:00:01:00:02', src: guest, dst: 'ff02::1:2', hopLimit: 1 }, 546, 547, solicit()));
+
+  it('decodeFrame6 takes the socket\'s word (csumNotReady) and checks the lengths only', () => {
+    expect(() => decodeFrame6(solicitFrame)).toThrow(/bad UDP checksum/);
+    const d = decodeFrame6(solicitFrame, true);
+    expect(decodeUdp6(d.payload)).toMatchObject({ srcPort: 546, dstPort: 547 });
+    // a truncated frame is refused all the same
+    expect(() => decodeFrame6(solicitFrame.subarray(0, solicitFrame.length - 1), true)).toThrow(/runs past/);
+    expect(answerRs(partial(rs(VM_MAC)), VM_MAC, formatIpv6(linkLocalFromMac(BR_MAC)), true).kind).toBe('answer');
+  });
+
+  it('the DHCPv6 server answers such a SOLICIT; the same frame without the socket\'s word is dropped', () => {
+    const sent: Buffer[] = [];
+    const io = {
+      packetSocketInNetns: () => 3,
+      pollReadable: () => ({ stop() {} }),
+      recvFrame: () => null,
+      writeAll: (_fd: number, b: Buffer) => void sent.push(b),
+      close: () => {},
+    };
+    const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
+    const s = Dhcp6Server.start({ nsPath: '/x', tap: 'tap0', serverMac: BR_MAC, serverIp: formatIpv6(linkLocalFromMac(BR_MAC)), lease, log: silent, io });
+    s.handle(solicitFrame);
+    expect(s.stats).toMatchObject({ dropped: 1, advertises: 0 });
+    s.handle(solicitFrame, true);
+    expect(s.stats).toMatchObject({ dropped: 1, advertises: 1 });
+    // the answer carries a full checksum of its own
+    const out = decodeFrame6(sent[0]!);
+    expect(decodeMessage6(decodeUdp6(out.payload).data).type).toBe(Msg.Advertise);
+    s.stop();
+  });
+});
+
 describe('fuzz: random and mutated messages never throw and are never answered when malformed', () => {
   const seeds = [solicit(), solicit([{ code: Opt6.RapidCommit, data: Buffer.alloc(0) }])];
   it('DHCPv6 answer()', () => {
@@ -251,7 +296,7 @@ describe('fuzz: random and mutated messages never throw and are never answered w
     const io = {
       packetSocketInNetns: () => 3,
       pollReadable: () => ({ stop() {} }),
-      read: () => null,
+      recvFrame: () => null,
       writeAll: (_fd: number, b: Buffer) => void sent.push(b),
       close: () => {},
     };
