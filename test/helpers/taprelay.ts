@@ -1,6 +1,13 @@
-// A "guest" netns wired to a pod's tap the way qemu is: the pod tap's fd (from tapmanager's get) on one side, a tap
-// named eth0 with the VM's MAC in the guest netns on the other, frames copied both ways by this process (both
-// fds with IFF_VNET_HDR, so the 10-byte virtio header goes across unchanged). Real clients run in the guest netns.
+// A "guest" netns wired to a pod's tap the way a virtio-net VM is: the pod tap's fd (from tapmanager's get, opened
+// with IFF_VNET_HDR as qemu opens it) on one side; on the other, eth0 with the VM's MAC in the guest netns, one end
+// of a veth pair whose other end (vr0, no addresses, IPv6 off) carries a packet socket with PACKET_VNET_HDR. Frames
+// are copied both ways by this process with their struct virtio_net_hdr.
+//
+// Checksum offload, as a virtio-net guest has it: eth0 is a veth, whose tx checksum offload is on, so the guest's
+// UDP over ordinary sockets (dhclient -6, systemd-networkd, unicast renewals and releases) leaves the checksum to
+// be filled in (CHECKSUM_PARTIAL). The packet socket on vr0 hands such a frame over with VIRTIO_NET_HDR_F_NEEDS_CSUM,
+// csum_start and csum_offset in its header, and the pod tap takes it with that header: the frame reaches the pod
+// exactly as one from virtio-net does. counts.partial counts them. Real clients run in the guest netns.
 import { execa } from 'execa';
 import { native, type Poller } from '../../src/native.js';
 import { addNetns, delNetns, run, uniqueName } from './netns.js';
@@ -8,26 +15,37 @@ import { addNetns, delNetns, run, uniqueName } from './netns.js';
 export interface GuestNetns {
   ns: string;
   nsPath: string;
-  /** frames copied pod -> guest and guest -> pod */
-  counts: { toGuest: number; toPod: number };
+  /**
+   * frames copied pod -> guest and guest -> pod, and of the latter those whose checksum the guest left to be filled
+   * in (virtio_net_hdr flags VIRTIO_NET_HDR_F_NEEDS_CSUM)
+   */
+  counts: { toGuest: number; toPod: number; partial: number };
   close(): Promise<void>;
 }
 
-function pump(from: number, to: number, count: () => void): Poller {
+/** struct virtio_net_hdr: flags (1), gso_type (1), hdr_len, gso_size, csum_start, csum_offset (2 each) */
+const VNET_HDR_LEN = 10;
+const VIRTIO_NET_HDR_F_NEEDS_CSUM = 1;
+/** an IPv4 packet of 65535 bytes with its Ethernet and VLAN headers and the virtio header: a whole GSO frame */
+const FRAME_MAX = 65_535 + 18 + VNET_HDR_LEN;
+/** classic BPF "ret #0x40000": every frame */
+const ACCEPT_ALL = Buffer.from([0x06, 0, 0, 0, 0, 0, 0x04, 0]);
+
+function pump(from: number, to: number, count: (f: Buffer) => void): Poller {
   const n = native();
   return n.pollReadable(from, (err) => {
     if (err) return;
     for (let i = 0; i < 64; i++) {
       let f: Buffer | null;
       try {
-        f = n.read(from, 65536);
+        f = n.read(from, FRAME_MAX);
       } catch {
         return;
       }
       if (!f || f.length === 0) return;
       try {
         n.writeAll(to, f);
-        count();
+        count(f);
       } catch {
         // the other side is gone or its queue is full: a lost frame, as on a wire
       }
@@ -41,11 +59,14 @@ export async function guestOnTap(podTapFd: number, mac: string, mtu = 1500): Pro
   await addNetns(ns);
   const nsPath = `/var/run/netns/${ns}`;
   let fd = -1;
-  const pollers: Poller[] = [];
   try {
-    await run(['ip', '-n', ns, 'tuntap', 'add', 'dev', 'eth0', 'mode', 'tap', 'vnet_hdr']);
-    await run(['ip', '-n', ns, 'link', 'set', 'dev', 'eth0', 'address', mac, 'mtu', String(mtu)]);
-    fd = await native().openTap(nsPath, 'eth0', { vnetHdr: true });
+    await run(['ip', '-n', ns, 'link', 'add', 'eth0', 'address', mac, 'mtu', String(mtu), 'type', 'veth', 'peer', 'name', 'vr0', 'mtu', String(mtu)]);
+    // the relay's end is no host: it sends nothing of its own (no DAD, no MLD, no RS) and answers nothing
+    native().sysctlInNetns(nsPath, ['net.ipv6.conf.vr0.disable_ipv6=1', 'net.ipv4.conf.vr0.arp_ignore=8']);
+    await run(['ip', '-n', ns, 'link', 'set', 'dev', 'vr0', 'up']);
+    // bound once vr0 is up: a packet socket bound to a link that is down holds ENETDOWN as a pending error, and
+    // the poll that sees it (POLLERR) stops
+    fd = native().packetSocketInNetns(nsPath, 'vr0', ACCEPT_ALL, { vnetHdr: true });
     await run(['ip', '-n', ns, 'link', 'set', 'dev', 'lo', 'up']);
     await run(['ip', '-n', ns, 'link', 'set', 'dev', 'eth0', 'up']);
   } catch (e) {
@@ -53,9 +74,14 @@ export async function guestOnTap(podTapFd: number, mac: string, mtu = 1500): Pro
     await delNetns(ns);
     throw e;
   }
-  const counts = { toGuest: 0, toPod: 0 };
-  pollers.push(pump(podTapFd, fd, () => counts.toGuest++));
-  pollers.push(pump(fd, podTapFd, () => counts.toPod++));
+  const counts = { toGuest: 0, toPod: 0, partial: 0 };
+  const pollers = [
+    pump(podTapFd, fd, () => counts.toGuest++),
+    pump(fd, podTapFd, (f) => {
+      counts.toPod++;
+      if (f[0]! & VIRTIO_NET_HDR_F_NEEDS_CSUM) counts.partial++;
+    }),
+  ];
   return {
     ns,
     nsPath,

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { native, type RecvFromResult } from '../../src/native.js';
+import { native, type RecvFrameResult, type RecvFromResult } from '../../src/native.js';
 import type { DhcpLease } from '../../src/dhcp/lease.js';
 import { decodeClasslessRoutes } from '../../src/dhcp/options.js';
 import {
@@ -105,6 +105,26 @@ function nextDatagram(fd: number, timeoutMs = 20_000): Promise<RecvFromResult> {
     });
   });
 }
+
+/** Every frame link `dev` in netns `ns` receives from now until stop(), as a packet socket sees it. */
+function capture(ns: string, dev: string): { frames: RecvFrameResult[]; stop(): void } {
+  const fd = native().packetSocketInNetns(nsPath(ns), dev, Buffer.from([0x06, 0, 0, 0, 0, 0, 0x04, 0])); // ret #0x40000: all
+  const frames: RecvFrameResult[] = [];
+  const poller = native().pollReadable(fd, () => {
+    for (let f = native().recvFrame(fd, 2048); f; f = native().recvFrame(fd, 2048)) frames.push(f);
+  });
+  return {
+    frames,
+    stop() {
+      poller.stop();
+      native().close(fd);
+    },
+  };
+}
+
+/** An IPv4 UDP frame from `src` to port `dport`. */
+const isUdp4 = (f: Buffer, src: string, dport: number): boolean =>
+  f.length >= 42 && f.readUInt16BE(12) === 0x0800 && f[23] === 17 && [...f.subarray(26, 30)].join('.') === src && f.readUInt16BE(36) === dport;
 
 // ---- udhcpc with a hook script that records every event's environment ----
 
@@ -319,8 +339,14 @@ describe('DHCP server with busybox udhcpc', () => {
     // a client that retransmits its REQUEST on a loaded machine gets its ACK again: count none of them exactly
     await waitFor('the first lease', () => events(dir, 'bound').length === 1 && server.stats.acks >= 1);
     expect(client.pid).toBeDefined();
+    // what reaches the pod side of the guest's veth: the guest's eth0 has tx checksum offload on (a veth's default),
+    // as a virtio-net guest has, so its unicast renewal (an ordinary UDP socket) leaves the checksum to be filled in
+    const cap = capture(NS_A, VETH1);
     process.kill(client.pid!, 'SIGUSR1');
     await waitFor('the renewal', () => events(dir, 'renew').length >= 1);
+    cap.stop();
+    const renewal = cap.frames.find((f) => isUdp4(f.data, '10.1.90.5', 67));
+    expect(renewal?.csumNotReady, 'the unicast REQUEST arrived with its checksum left to fill in').toBe(true);
     expect(server.stats.acks).toBeGreaterThanOrEqual(2);
     const [renew] = events(dir, 'renew');
     expect(renew.ip).toBe('10.1.90.5');

@@ -73,6 +73,11 @@ const afterBound = (dir: string): string[] => {
 const ipv6Of = (e: Record<string, string>): string | undefined => (e.ipv6 === undefined ? undefined : normaliseIpv6(e.ipv6));
 
 const DNS6 = 'fd53::53';
+
+/** Frames reached the pod with their checksum still to be filled in (checksum offload on, as in a virtio-net guest). */
+function expectPartial(g: GuestNetns): void {
+  expect(g.counts.partial, 'frames relayed with VIRTIO_NET_HDR_F_NEEDS_CSUM').toBeGreaterThan(0);
+}
 /** busybox with udhcpc6 (Debian's busybox has none): built once by test/guest/udhcpc6.sh */
 let busybox6 = '';
 
@@ -176,6 +181,8 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     });
     const bound = events(dir).find((e) => e.reason === 'BOUND6')!;
     expect(bound.new_ip6_address).toBe(p.ip6);
+    // its SOLICIT and REQUEST left their UDP checksum to be filled in, as from a virtio-net guest
+    expectPartial(p.guest);
     expect(bound.new_max_life).toBe('86400');
     expect(bound.new_preferred_life).toBe('86400');
     expect(bound.new_dhcp6_name_servers).toBe(DNS6);
@@ -216,6 +223,18 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     // never deconfigured: the renewal was answered (a REQUEST to the server's address, answered from it)
     expect(afterBound(dir)).not.toContain('deconfig');
     expect(d.lines().some((l) => l.msg === 'dhcp6: REPLY' && String(l.from).startsWith(`[${p.ip6}]`))).toBe(true);
+    // SIGUSR2: release (a unicast RELEASE from the leased address to the server's link-local, over an ordinary UDP
+    // socket: its checksum left to be filled in); the server answers it
+    const partial = p.guest.counts.partial;
+    u.kill('SIGUSR2');
+    const releaseReply = () => d.lines().find((l) => l.msg === 'dhcp6: REPLY' && l.request === 'RELEASE' && String(l.from).startsWith(`[${p.ip6}]`));
+    await waitFor('the RELEASE answered', () => releaseReply() !== undefined, 20_000).catch((e: Error) => {
+      throw new Error(`${e.message}\n${d.logs().split('\n').filter((l) => l.includes('dhcp6')).slice(-10).join('\n')}`);
+    });
+    const released = releaseReply()!;
+    expect(String(released.from)).toMatch(new RegExp(`^\\[${p.ip6}\\]:546 `));
+    expect(released.note).toBe(`addresses ${p.ip6}`);
+    expect(p.guest.counts.partial).toBeGreaterThan(partial);
     u.kill('SIGTERM');
   }, 60_000);
 
@@ -300,6 +319,7 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     });
     await waitFor('networkd default route', async () => (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(`via ${p.router}`), 30_000);
     await expectLeased(p);
+    expectPartial(p.guest);
     // DNS from DHCPv6 and the RA's RDNSS/DNSSL, merged by networkd (IPv4's DNS too, on dual-stack)
     const st = Object.fromEntries(state().split('\n').filter((l) => l.includes('=')).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
     expect(st.DNS?.split(' ')).toContain(DNS6);
