@@ -3,9 +3,9 @@
 // run reads exactly what may have been done. Ops are grouped into runs (runsOf, pure) so that many link
 // operations cost one addon call (rtnetlink in the pod netns); the filter is one nf_tables transaction. Nothing on the
 // add path starts a process but the CNI plugins (ebtables runs only to undo records of earlier versions).
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync, statSync } from 'node:fs';
 import { native, netnsAdd } from '../native.js';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -252,6 +252,7 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
 export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): Promise<Error[]> {
   const errors: Error[] = [];
   const netnsGoes = rec.steps.some((s) => s.undo.some((o) => o.op === 'netns-del'));
+  if (netnsGoes) dropUnmountedNetns(rec.nsPath, log);
   // ebtables rules (records of earlier versions) live in the pod netns too
   const goesWithNetns = (op: Op): boolean => op.op === 'ebtables' || ('withNetns' in op && op.withNetns === true);
   const items = [...rec.steps]
@@ -279,6 +280,18 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
   }
   for (const e of errors) log.error({ err: e }, 'undo step failed');
   return errors;
+}
+
+/**
+ * A netns removal cut between its unmount and its unlink (kill -9) leaves a plain file at nsPath: the netns is gone
+ * already, and nothing can run in that file (setns fails, and a CNI plugin's DEL refuses a path that is not a netns):
+ * it is removed, so that the undo runs as for a netns that is gone. A mounted netns is another filesystem's inode.
+ */
+function dropUnmountedNetns(nsPath: string, log: Logger): void {
+  const st = statSync(nsPath, { throwIfNoEntry: false });
+  if (st === undefined || st.dev !== statSync(dirname(nsPath), { throwIfNoEntry: false })?.dev) return;
+  log.warn({ nsPath }, 'the netns was unmounted but its file left (a release cut short): removing the file');
+  rmSync(nsPath, { force: true });
 }
 
 /** Undo lines run as `ip -force -batch` would: every line runs; the failures that are not "already undone", each naming its step. */

@@ -75,8 +75,9 @@ async function expectNothingLeft(ctx: Ctx) {
   expect(left).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   expect(new StateStore(ctx.stateDir).keys(), 'records').toEqual([]);
   expect(ctx.net.faultyRuns().filter((r) => processAlive(r.pid)), 'plugin processes still running').toEqual([]);
-  // the slot files stay (reused by the next plugin), blank
+  // no plugin record (a slot file goes when its plugin's run ends), and no file of the pod in the state dir
   expect(existsSync(ctx.pgidDir) ? readdirSync(ctx.pgidDir).flatMap((n) => readPgidRecord(join(ctx.pgidDir, n)) ?? []) : [], 'pgid records').toEqual([]);
+  expect(readdirSync(ctx.stateDir, { recursive: true }).map(String).filter((n) => n !== 'plugins'), 'state dir').toEqual([]);
 }
 
 async function errorOf(p: Promise<unknown>): Promise<Error & { code?: string }> {
@@ -89,6 +90,43 @@ async function errorOf(p: Promise<unknown>): Promise<Error & { code?: string }> 
 }
 
 describe('a failed add never blocks the retry', () => {
+  it.each([
+    ['not a program (ENOEXEC)', 'not a program\n'],
+    ['a script whose interpreter is missing (ENOENT)', '#!/nonexistent/vmpod-interp\n'],
+  ])('a first plugin that cannot be executed, %s, ran nothing: no DEL, no quarantined record, no temp file', async (_what, content) => {
+    const ctx = await setup({});
+    const conf = join(ctx.net.confDir, '10-test.conflist');
+    const good = JSON.parse(readFileSync(conf, 'utf8')) as { plugins: Record<string, unknown>[] };
+    writeFileSync(join(ctx.net.binDirs[0]!, 'vmpod-noexec'), content, { mode: 0o755 });
+    writeFileSync(conf, JSON.stringify({ ...good, plugins: [{ type: 'vmpod-noexec' }, ...good.plugins] }));
+    const pn = ctx.make();
+    const e = await errorOf(pn.add(ctx.key, desc(ctx.key)));
+    expect(e.message).toMatch(/step "cni-add" failed: plugin vmpod-noexec ADD could not be run: .*(ENOEXEC|ENOENT)/);
+    expect(e.message).not.toContain('rollback incomplete');
+    await expectNothingLeft(ctx);
+    writeFileSync(conf, JSON.stringify(good));
+    await pn.add(ctx.key, desc(ctx.key));
+    await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+
+  it('a release cut by kill -9 after the netns was unmounted, before its file went: the restart finishes it', async () => {
+    const ctx = await setup({});
+    const pn = ctx.make();
+    await pn.add(ctx.key, desc(ctx.key));
+    pn.closeAll();
+    const store = new StateStore(ctx.stateDir);
+    store.write({ ...store.read(ctx.key)!, phase: 'releasing' });
+    await execa('umount', [join(NETNS_DIR, ctx.key)]);
+    expect(existsSync(join(NETNS_DIR, ctx.key))).toBe(true);
+    const out = await ctx.make().restore();
+    expect(out.rolledBack).toEqual([ctx.key]);
+    expect(out.quarantined).toEqual([]);
+    // no record is left in phase releasing (nor in any other)
+    expect(store.keys()).toEqual([]);
+    await expectNothingLeft(ctx);
+  });
+
   it('a plugin missing at add: nothing recorded, nothing left, and the retry succeeds once it is installed', async () => {
     const ctx = await setup({});
     const conf = join(ctx.net.confDir, '10-test.conflist');
