@@ -110,11 +110,6 @@ export function isMulticast6(b: Uint8Array): boolean {
   return b[0] === 0xff;
 }
 
-/** :: */
-export function isUnspecified6(b: Uint8Array): boolean {
-  return b.every((x) => x === 0);
-}
-
 /** "aa:bb:cc:dd:ee:ff" -> 6 bytes; RangeError for anything else. */
 export function macBytes(mac: string): Buffer {
   const parts = mac.split(/[:-]/);
@@ -136,15 +131,6 @@ export function linkLocalFromMac(mac: string): Buffer {
   b[13] = m[3]!;
   b[14] = m[4]!;
   b[15] = m[5]!;
-  return b;
-}
-
-/** The solicited-node multicast address of an address (RFC 4291 2.7.1): ff02::1:ffXX:XXXX. */
-export function solicitedNode(addr: Uint8Array): Buffer {
-  const b = Buffer.from([0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 0]);
-  b[13] = addr[13]!;
-  b[14] = addr[14]!;
-  b[15] = addr[15]!;
   return b;
 }
 
