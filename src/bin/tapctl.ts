@@ -105,7 +105,101 @@ async function devices(p: Parsed, socket: string, timeout: number): Promise<numb
   return j.refused.length > 0 || j.inputErrors.length > 0 ? 1 : 0;
 }
 
-async function main(argv: string[]): Promise<number> {
+/** What every command of the socket gets: its parsed args, the client, the socket's path. */
+interface Run {
+  p: Parsed;
+  client: FdClient;
+  socket: string;
+}
+
+const out = (v: unknown): void => void process.stdout.write(`${JSON.stringify(v, null, 2)}\n`);
+
+function add({ p, client }: Run): number {
+  const key = oneKey(p);
+  out(client.add(key, desc(p, key, true)));
+  return 0;
+}
+
+/** get: the interfaces printed; with --exec, the fds handed to a command (which replaces tapctl). */
+function get({ p, client }: Run): number {
+  const key = oneKey(p);
+  if (p.opts.has('--exec')) {
+    if (p.rest.length === 0) throw new UsageError('get --exec needs -- CMD [ARG...]');
+    const { fds } = client.get(key);
+    const args = p.rest.map((a) => a.replace(/\{fd(\d+)\}/g, (m, i: string) => (fds[Number(i)] !== undefined ? String(fds[Number(i)]) : m)));
+    native().execve(which(args[0]!), args, Object.entries(process.env).map(([k, v]) => `${k}=${v}`), fds);
+  }
+  const { infos, fds } = client.get(key);
+  for (const fd of fds) native().close(fd);
+  out(infos.map((i) => ({ ...i, macAddress: base64ToMac(i.mac) })));
+  return 0;
+}
+
+function release({ p, client }: Run): number {
+  if (p.opts.has('--force')) {
+    const { leftovers } = client.releaseForce(oneKey(p));
+    out({ released: true, leftovers });
+    return 0;
+  }
+  client.release(oneKey(p));
+  return 0;
+}
+
+function recover({ p, client }: Run): number {
+  const key = oneKey(p);
+  const file = need(p, '--csn');
+  const csn = decodeCsn(readFileSync(file === '-' ? 0 : file));
+  client.recover(key, { podNetworkDesc: desc(p, key, false), csn, HaveRunningContainers: p.opts.has('--running') });
+  return 0;
+}
+
+function list({ p, client }: Run): number {
+  if (p.positional.length !== 1) throw new UsageError('list takes no arguments');
+  const pods = client.list() as PodSummary[];
+  if (p.opts.has('--json')) out(pods);
+  else process.stdout.write(`${podTable(pods)}\n`);
+  return 0;
+}
+
+/** status; with --ready an exec probe: one line, exit 0 only when ready. */
+function status({ p, client, socket }: Run): number {
+  if (p.positional.length !== 1) throw new UsageError('status takes no arguments');
+  if (!p.opts.has('--ready')) {
+    out({ socket, answering: true, ...client.status() });
+    return 0;
+  }
+  let st: StatusReport;
+  try {
+    st = client.status();
+  } catch (e) {
+    process.stdout.write(`not ready: tapmanager does not answer on ${socket}: ${errorChain(e).replace(/\s*\n\s*/g, ' ')}\n`);
+    return 1;
+  }
+  if (st.ready) {
+    process.stdout.write(`ready: ${st.pods} pod networks, up ${st.uptimeSeconds}s\n`);
+    return 0;
+  }
+  process.stdout.write(`not ready: ${st.reasons.join('; ')}\n`);
+  return 1;
+}
+
+function gc({ p, client }: Run): number {
+  if (p.positional.length !== 1) throw new UsageError('gc takes no arguments');
+  const r = client.gc();
+  out(r);
+  return r.errors.length > 0 ? 1 : 0;
+}
+
+function check({ p, client }: Run): number {
+  const r = client.check(oneKey(p));
+  out(r);
+  return r.ok ? 0 : 1;
+}
+
+const COMMANDS: Record<string, (r: Run) => number> = { add, get, release, recover, list, status, gc, check };
+
+/** The args parsed, or the exit code of --help, --version or a usage error. */
+async function parse(argv: string[]): Promise<Parsed | number> {
   let p: Parsed;
   try {
     p = parseTapctlArgs(argv);
@@ -122,95 +216,23 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${(await import('../version.js')).packageVersion()}\n`);
     return 0;
   }
+  return p;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const p = await parse(argv);
+  if (typeof p === 'number') return p;
   const socket = str(p, '--socket') ?? (process.env.VIRTLET_FD_SERVER_SOCKET_PATH || DEFAULT_SOCKET);
   // a probe must answer within its own timeout: status --ready gives up after 5 s unless told otherwise
   const timeout = Number(str(p, '--timeout') ?? (p.opts.has('--ready') ? 5000 : 120000));
-  const out = (v: unknown) => process.stdout.write(`${JSON.stringify(v, null, 2)}\n`);
   try {
     if (!Number.isInteger(timeout) || timeout <= 0) throw new UsageError(`--timeout ${JSON.stringify(str(p, '--timeout'))} is not a positive integer`);
     const cmd = p.positional[0];
     if (cmd === 'devices') return await devices(p, socket, timeout);
-    const client = new FdClient(socket, { timeoutMs: timeout });
-    switch (cmd) {
-      case 'add': {
-        const key = oneKey(p);
-        out(client.add(key, desc(p, key, true)));
-        return 0;
-      }
-      case 'get': {
-        const key = oneKey(p);
-        if (p.opts.has('--exec')) {
-          if (p.rest.length === 0) throw new UsageError('get --exec needs -- CMD [ARG...]');
-          const { fds } = client.get(key);
-          const n = native();
-          const args = p.rest.map((a) => a.replace(/\{fd(\d+)\}/g, (m, i: string) => (fds[Number(i)] !== undefined ? String(fds[Number(i)]) : m)));
-          const path = which(args[0]!);
-          n.execve(path, args, Object.entries(process.env).map(([k, v]) => `${k}=${v}`), fds);
-        }
-        const { infos, fds } = client.get(key);
-        for (const fd of fds) native().close(fd);
-        out(infos.map((i) => ({ ...i, macAddress: base64ToMac(i.mac) })));
-        return 0;
-      }
-      case 'release':
-        if (p.opts.has('--force')) {
-          const { leftovers } = client.releaseForce(oneKey(p));
-          out({ released: true, leftovers });
-          return 0;
-        }
-        client.release(oneKey(p));
-        return 0;
-      case 'recover': {
-        const key = oneKey(p);
-        const file = need(p, '--csn');
-        const csn = decodeCsn(readFileSync(file === '-' ? 0 : file));
-        client.recover(key, { podNetworkDesc: desc(p, key, false), csn, HaveRunningContainers: p.opts.has('--running') });
-        return 0;
-      }
-      case 'list': {
-        if (p.positional.length !== 1) throw new UsageError('list takes no arguments');
-        const pods = client.list() as PodSummary[];
-        if (p.opts.has('--json')) out(pods);
-        else process.stdout.write(`${podTable(pods)}\n`);
-        return 0;
-      }
-      case 'status': {
-        if (p.positional.length !== 1) throw new UsageError('status takes no arguments');
-        if (!p.opts.has('--ready')) {
-          out({ socket, answering: true, ...client.status() });
-          return 0;
-        }
-        // an exec probe: one line, exit 0 only when ready
-        let st: StatusReport;
-        try {
-          st = client.status();
-        } catch (e) {
-          process.stdout.write(`not ready: tapmanager does not answer on ${socket}: ${errorChain(e).replace(/\s*\n\s*/g, ' ')}\n`);
-          return 1;
-        }
-        if (st.ready) {
-          process.stdout.write(`ready: ${st.pods} pod networks, up ${st.uptimeSeconds}s\n`);
-          return 0;
-        }
-        process.stdout.write(`not ready: ${st.reasons.join('; ')}\n`);
-        return 1;
-      }
-      case 'gc': {
-        if (p.positional.length !== 1) throw new UsageError('gc takes no arguments');
-        const r = client.gc();
-        out(r);
-        return r.errors.length > 0 ? 1 : 0;
-      }
-      case 'check': {
-        const r = client.check(oneKey(p));
-        out(r);
-        return r.ok ? 0 : 1;
-      }
-      case undefined:
-        throw new UsageError('no command given');
-      default:
-        throw new UsageError(`unknown command ${JSON.stringify(cmd)}`);
-    }
+    if (cmd === undefined) throw new UsageError('no command given');
+    const run = Object.hasOwn(COMMANDS, cmd) ? COMMANDS[cmd] : undefined;
+    if (run === undefined) throw new UsageError(`unknown command ${JSON.stringify(cmd)}`);
+    return run({ p, client: new FdClient(socket, { timeoutMs: timeout }), socket });
   } catch (e) {
     if (e instanceof UsageError) {
       process.stderr.write(`tapctl: ${e.message}\n${USAGE}\n`);
