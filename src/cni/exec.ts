@@ -112,88 +112,87 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
   const killGraceMs = opts.killGraceMs ?? 2000;
   const maxBuffer = opts.maxBufferBytes ?? DEFAULT_PLUGIN_OUTPUT_BYTES;
   checkTimeout(killGraceMs, 'killGraceMs');
-  const slots = opts.pgidDir === undefined ? undefined : new PgidSlots(opts.pgidDir);
+  const spawner: Spawner = { killGraceMs, maxBuffer, slots: opts.pgidDir === undefined ? undefined : new PgidSlots(opts.pgidDir) };
+  return { findInPath, run: (o) => runPlugin(spawner, o) };
+}
 
-  /** Records the plugin's group (its pid: it leads its own session); the slot, or undefined when there is none. */
-  function recordGroup(pid: number, startTicks: number, o: PluginRunOptions): number | undefined {
-    return slots?.put({ pgid: pid, plugin: basename(o.pluginPath), verb: o.env.CNI_COMMAND ?? '?', containerId: o.env.CNI_CONTAINERID ?? '', startTicks, daemonPid: process.pid });
+/** How spawnPluginExec runs each plugin. */
+interface Spawner {
+  killGraceMs: number;
+  maxBuffer: number;
+  /** where the running plugins' groups are recorded, if anywhere */
+  slots: PgidSlots | undefined;
+}
+
+/** One plugin run to its end: spawned (again while the binary is busy being written, ETXTBSY), its failure told. */
+async function runPlugin(sp: Spawner, o: PluginRunOptions): Promise<{ stdout: Buffer; stderr: Buffer; cleanup?: Promise<void> }> {
+  checkTimeout(o.timeoutMs, 'CNI plugin timeoutMs');
+  const plugin = basename(o.pluginPath);
+  const verb = o.env.CNI_COMMAND ?? '?';
+  if (o.signal?.aborted === true) throw pluginFailure({ plugin, verb, aborted: true });
+  for (let attempt = 0; ; attempt++) {
+    const r = await runOnce(sp, o);
+    const { stdout, stderr, stopped } = r;
+    if (stopped === undefined && r.spawnError === undefined && r.exitCode === 0) return { stdout, stderr, ...(r.cleanup ? { cleanup: r.cleanup } : {}) };
+    // a failed run is reported once its bookkeeping is done
+    await r.cleanup;
+    const base = { plugin, verb, stdout, stderr, ...(r.exitCode === undefined ? {} : { exitCode: r.exitCode }), ...(r.signal === undefined ? {} : { signal: r.signal }) };
+    if (stopped === 'timeout') throw pluginFailure({ ...base, timedOut: true, timeoutMs: o.timeoutMs });
+    if (stopped === 'abort') throw pluginFailure({ ...base, aborted: true });
+    if (stopped === 'overflow') throw pluginFailure({ ...base, outputTooLarge: true, outputLimitBytes: sp.maxBuffer });
+    if (r.spawnError === undefined) throw pluginFailure(base);
+    if (r.spawnError.code !== 'ETXTBSY' || attempt >= TEXT_BUSY_RETRIES) throw pluginFailure({ plugin, verb, spawnError: r.spawnError });
+    await delay(50 * (attempt + 1));
   }
+}
 
-  function runOnce(o: PluginRunOptions): Promise<RunOutcome> {
-    return new Promise((resolve) => {
-      let pid: number;
-      let stopped: RunOutcome['stopped'];
-      let graceTimer: NodeJS.Timeout | undefined;
-      const stop = (why: 'timeout' | 'abort' | 'overflow'): void => {
-        if (stopped !== undefined) return;
-        stopped = why;
-        killGroup(pid, 'SIGTERM');
-        graceTimer = setTimeout(() => killGroup(pid, 'SIGKILL'), killGraceMs);
+/** One spawn of the plugin, its group recorded while it runs, stopped on a timeout, an abort or an output flood. */
+function runOnce(sp: Spawner, o: PluginRunOptions): Promise<RunOutcome> {
+  return new Promise((resolve) => {
+    let pid: number;
+    let stopped: RunOutcome['stopped'];
+    let graceTimer: NodeJS.Timeout | undefined;
+    const stop = (why: 'timeout' | 'abort' | 'overflow'): void => {
+      if (stopped !== undefined) return;
+      stopped = why;
+      killGroup(pid, 'SIGTERM');
+      graceTimer = setTimeout(() => killGroup(pid, 'SIGKILL'), sp.killGraceMs);
+    };
+    const env = Object.entries(o.env).map(([k, v]) => `${k}=${v}`);
+    let timer: NodeJS.Timeout | undefined;
+    let slot: number | undefined;
+    const onAbort = (): void => stop('abort');
+    const finish = (r: ChildResult): void => {
+      clearTimeout(timer);
+      clearTimeout(graceTimer);
+      o.signal?.removeEventListener('abort', onAbort);
+      // whatever the plugin started in its group (a helper it forked) does not outlive the run
+      killGroup(pid, 'SIGKILL');
+      const outcome: RunOutcome = {
+        stdout: r.stdout,
+        stderr: r.stderr,
+        ...(r.code === null ? {} : { exitCode: r.code }),
+        ...(r.signal === null ? {} : { signal: signalName(r.signal) }),
+        ...(stopped === undefined ? {} : { stopped }),
       };
-      const env = Object.entries(o.env).map(([k, v]) => `${k}=${v}`);
-      let timer: NodeJS.Timeout | undefined;
-      let slot: number | undefined;
-      const onAbort = (): void => stop('abort');
-      const finish = (r: ChildResult): void => {
-        clearTimeout(timer);
-        clearTimeout(graceTimer);
-        o.signal?.removeEventListener('abort', onAbort);
-        // whatever the plugin started in its group (a helper it forked) does not outlive the run
-        killGroup(pid, 'SIGKILL');
-        const outcome: RunOutcome = {
-          stdout: r.stdout,
-          stderr: r.stderr,
-          ...(r.code === null ? {} : { exitCode: r.code }),
-          ...(r.signal === null ? {} : { signal: signalName(r.signal) }),
-          ...(stopped === undefined ? {} : { stopped }),
-        };
-        // the run is over once its record is gone (a synchronous write: nothing is left for a deferred cleanup)
-        if (slot !== undefined) slots?.clear(slot);
-        resolve(o.deferCleanup === true ? { ...outcome, cleanup: Promise.resolve() } : outcome);
-      };
-      const startTicks = ticksSinceBoot();
-      try {
-        pid = native().spawnChild(o.pluginPath, env, o.stdin, maxBuffer, (event, r) => {
-          if (event === ChildEvent.Overflow) stop('overflow');
-          else if (r !== undefined) finish(r);
-        });
-      } catch (e) {
-        // nothing runs: the exec failed (ENOENT, EACCES, ENOEXEC, ETXTBSY), or pipes or memory ran out
-        resolve({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), spawnError: e as NodeJS.ErrnoException });
-        return;
-      }
-      slot = recordGroup(pid, startTicks, o);
-      timer = setTimeout(() => stop('timeout'), o.timeoutMs);
-      o.signal?.addEventListener('abort', onAbort, { once: true });
-    });
-  }
-
-  return {
-    findInPath,
-    async run(o) {
-      checkTimeout(o.timeoutMs, 'CNI plugin timeoutMs');
-      const plugin = basename(o.pluginPath);
-      const verb = o.env.CNI_COMMAND ?? '?';
-      if (o.signal?.aborted === true) throw pluginFailure({ plugin, verb, aborted: true });
-      for (let attempt = 0; ; attempt++) {
-        const r = await runOnce(o);
-        const { stdout, stderr, stopped } = r;
-        if (stopped === undefined && r.spawnError === undefined && r.exitCode === 0) return { stdout, stderr, ...(r.cleanup ? { cleanup: r.cleanup } : {}) };
-        // a failed run is reported once its bookkeeping is done
-        await r.cleanup;
-        const base = { plugin, verb, stdout, stderr, ...(r.exitCode === undefined ? {} : { exitCode: r.exitCode }), ...(r.signal === undefined ? {} : { signal: r.signal }) };
-        if (stopped === 'timeout') throw pluginFailure({ ...base, timedOut: true, timeoutMs: o.timeoutMs });
-        if (stopped === 'abort') throw pluginFailure({ ...base, aborted: true });
-        if (stopped === 'overflow') throw pluginFailure({ ...base, outputTooLarge: true, outputLimitBytes: maxBuffer });
-        if (r.spawnError !== undefined) {
-          if (r.spawnError.code === 'ETXTBSY' && attempt < TEXT_BUSY_RETRIES) {
-            await delay(50 * (attempt + 1));
-            continue;
-          }
-          throw pluginFailure({ plugin, verb, spawnError: r.spawnError });
-        }
-        throw pluginFailure(base);
-      }
-    },
-  };
+      // the run is over once its record is gone (a synchronous removal: nothing is left for a deferred cleanup)
+      if (slot !== undefined) sp.slots?.clear(slot);
+      resolve(o.deferCleanup === true ? { ...outcome, cleanup: Promise.resolve() } : outcome);
+    };
+    const startTicks = ticksSinceBoot();
+    try {
+      pid = native().spawnChild(o.pluginPath, env, o.stdin, sp.maxBuffer, (event, r) => {
+        if (event === ChildEvent.Overflow) stop('overflow');
+        else if (r !== undefined) finish(r);
+      });
+    } catch (e) {
+      // nothing runs: the exec failed (ENOENT, EACCES, ENOEXEC, ETXTBSY), or pipes or memory ran out
+      resolve({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), spawnError: e as NodeJS.ErrnoException });
+      return;
+    }
+    // its group (its pid: it leads its own session)
+    slot = sp.slots?.put({ pgid: pid, plugin: basename(o.pluginPath), verb: o.env.CNI_COMMAND ?? '?', containerId: o.env.CNI_CONTAINERID ?? '', startTicks, daemonPid: process.pid });
+    timer = setTimeout(() => stop('timeout'), o.timeoutMs);
+    o.signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
