@@ -36,115 +36,126 @@ function holderText(h: Holder): string {
   return `pid ${h.pid} (${h.comm}${h.guest !== undefined ? `, VM ${JSON.stringify(h.guest)}` : ''})`;
 }
 
-export function mergeDevices(requests: readonly DeviceRequest[], facts: HostFacts): DeviceReport {
-  const problems: string[] = [];
-  const devices: ResolvedDevice[] = [];
-  const seen = new Set<string>();
-  const sys = (rel: string) => `${facts.sysfsRoot.replace(/\/$/, '')}/${rel}`;
+/** What the merge builds up: the functions passed, the problems found, the request that brought each group in. */
+interface Merge {
+  facts: HostFacts;
+  problems: string[];
+  devices: ResolvedDevice[];
+  seen: Set<string>;
   /** the request that brought each group in, for the messages */
-  const groupUsers = new Map<string, string>();
-  const add = (d: ResolvedDevice, why: string) => {
-    const key = d.sysfsdev ?? d.address;
-    if (seen.has(key)) return;
-    seen.add(key);
-    devices.push(d);
-    if (d.group !== undefined && !groupUsers.has(d.group)) groupUsers.set(d.group, why);
-  };
-  const noiommuText = (group: string, node: string, why: string) =>
-    `IOMMU group ${group} (${why}) is a vfio no-IOMMU group (${node}): a VM cannot use it (no DMA isolation; qemu opens only /dev/vfio/<N>); boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on) and without vfio.enable_unsafe_noiommu_mode`;
+  groupUsers: Map<string, string>;
+  /** a path under the sysfs root, for the messages */
+  sys: (rel: string) => string;
+}
 
+export function mergeDevices(requests: readonly DeviceRequest[], facts: HostFacts): DeviceReport {
+  const m: Merge = { facts, problems: [], devices: [], seen: new Set(), groupUsers: new Map(), sys: (rel) => `${facts.sysfsRoot.replace(/\/$/, '')}/${rel}` };
   // 1. named functions and mediated devices, in input order (the first source that names one is its source)
   for (const r of requests) {
-    if (r.kind === 'pci') {
-      const what = `${r.address} (${from(r)})`;
-      const f = facts.functions.get(r.address);
-      if (f === undefined || !f.exists) {
-        problems.push(`${what} does not exist under ${sys('bus/pci/devices')}`);
-        continue;
-      }
-      if (isBridgeClass(f.class)) {
-        problems.push(`${what} is a PCI bridge (class ${hex(f.class)}) and cannot be passed through`);
-        continue;
-      }
-      if (r.noiommu) {
-        problems.push(noiommuText(r.group ?? f.group ?? '?', `/dev/vfio/noiommu-${r.group ?? f.group ?? '?'}`, what));
-        continue;
-      }
-      if (r.group !== undefined && f.group !== undefined && r.group !== f.group) {
-        problems.push(`${what}: ${r.source} says IOMMU group ${r.group}, sysfs says ${f.group}`);
-        continue;
-      }
-      if (f.group === undefined) {
-        problems.push(`${what} has no IOMMU group (no ${sys(`bus/pci/devices/${r.address}/iommu_group`)}): boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on)`);
-        continue;
-      }
-      const d: ResolvedDevice = { address: f.address, group: f.group, source: r.source };
-      if (f.driver !== undefined) d.driver = f.driver;
-      add(d, what);
-    } else if (r.kind === 'mdev') {
-      const m = facts.mdevs.get(r.uuid);
-      const what = `mediated device ${r.uuid} (${from(r)})`;
-      if (m === undefined || m === null) problems.push(`${what} does not exist under ${sys('bus/mdev/devices')}`);
-      else if (m.parent === undefined) problems.push(`${what} has no PCI parent`);
-      else add({ address: m.parent, sysfsdev: m.sysfsdev, source: r.source }, what);
-    }
+    if (r.kind === 'pci') namedFunction(m, r);
+    else if (r.kind === 'mdev') namedMdev(m, r);
   }
-
   // 2. groups named by their node
-  for (const r of requests) {
-    if (r.kind !== 'group') continue;
-    const named = `${r.path} from ${r.source}${r.origin !== undefined ? ` in ${r.origin}` : ''}`;
-    const what = `IOMMU group ${r.group} (${named})`;
-    if (r.noiommu) {
-      problems.push(noiommuText(r.group, r.path, named));
-      continue;
-    }
-    const g = facts.groups.get(r.group);
-    const endpoints = (g?.members ?? []).filter((m) => m.exists && !isBridge(m));
-    if (g === undefined || (endpoints.length === 0 && g.mdevs.length === 0)) {
-      problems.push(`${what} has no devices under ${sys(`kernel/iommu_groups/${r.group}/devices`)}`);
-      continue;
-    }
-    const fnOf = (m: FunctionFacts): ResolvedDevice => ({ address: m.address, group: r.group, source: r.source, ...(m.driver !== undefined ? { driver: m.driver } : {}) });
-    if (r.only !== undefined) {
-      // the source names functions (a CDI spec's env or annotations): those of this group, and only those
-      const picked = endpoints.filter((m) => r.only!.includes(m.address));
-      if (picked.length === 0) problems.push(`${what} names ${r.only.join(', ')}, none of which is in that group (members: ${endpoints.map((m) => m.address).join(', ')})`);
-      for (const m of picked) add(fnOf(m), what);
-      continue;
-    }
-    if (devices.some((d) => d.group === r.group)) continue; // the node of a function named elsewhere
-    for (const m of endpoints) add(fnOf(m), what);
-    for (const m of g.mdevs) add({ address: m.parent, sysfsdev: m.sysfsdev, group: r.group, source: r.source }, what);
-  }
-
+  for (const r of requests) if (r.kind === 'group') namedGroup(m, r);
   // 3. checks: each passed function, then each group as a whole
-  for (const d of devices) {
-    if (d.sysfsdev !== undefined) continue; // a mediated device stays on its parent's vendor driver
-    const f = facts.groups.get(d.group!)?.members.find((m) => m.address === d.address) ?? facts.functions.get(d.address);
+  checkDrivers(m);
+  checkGroups(m);
+  return { devices: m.devices, problems: m.problems, skipped: [] };
+}
+
+function add(m: Merge, d: ResolvedDevice, why: string): void {
+  const key = d.sysfsdev ?? d.address;
+  if (m.seen.has(key)) return;
+  m.seen.add(key);
+  m.devices.push(d);
+  if (d.group !== undefined && !m.groupUsers.has(d.group)) m.groupUsers.set(d.group, why);
+}
+
+function noiommuText(group: string, node: string, why: string): string {
+  return `IOMMU group ${group} (${why}) is a vfio no-IOMMU group (${node}): a VM cannot use it (no DMA isolation; qemu opens only /dev/vfio/<N>); boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on) and without vfio.enable_unsafe_noiommu_mode`;
+}
+
+function namedFunction(m: Merge, r: Extract<DeviceRequest, { kind: 'pci' }>): void {
+  const what = `${r.address} (${from(r)})`;
+  const f = m.facts.functions.get(r.address);
+  const problem = (text: string): void => void m.problems.push(text);
+  if (f === undefined || !f.exists) return problem(`${what} does not exist under ${m.sys('bus/pci/devices')}`);
+  if (isBridgeClass(f.class)) return problem(`${what} is a PCI bridge (class ${hex(f.class)}) and cannot be passed through`);
+  if (r.noiommu) return problem(noiommuText(r.group ?? f.group ?? '?', `/dev/vfio/noiommu-${r.group ?? f.group ?? '?'}`, what));
+  if (r.group !== undefined && f.group !== undefined && r.group !== f.group) return problem(`${what}: ${r.source} says IOMMU group ${r.group}, sysfs says ${f.group}`);
+  if (f.group === undefined) {
+    return problem(`${what} has no IOMMU group (no ${m.sys(`bus/pci/devices/${r.address}/iommu_group`)}): boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on)`);
+  }
+  const d: ResolvedDevice = { address: f.address, group: f.group, source: r.source };
+  if (f.driver !== undefined) d.driver = f.driver;
+  add(m, d, what);
+}
+
+function namedMdev(m: Merge, r: Extract<DeviceRequest, { kind: 'mdev' }>): void {
+  const md = m.facts.mdevs.get(r.uuid);
+  const what = `mediated device ${r.uuid} (${from(r)})`;
+  if (md === undefined || md === null) m.problems.push(`${what} does not exist under ${m.sys('bus/mdev/devices')}`);
+  else if (md.parent === undefined) m.problems.push(`${what} has no PCI parent`);
+  else add(m, { address: md.parent, sysfsdev: md.sysfsdev, source: r.source }, what);
+}
+
+function namedGroup(m: Merge, r: Extract<DeviceRequest, { kind: 'group' }>): void {
+  const named = `${r.path} from ${r.source}${r.origin !== undefined ? ` in ${r.origin}` : ''}`;
+  const what = `IOMMU group ${r.group} (${named})`;
+  if (r.noiommu) {
+    m.problems.push(noiommuText(r.group, r.path, named));
+    return;
+  }
+  const g = m.facts.groups.get(r.group);
+  const endpoints = (g?.members ?? []).filter((f) => f.exists && !isBridge(f));
+  if (g === undefined || (endpoints.length === 0 && g.mdevs.length === 0)) {
+    m.problems.push(`${what} has no devices under ${m.sys(`kernel/iommu_groups/${r.group}/devices`)}`);
+    return;
+  }
+  const fnOf = (f: FunctionFacts): ResolvedDevice => ({ address: f.address, group: r.group, source: r.source, ...(f.driver !== undefined ? { driver: f.driver } : {}) });
+  if (r.only !== undefined) {
+    // the source names functions (a CDI spec's env or annotations): those of this group, and only those
+    const picked = endpoints.filter((f) => r.only!.includes(f.address));
+    if (picked.length === 0) m.problems.push(`${what} names ${r.only.join(', ')}, none of which is in that group (members: ${endpoints.map((f) => f.address).join(', ')})`);
+    for (const f of picked) add(m, fnOf(f), what);
+    return;
+  }
+  if (m.devices.some((d) => d.group === r.group)) return; // the node of a function named elsewhere
+  for (const f of endpoints) add(m, fnOf(f), what);
+  for (const md of g.mdevs) add(m, { address: md.parent, sysfsdev: md.sysfsdev, group: r.group, source: r.source }, what);
+}
+
+/** Every passed function on a vfio driver (a mediated device stays on its parent's vendor driver). */
+function checkDrivers(m: Merge): void {
+  for (const d of m.devices) {
+    if (d.sysfsdev !== undefined) continue;
+    const f = m.facts.groups.get(d.group!)?.members.find((x) => x.address === d.address) ?? m.facts.functions.get(d.address);
     if (f !== undefined && !isVfioBound(f))
-      problems.push(
-        `${d.address} (from ${d.source}) is bound to ${f.driver ?? 'no driver'}, not to a vfio driver: bind it to vfio-pci (echo vfio-pci > ${sys(`bus/pci/devices/${d.address}/driver_override`)}; echo ${d.address} > ${sys(`bus/pci/devices/${d.address}/driver/unbind`)}; echo ${d.address} > ${sys('bus/pci/drivers_probe')})`,
+      m.problems.push(
+        `${d.address} (from ${d.source}) is bound to ${f.driver ?? 'no driver'}, not to a vfio driver: bind it to vfio-pci (echo vfio-pci > ${m.sys(`bus/pci/devices/${d.address}/driver_override`)}; echo ${d.address} > ${m.sys(`bus/pci/devices/${d.address}/driver/unbind`)}; echo ${d.address} > ${m.sys('bus/pci/drivers_probe')})`,
       );
   }
-  const passed = new Set(devices.map((d) => d.address));
-  for (const [group, why] of groupUsers) {
-    const g: GroupFacts | undefined = facts.groups.get(group);
+}
+
+/** Each group passed: not no-IOMMU, viable (its other members on a vfio driver, pci-stub or none), not held open. */
+function checkGroups(m: Merge): void {
+  const passed = new Set(m.devices.map((d) => d.address));
+  for (const [group, why] of m.groupUsers) {
+    const g: GroupFacts | undefined = m.facts.groups.get(group);
     if (g === undefined) continue;
     if (g.noiommu !== undefined) {
-      problems.push(noiommuText(group, `/dev/vfio/noiommu-${group}`, `${why}; ${g.noiommu}`));
+      m.problems.push(noiommuText(group, `/dev/vfio/noiommu-${group}`, `${why}; ${g.noiommu}`));
       continue;
     }
-    for (const m of g.members) {
-      if (passed.has(m.address) || leavesGroupViable(m)) continue;
-      problems.push(
-        `IOMMU group ${group} of ${why} is not viable: its other member ${m.address} (not allocated to this pod) is bound to ${m.driver}; the kernel gives a group to a VM only when every member is on a vfio driver, pci-stub or no driver: unbind it (echo ${m.address} > ${sys(`bus/pci/devices/${m.address}/driver/unbind`)}) or bind it to vfio-pci, or allocate a function from another group`,
+    for (const f of g.members) {
+      if (passed.has(f.address) || leavesGroupViable(f)) continue;
+      m.problems.push(
+        `IOMMU group ${group} of ${why} is not viable: its other member ${f.address} (not allocated to this pod) is bound to ${f.driver}; the kernel gives a group to a VM only when every member is on a vfio driver, pci-stub or no driver: unbind it (echo ${f.address} > ${m.sys(`bus/pci/devices/${f.address}/driver/unbind`)}) or bind it to vfio-pci, or allocate a function from another group`,
       );
     }
     if (g.holders.length > 0)
-      problems.push(
+      m.problems.push(
         `/dev/vfio/${group} (IOMMU group ${group} of ${why}) is held open by ${g.holders.map(holderText).join(', ')}: a group is opened by one process at a time, so its other functions are in use by that process; stop it, or allocate a function from another group`,
       );
   }
-  return { devices, problems, skipped: [] };
 }
