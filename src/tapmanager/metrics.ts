@@ -102,28 +102,31 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
       cniStatus.reset();
       for (const s of statuses) cniStatus.set({ network, plugin: s.plugin }, s.code);
     },
-    timedExec(inner) {
-      return {
-        ...(inner.findInPath ? { findInPath: inner.findInPath.bind(inner) } : {}),
-        async run(opts) {
-          const labels = { plugin: basename(opts.pluginPath), command: (opts.env.CNI_COMMAND ?? 'unknown').toLowerCase() };
-          const t0 = performance.now();
-          try {
-            const out = await inner.run(opts);
-            plugin.observe({ ...labels, result: 'ok' }, (performance.now() - t0) / 1000);
-            return out;
-          } catch (e) {
-            plugin.observe({ ...labels, result: 'error' }, (performance.now() - t0) / 1000);
-            throw e;
-          }
-        },
-      };
-    },
+    timedExec: (inner) => timedExec(plugin, inner),
     async render() {
       const answered = fastGets();
       if (answered > fastCounted) requests.inc({ command: 'get', result: 'ok' }, answered - fastCounted);
       fastCounted = answered;
       return { contentType: registry.contentType, body: await registry.metrics() };
+    },
+  };
+}
+
+/** A CNI PluginExec whose every plugin run is observed in `plugin` by plugin, command and result. */
+function timedExec(plugin: Histogram<'plugin' | 'command' | 'result'>, inner: PluginExec): PluginExec {
+  return {
+    ...(inner.findInPath ? { findInPath: inner.findInPath.bind(inner) } : {}),
+    async run(opts) {
+      const labels = { plugin: basename(opts.pluginPath), command: (opts.env.CNI_COMMAND ?? 'unknown').toLowerCase() };
+      const t0 = performance.now();
+      try {
+        const out = await inner.run(opts);
+        plugin.observe({ ...labels, result: 'ok' }, (performance.now() - t0) / 1000);
+        return out;
+      } catch (e) {
+        plugin.observe({ ...labels, result: 'error' }, (performance.now() - t0) / 1000);
+        throw e;
+      }
     },
   };
 }
