@@ -25,7 +25,8 @@ export interface Released {
 export async function releasePodNetwork(env: PodEnv, key: string, nsPath: string, st: PodNetworkState | undefined, force: boolean): Promise<Released> {
   const log = env.log.child({ key, op: 'release' });
   // the taps close on the pool while the undo runs: each waits for a grace period (closeFds offLoop)
-  const closing = st ? closeFds(st.fds, log, { offLoop: true }) : undefined;
+  const t0 = performance.now();
+  const closing = st ? closeFds(st.fds, log, { offLoop: true }).then(() => log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, 'taps closed')) : undefined;
   try {
     return await releaseRecorded(env, key, nsPath, st, log, force);
   } finally {
@@ -56,6 +57,7 @@ async function releaseRecorded(env: PodEnv, key: string, nsPath: string, st: Pod
   }
   // not durable: a record that comes back after a crash of the machine is undone again, and every undo op
   // tolerates "already undone"
+  log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, 'undone');
   await env.store.removeAsync(key);
   // the request's line says so at info; a quarantine finished here is worth one of its own
   log[rec.quarantine ? 'info' : 'debug']({ durationMs: Math.round(performance.now() - t0), ...(rec.quarantine ? { quarantineFinished: true } : {}) }, 'pod network released');
