@@ -10,8 +10,26 @@ import type { Inventory } from '../deviceplugin/inventory.js';
 import type { DpMetrics } from '../deviceplugin/metrics.js';
 import { VfioDevicePlugin } from '../deviceplugin/plugin.js';
 import { startHttp, type HttpListener } from '../tapmanager/http.js';
+import { packageVersion } from '../version.js';
 
 const NAME = 'vfio-device-plugin';
+
+/**
+ * --probe PATH: one GET of the running plugin's listener, for exec probes (the image has no curl; podman kube play
+ * runs an exec probe through a shell, so its command is plain words). A wildcard address is asked on loopback.
+ */
+async function probe(listen: { host: string; port: number }, path: string): Promise<number> {
+  const host = listen.host === '0.0.0.0' ? '127.0.0.1' : listen.host === '::' ? '::1' : listen.host;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${listen.port}${path}`;
+  try {
+    const r = await fetch(url, { signal: AbortSignal.timeout(5000) });
+    if (r.ok) return 0;
+    process.stderr.write(`${NAME}: ${url}: ${r.status} ${(await r.text()).trim()}\n`);
+  } catch (e) {
+    process.stderr.write(`${NAME}: ${url}: ${errorChain(e)}\n`);
+  }
+  return 1;
+}
 
 async function main(): Promise<number> {
   const parsed = parseOptions(process.argv.slice(2), process.env);
@@ -25,6 +43,11 @@ async function main(): Promise<number> {
     process.stdout.write(`${dpUsage()}\n`);
     return 0;
   }
+  if (o.version) {
+    process.stdout.write(`${packageVersion()}\n`);
+    return 0;
+  }
+  if (o.probe !== undefined) return probe(o.httpListen!, o.probe);
   const { resources, problems } = await loadResources(o.config, { cdi: o.cdiDir !== undefined });
   if (!existsSync(o.kubeletDir) || !statSync(o.kubeletDir).isDirectory())
     problems.push(`--kubelet-dir ${o.kubeletDir} is not a directory: mount kubelet's device-plugins dir there (the host's /var/lib/kubelet/device-plugins)`);
@@ -33,6 +56,8 @@ async function main(): Promise<number> {
     return 1;
   }
   const log = createLogger(NAME, o.logLevel);
+  // the first line says which build runs
+  log.info({ version: packageVersion(), node: process.version }, `${NAME} starting`);
   let stop: (sig: NodeJS.Signals) => void = () => undefined;
   const stopped = new Promise<NodeJS.Signals>((r) => (stop = r));
   process.on('SIGTERM', () => stop('SIGTERM'));

@@ -19,6 +19,10 @@ export interface PluginOptions {
   sysfsRoot: string;
   devRoot: string;
   help: boolean;
+  /** --version: print the package version and exit */
+  version: boolean;
+  /** --probe PATH: GET PATH of the running plugin's --http-listen address, exit 0 on 200 (exec probes) */
+  probe?: string;
 }
 
 interface FlagSpec {
@@ -47,6 +51,8 @@ type Key = keyof typeof DP_FLAGS;
 const CLI_OPTIONS: Record<string, OptionSpec> = {
   ...Object.fromEntries((Object.values(DP_FLAGS) as FlagSpec[]).map((s) => [s.flag.slice(2), { type: 'string' } as OptionSpec])),
   help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean' },
+  probe: { type: 'string' },
 };
 const BY_NAME = new Map<string, Key>((Object.keys(DP_FLAGS) as Key[]).map((k) => [DP_FLAGS[k].flag.slice(2), k]));
 
@@ -66,16 +72,20 @@ export function parseOptions(argv: string[], env: Record<string, string | undefi
     if (k) raw.set(k, value === true ? 'true' : value);
   }
   const help = args.values.has('help');
+  const version = args.values.has('version');
+  const probe = args.values.get('probe');
   const get = (k: Key): string => raw.get(k) ?? DP_FLAGS[k].def;
   const logLevel = get('logLevel') || DP_FLAGS.logLevel.def;
   if (!isLogLevel(logLevel)) errors.push(`--log-level ${JSON.stringify(logLevel)} is not one of fatal, error, warn, info, debug, trace, silent`);
-  if (get('config') === '' && !help) errors.push('--config (or VMPOD_DP_CONFIG) is required: the file naming the resources to advertise');
+  if (probe !== undefined && !/^\/[\w./-]*$/.test(String(probe))) errors.push(`--probe ${JSON.stringify(probe)} is not an HTTP path (/healthz, /readyz)`);
+  if (get('config') === '' && !help && !version && probe === undefined) errors.push('--config (or VMPOD_DP_CONFIG) is required: the file naming the resources to advertise');
   const kubeletDir = get('kubeletDir') || DP_FLAGS.kubeletDir.def;
   if (!kubeletDir.startsWith('/')) errors.push(`--kubelet-dir ${JSON.stringify(kubeletDir)} must be an absolute path`);
   const cdiDir = get('cdiDir');
   if (cdiDir !== '' && !cdiDir.startsWith('/')) errors.push(`--cdi-dir ${JSON.stringify(cdiDir)} must be an absolute path (or empty: no CDI)`);
   const httpRaw = get('httpListen');
   const http = httpRaw === '' ? undefined : parseListen(httpRaw);
+  if (probe !== undefined && http === undefined) errors.push('--probe needs --http-listen (or VMPOD_HTTP_LISTEN): the address the plugin listens on');
   if (httpRaw !== '' && !http) errors.push(`--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9732 or [::1]:9732)`);
   if (errors.length > 0) return { ok: false, errors };
   return {
@@ -89,6 +99,8 @@ export function parseOptions(argv: string[], env: Record<string, string | undefi
       sysfsRoot: sysfsRoot(env),
       devRoot: hostRoot(env),
       help,
+      version,
+      ...(typeof probe === 'string' ? { probe } : {}),
     },
   };
 }
@@ -108,7 +120,13 @@ export function dpUsage(): string {
     'Flags (env var in brackets):',
   ];
   for (const s of Object.values(DP_FLAGS) as FlagSpec[]) lines.push(`  ${s.flag.padEnd(14)} ${s.help}${s.def === '' ? '' : ` (default ${s.def})`} [${s.env}]`);
-  lines.push(`  ${'--help'.padEnd(14)} show this text`, '', 'Env only:');
+  lines.push(
+    `  ${'--probe PATH'.padEnd(14)} GET PATH (/healthz, /readyz) of the plugin listening on --http-listen; exit 0 on 200 (exec probes)`,
+    `  ${'--help'.padEnd(14)} show this text`,
+    `  ${'--version'.padEnd(14)} print the package version`,
+    '',
+    'Env only:',
+  );
   for (const [k, v] of Object.entries(DP_ENV_ONLY)) lines.push(`  ${k.padEnd(18)} ${v}`);
   return lines.join('\n');
 }

@@ -1,14 +1,14 @@
 // vfio-device-plugin as kubelet sees it: the built program on fake sysfs and /dev trees, a fake kubelet (Registration
 // server + DevicePlugin client on the API's .proto) in a temp device-plugins dir. Every rule of the plugin, through
 // its sockets and its logs.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
 import { cdiRequests, loadCdiRegistry, validateSpec } from '../../src/devices/index.js';
 import { startFakeDpKubelet, waitFor, type FakeDpKubelet } from '../helpers/fakedpkubelet.js';
-import { makeDpNode, removePci, setNuma, startPlugin, writeConfig, type DpNode, type RunningPlugin } from '../helpers/dpplugin.js';
+import { DP_BIN, makeDpNode, removePci, setNuma, startPlugin, writeConfig, type DpNode, type RunningPlugin } from '../helpers/dpplugin.js';
 
 const QAT = 'vendor.example/qat';
 const CX7 = 'vendor.example/cx7';
@@ -138,6 +138,9 @@ describe('reasons: logged once per change, exported as a metric', () => {
     expect(metrics).toContain(`vmpod_dp_devices{resource="${QAT}",health="Healthy"} 3`);
     expect(metrics).toContain('vmpod_dp_registered 1');
     expect(await (await fetch(`${url}/healthz`)).text()).toBe('ok\n');
+    // the DaemonSet's exec probes
+    for (const path of ['/healthz', '/readyz'])
+      expect(spawnSync(process.execPath, [DP_BIN, '--probe', path, '--http-listen', `127.0.0.1:${listening!['port']}`], { encoding: 'utf8' }).status, path).toBe(0);
     // the fix: one "healthy again" line, and the metric's series is gone
     n.tree.setDriver('0000:3d:02.4', 'vfio-pci');
     await c.nextList((l) => healthOf(l, '0000:3d:02.4') === 'Healthy');

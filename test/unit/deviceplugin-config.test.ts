@@ -10,10 +10,19 @@ describe('parseOptions', () => {
     const r = parseOptions(['--config', '/etc/dp.yaml'], {});
     expect(r).toEqual({
       ok: true,
-      options: { config: '/etc/dp.yaml', kubeletDir: '/var/lib/kubelet/device-plugins', cdiDir: '/var/run/cdi', logLevel: 'info', sysfsRoot: '/sys', devRoot: '/', help: false },
+      options: { config: '/etc/dp.yaml', kubeletDir: '/var/lib/kubelet/device-plugins', cdiDir: '/var/run/cdi', logLevel: 'info', sysfsRoot: '/sys', devRoot: '/', help: false, version: false },
     });
     const e = parseOptions(['--kubelet-dir=/k2'], { VMPOD_DP_CONFIG: '/c.json', VMPOD_DP_KUBELET_DIR: '/k', VMPOD_HTTP_LISTEN: '127.0.0.1:9732', VMPOD_SYSFS_ROOT: '/fake/sys', VMPOD_DEV_ROOT: '/fake' });
     expect(e.ok && e.options).toMatchObject({ config: '/c.json', kubeletDir: '/k2', httpListen: { host: '127.0.0.1', port: 9732 }, sysfsRoot: '/fake/sys', devRoot: '/fake' });
+  });
+
+  it('--probe PATH needs the listener\'s address, not the config', () => {
+    const r = parseOptions(['--probe', '/readyz'], { VMPOD_HTTP_LISTEN: '0.0.0.0:9732' });
+    expect(r.ok && [r.options.probe, r.options.httpListen]).toEqual(['/readyz', { host: '0.0.0.0', port: 9732 }]);
+    expect(parseOptions(['--probe', 'readyz'], {})).toEqual({
+      ok: false,
+      errors: ['--probe "readyz" is not an HTTP path (/healthz, /readyz)', '--probe needs --http-listen (or VMPOD_HTTP_LISTEN): the address the plugin listens on'],
+    });
   });
 
   it('an empty --cdi-dir or VMPOD_DP_CDI_DIR turns CDI off', () => {
@@ -47,7 +56,8 @@ describe('parseOptions', () => {
       rows.push(l.split('|').slice(1, -1).map((c) => c.trim().replace(/`/g, '')));
     }
     const specs = Object.values(DP_FLAGS) as { flag: string; env: string; def: string }[];
-    expect(rows.filter((r) => r[0] !== '').map((r) => r[0]).sort()).toEqual([...specs.map((s) => s.flag), '--help'].sort());
+    expect(rows.filter((r) => r[0] !== '').map((r) => r[0].split(' ')[0]).sort()).toEqual([...specs.map((s) => s.flag), '--help', '--probe', '--version'].sort());
+    for (const f of ['--help', '--probe', '--version']) expect(dpUsage()).toContain(f);
     for (const s of specs) {
       const row = rows.find((r) => r[0] === s.flag)!;
       expect(row[1], s.flag).toBe(s.env);
