@@ -1,9 +1,11 @@
 # syntax=docker/dockerfile:1
-# vmpod-node's two images, from one multi-stage build (docs/deploy.md):
-#   podman build --target tapmanager -t localhost/vmpod-node/tapmanager:0.1.0 .
-#   podman build --target libvirt    -t localhost/vmpod-node/libvirt:0.1.0 .
-# (docker build the same way; scripts/images.sh builds both, and makes the base images locally where no registry
-# answers). They run side by side in one privileged pod: deploy/daemonset.yaml.
+# vmpod-node's images, from one multi-stage build (docs/deploy.md):
+#   podman build --target tapmanager    -t localhost/vmpod-node/tapmanager:0.1.0 .
+#   podman build --target libvirt       -t localhost/vmpod-node/libvirt:0.1.0 .
+#   podman build --target device-plugin -t localhost/vmpod-node/device-plugin:0.1.0 .
+# (docker build the same way; scripts/images.sh builds them, and makes the base images locally where no registry
+# answers). The first two run side by side in one privileged pod: deploy/daemonset.yaml; the third is the VFIO
+# device plugin's DaemonSet: deploy/device-plugin/.
 #
 # NPM behind a TLS-intercepting proxy: pass its CA as a build secret, e.g.
 #   --secret id=npmca,src=/etc/ssl/certs/ca-certificates.crt
@@ -83,3 +85,17 @@ RUN ln -s /usr/local/lib/vmpod-node/dist/bundle/vmwrapper.cjs /vmwrapper \
 # daemonize (libvirt then waits 40 s per zombie). tini forwards SIGTERM to libvirtd, which exits 0.
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["libvirtd"]
+
+# ---- device-plugin: vfio-device-plugin alone (docs/device-plugin.md); no qemu, no compiler, no addon -------------
+FROM ${DEBIAN_IMAGE} AS device-plugin
+COPY --from=build /out/bin/node /usr/local/bin/node
+# its bundle and launcher, package.json, the device plugin API's .proto (proto/), and the node_modules its bundle
+# leaves out (gRPC, the .proto loader, yaml for a YAML config; scripts/bundle.mjs)
+COPY --from=build /out/app/package.json /usr/local/lib/vmpod-node/package.json
+COPY --from=build /out/app/bin /usr/local/lib/vmpod-node/bin
+COPY --from=build /out/app/proto /usr/local/lib/vmpod-node/proto
+COPY --from=build /out/app/node_modules /usr/local/lib/vmpod-node/node_modules
+COPY --from=build /out/app/dist/bundle/vfio-device-plugin.js /usr/local/lib/vmpod-node/dist/bundle/vfio-device-plugin.js
+RUN ln -s ../lib/vmpod-node/bin/vfio-device-plugin.js /usr/local/bin/vfio-device-plugin \
+ && vfio-device-plugin --help >/dev/null
+ENTRYPOINT ["vfio-device-plugin"]

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Builds vmpod-node's two images from the one multi-stage Dockerfile (docs/deploy.md):
-#   $REPO/tapmanager:$TAG   (--target tapmanager)
-#   $REPO/libvirt:$TAG      (--target libvirt)
+# Builds vmpod-node's images from the one multi-stage Dockerfile (docs/deploy.md):
+#   $REPO/tapmanager:$TAG      (--target tapmanager)
+#   $REPO/libvirt:$TAG         (--target libvirt)
+#   $REPO/device-plugin:$TAG   (--target device-plugin)
 # The base images are the build args NODE_IMAGE and DEBIAN_IMAGE (official node:24-bookworm-slim and
 # debian:bookworm-slim by default). A base that is neither present nor pullable (no registry answers) is made
 # locally: Debian's by debootstrap from the apt mirror this machine uses, Node's from the project's Node 24
 # (scripts/node.sh) and this machine's npm.
 #
-# usage: scripts/images.sh [--engine podman|docker] [--repo REPO] [--tag TAG] [--local-bases] [--no-cache]
+# usage: scripts/images.sh [--engine podman|docker] [--repo REPO] [--tag TAG] [--target T]... [--local-bases] [--no-cache]
 #   --repo         image repository prefix (default localhost/vmpod-node; env VMPOD_IMAGE_REPO)
+#   --target       build only this image (repeatable; default: all three)
 #   --tag          image tag (default: package.json's version; env VMPOD_IMAGE_TAG)
 #   --local-bases  make the base images locally without trying a registry
 #   --no-cache     rebuild every layer
 # env NODE_IMAGE / DEBIAN_IMAGE: use these base images as given (pulled by the engine if needed).
-# Prints the two image names, one a line, on stdout; progress goes to stderr.
+# Prints the image names, one a line, on stdout; progress goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/node.sh   # Node 24 (NODE_DIR): the local node base image is made from it
@@ -23,6 +25,7 @@ REPO="${VMPOD_IMAGE_REPO:-localhost/vmpod-node}"
 TAG="${VMPOD_IMAGE_TAG:-}"
 LOCAL_BASES=0
 NO_CACHE=()
+TARGETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --engine) ENGINE="$2"; shift 2 ;;
@@ -30,7 +33,10 @@ while [ $# -gt 0 ]; do
     --tag) TAG="$2"; shift 2 ;;
     --local-bases) LOCAL_BASES=1; shift ;;
     --no-cache) NO_CACHE=(--no-cache); shift ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --target)
+      case "$2" in tapmanager|libvirt|device-plugin) TARGETS+=("$2") ;; *) echo "images.sh: unknown target $2 (tapmanager, libvirt, device-plugin)" >&2; exit 2 ;; esac
+      shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "images.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -181,11 +187,12 @@ node_image="${NODE_IMAGE:-}"
 [ -n "$node_image" ] || node_image="$(choose_base "$OFFICIAL_NODE" "$LOCAL_NODE" make_node_base)"
 log "bases: NODE_IMAGE=$node_image DEBIAN_IMAGE=$debian_image"
 
-# ---- the two images ----
+# ---- the images ----
 # npm's CA: a TLS-intercepting proxy's CA is in the machine's bundle; it rides in as a build secret, not a layer.
 SECRET=()
 [ -s /etc/ssl/certs/ca-certificates.crt ] && SECRET=(--secret id=npmca,src=/etc/ssl/certs/ca-certificates.crt)
-for target in tapmanager libvirt; do
+[ "${#TARGETS[@]}" -gt 0 ] || TARGETS=(tapmanager libvirt device-plugin)
+for target in "${TARGETS[@]}"; do
   image="$REPO/$target:$TAG"
   log "building $image (--target $target)"
   start=$(date +%s)
