@@ -340,6 +340,8 @@ export class TapmanagerService implements Handler {
   /** SIGTERM: let running requests finish, stop DHCP, close our copies of the fds; pod networks stay. */
   async shutdown(): Promise<void> {
     await this.queue.drain();
+    // a CNI GC running (it is in no key's queue) ends its DELs first
+    await this.ops.runExclusive(async () => {});
     this.dhcp.stopAll();
     this.pods.closeAll();
   }
