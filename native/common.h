@@ -139,6 +139,7 @@ napi_value js_netnsBind(napi_env env, napi_callback_info info);
 napi_value js_netnsDel(napi_env env, napi_callback_info info);
 // tap.c
 napi_value js_openTap(napi_env env, napi_callback_info info);
+napi_value js_openTapQueues(napi_env env, napi_callback_info info);
 // sysctl.c
 napi_value js_sysctlInNetns(napi_env env, napi_callback_info info);
 // netsock.c

@@ -1,20 +1,27 @@
-// Taps: a tap opened inside a pod's netns (TUNSETIFF) by openTap, on the event loop's thread or, with offLoop, on a
-// libuv pool thread.
+// Taps: a tap opened inside a pod's netns (TUNSETIFF) by openTap, or opened several times at once by openTapQueues
+// (more queues of a multi-queue tap), on the event loop's thread or, with offLoop, on a libuv pool thread.
 
 #include "common.h"
 
-// The tap `name` opened inside the netns at ns_path by the calling thread (the main thread or a pool thread),
-// which is back in its own netns when this returns: TUNSETIFF with IFF_TAP|IFF_NO_PI and `flags`. Returns the fd
-// (CLOEXEC), or -errno with `what` saying which step failed.
-static int tap_open_in(const char *fn, const char *ns_path, const char *name, int flags, char *what, size_t wlen) {
+// The kernel's MAX_TAP_QUEUES (drivers/net/tun.c): more opens of one multi-queue tap fail with E2BIG anyway.
+#define TAP_MAX_OPENS 256
+
+// The tap `name` opened `n` times inside the netns at ns_path by the calling thread (the main thread or a pool thread),
+// which is back in its own netns when this returns: TUNSETIFF with IFF_TAP|IFF_NO_PI and `flags` on each (on a
+// multi-queue tap each open attaches one more queue). Fills fds (CLOEXEC) and returns 0, or -errno with `what` saying
+// which step failed and none of them left open.
+static int tap_open_in(const char *fn, const char *ns_path, const char *name, int flags, int *fds, int n, char *what, size_t wlen) {
   netns_guard_t g;
   int err = netns_enter_in(fn, ns_path, &g, what, wlen);
   if (err < 0) return err;
-  int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
-    err = -errno;
-    snprintf(what, wlen, "open /dev/net/tun %s in %s", name, ns_path);
-  } else {
+  int got = 0;
+  while (got < n) {
+    int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      err = -errno;
+      snprintf(what, wlen, "open /dev/net/tun %s in %s", name, ns_path);
+      break;
+    }
     struct ifreq ifr;
     memset(&ifr, 0, sizeof(ifr));
     memcpy(ifr.ifr_name, name, strlen(name));
@@ -26,30 +33,37 @@ static int tap_open_in(const char *fn, const char *ns_path, const char *name, in
       err = -errno;
       snprintf(what, wlen, "TUNSETIFF %s in %s", name, ns_path);
       close(fd);
+      break;
     }
+    fds[got++] = fd;
   }
   netns_leave(&g, ns_path);
-  return err < 0 ? err : fd;
+  if (err < 0)
+    while (got > 0) close(fds[--got]);
+  return err;
 }
 
-// (nsPath, name, opts?) of openTap: the strings malloc'd (the caller frees both either way), the TUNSETIFF flags beyond
-// IFF_TAP|IFF_NO_PI, and whether to open it on a pool thread. False with a TypeError pending on bad arguments.
-static bool get_tap_args(napi_env env, napi_callback_info info, char **ns_path, char **name, int *flags, bool *off_loop) {
-  const char *fn = "openTap";
-  napi_value argv[3];
+// (nsPath, name, opts?) of openTap, (nsPath, name, count, opts?) of openTapQueues (count non-NULL): the strings
+// malloc'd (the caller frees both either way), the TUNSETIFF flags beyond IFF_TAP|IFF_NO_PI, and whether to open on a
+// pool thread. False with a TypeError pending on bad arguments.
+static bool get_tap_args(napi_env env, napi_callback_info info, const char *fn, char **ns_path, char **name, int *flags,
+                         bool *off_loop, int64_t *count) {
+  napi_value argv[4];
   napi_valuetype t;
   bool vnet_hdr = false, multi_queue = false;
   *ns_path = *name = NULL;
   *off_loop = false;
-  if (!get_args(env, info, 3, argv, fn)) return false;
-  if (napi_typeof(env, argv[2], &t) != napi_ok) return throw_napi(env, "napi_typeof failed"), false;
+  size_t o = count ? 3 : 2;  // where the options are
+  if (!get_args(env, info, o + 1, argv, fn)) return false;
+  if (count && !get_int(env, argv[2], fn, "count", 1, TAP_MAX_OPENS, count)) return false;
+  if (napi_typeof(env, argv[o], &t) != napi_ok) return throw_napi(env, "napi_typeof failed"), false;
   if (t == napi_object) {
     const char *keys[3] = {"vnetHdr", "multiQueue", "offLoop"};
     bool *outs[3] = {&vnet_hdr, &multi_queue, off_loop};
     for (int i = 0; i < 3; i++) {
       napi_value v;
       napi_valuetype vt;
-      if (napi_get_named_property(env, argv[2], keys[i], &v) != napi_ok || napi_typeof(env, v, &vt) != napi_ok)
+      if (napi_get_named_property(env, argv[o], keys[i], &v) != napi_ok || napi_typeof(env, v, &vt) != napi_ok)
         return throw_napi(env, "napi_get_named_property failed"), false;
       if (vt == napi_undefined) continue;
       if (!get_bool(env, v, fn, keys[i], outs[i])) return false;
@@ -65,11 +79,15 @@ static bool get_tap_args(napi_env env, napi_callback_info info, char **ns_path, 
 typedef struct {
   napi_async_work work;  // offLoop only
   napi_deferred deferred;
+  const char *fn;
   char *ns_path;
   char *name;
   int flags;
-  int fd;  // the result, or -errno
+  int n;       // opens: 1 (openTap) or count (openTapQueues)
+  bool array;  // resolve with the array of fds (openTapQueues), else with the fd
+  int err;     // 0, or -errno
   char what[320];
+  int fds[];   // n of them
 } tap_open_t;
 
 static void tap_open_free(tap_open_t *w) {
@@ -81,22 +99,32 @@ static void tap_open_free(tap_open_t *w) {
 static void tap_open_execute(napi_env env, void *data) {
   (void)env;
   tap_open_t *w = data;
-  w->fd = tap_open_in("openTap", w->ns_path, w->name, w->flags, w->what, sizeof(w->what));
+  w->err = tap_open_in(w->fn, w->ns_path, w->name, w->flags, w->fds, w->n, w->what, sizeof(w->what));
 }
 
-// Settles the promise with the fd (or its error) and frees w; status: the pool work's (napi_ok on the loop).
+// The fd, or the array of fds, as a JS value; NULL when it cannot be made.
+static napi_value tap_open_result(napi_env env, tap_open_t *w) {
+  napi_value v, arr;
+  if (!w->array) return napi_create_int32(env, w->fds[0], &v) == napi_ok ? v : NULL;
+  if (napi_create_array_with_length(env, (size_t)w->n, &arr) != napi_ok) return NULL;
+  for (int i = 0; i < w->n; i++)
+    if (napi_create_int32(env, w->fds[i], &v) != napi_ok || napi_set_element(env, arr, (uint32_t)i, v) != napi_ok) return NULL;
+  return arr;
+}
+
+// Settles the promise with the fd(s) (or the error) and frees w; status: the pool work's (napi_ok on the loop).
 static void tap_open_settle(napi_env env, napi_status status, tap_open_t *w) {
   napi_value v = NULL;
-  int err = w->fd < 0 ? -w->fd : 0;
+  int err = -w->err;
   if (!err && status != napi_ok) {
-    close(w->fd);
     err = ECANCELED;
-    snprintf(w->what, sizeof(w->what), "openTap %s: cancelled", w->name);
-  } else if (!err && napi_create_int32(env, w->fd, &v) != napi_ok) {
-    close(w->fd);
+    snprintf(w->what, sizeof(w->what), "%s %s: cancelled", w->fn, w->name);
+  } else if (!err && !(v = tap_open_result(env, w))) {
     err = ENOMEM;
-    snprintf(w->what, sizeof(w->what), "openTap %s: the result", w->name);
+    snprintf(w->what, sizeof(w->what), "%s %s: the result", w->fn, w->name);
   }
+  if (err && !w->err)
+    for (int i = 0; i < w->n; i++) close(w->fds[i]);
   settle_promise(env, w->deferred, err, w->what, err ? NULL : v);
   tap_open_free(w);
 }
@@ -107,18 +135,22 @@ static void tap_open_complete(napi_env env, napi_status status, void *data) {
   tap_open_settle(env, status, w);
 }
 
-// openTap(nsPath, name, opts?) -> Promise<fd>. Without offLoop the tap is opened on this thread before the call returns
-// (the promise is settled already); with it, on a pool thread: TUNSETIFF takes rtnl_lock, which CNI plugins running
-// meanwhile contend for, and the event loop need not wait for it. Bad arguments throw at once either way.
-napi_value js_openTap(napi_env env, napi_callback_info info) {
-  tap_open_t *w = calloc(1, sizeof(*w));
-  if (!w) return throw_errno(env, ENOMEM, "openTap");
+// openTap and openTapQueues: the arguments read, then the opens on this thread (the promise settled before the call
+// returns) or, with offLoop, on a pool thread: TUNSETIFF takes rtnl_lock, which CNI plugins running meanwhile contend
+// for, and the event loop need not wait for it. Bad arguments throw at once either way.
+static napi_value tap_open_start(napi_env env, napi_callback_info info, const char *fn, bool queues) {
+  int64_t count = 1;
+  tap_open_t *w = calloc(1, sizeof(*w) + sizeof(int) * TAP_MAX_OPENS);
+  if (!w) return throw_errno(env, ENOMEM, "%s", fn);
   bool off_loop;
   napi_value promise = NULL;
-  if (!get_tap_args(env, info, &w->ns_path, &w->name, &w->flags, &off_loop)) {
+  if (!get_tap_args(env, info, fn, &w->ns_path, &w->name, &w->flags, &off_loop, queues ? &count : NULL)) {
     tap_open_free(w);
     return NULL;
   }
+  w->fn = fn;
+  w->n = (int)count;
+  w->array = queues;
   if (off_loop) {
     promise = queue_promise(env, "vmpod.openTap", tap_open_execute, tap_open_complete, w, &w->work, &w->deferred);
     if (!promise) tap_open_free(w);
@@ -131,4 +163,15 @@ napi_value js_openTap(napi_env env, napi_callback_info info) {
   tap_open_execute(env, w);
   tap_open_settle(env, napi_ok, w);
   return promise;
+}
+
+// openTap(nsPath, name, opts?) -> Promise<fd>
+napi_value js_openTap(napi_env env, napi_callback_info info) {
+  return tap_open_start(env, info, "openTap", false);
+}
+
+// openTapQueues(nsPath, name, count, opts?) -> Promise<fd[]>: the tap opened `count` times (1 to 256) in one visit of
+// the netns: the queues a get adds to a multi-queue tap. All or none.
+napi_value js_openTapQueues(napi_env env, napi_callback_info info) {
+  return tap_open_start(env, info, "openTapQueues", true);
 }

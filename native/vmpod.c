@@ -7,7 +7,7 @@
 //   exec.c      close, close-on-exec flags, the inherited-fd scan, execve
 //   spawn.c     spawnChild, killGroup
 //   netns.c     entering a netns for one call; named netns (netnsMake, netnsBind, netnsDel)
-//   tap.c       openTap (on the loop's thread or a pool thread)
+//   tap.c       openTap, openTapQueues (on the loop's thread or a pool thread)
 //   sysctl.c    sysctlInNetns and the /proc/sys writer
 //   netsock.c   the DHCP UDP and IPv6 packet sockets in a pod netns, recvFrom, recvFrame, sendTo
 //   netlink.c   netlinkInNetns: rtnetlink, persistent taps, nf_tables, sysctls in one batch
@@ -48,6 +48,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"execve", js_execve},
       {"inheritableFds", js_inheritableFds},
       {"openTap", js_openTap},
+      {"openTapQueues", js_openTapQueues},
       {"udpSocketInNetns", js_udpSocketInNetns},
       {"packetSocketInNetns", js_packetSocketInNetns},
       {"sysctlInNetns", js_sysctlInNetns},

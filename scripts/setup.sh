@@ -23,6 +23,7 @@ PACKAGES=(
   python3                       # the stub emulator of the vmwrapper tests
   gcc libc6-dev make g++        # node-gyp builds the addon; the benchmarks compile their C baselines (bench/c) with cc
   strace                        # bench/pods.mjs --strace: syscalls per get
+  ethtool                       # the multiqueue e2e test reads the offloads the guest negotiated on its tap (ethtool -k)
   ca-certificates
   # the images and the podman kube play test of deploy/ (test/deploy/): podman with runc in ONE install (alone, podman
   # pulls crun, which fails on this kernel's cgroup v1/v2 hybrid), debootstrap for the Debian base image where no

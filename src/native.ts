@@ -204,6 +204,11 @@ export interface Native {
    */
   openTap(nsPath: string, name: string, opts?: TapOptions): Promise<number>;
   /**
+   * openTap `count` times (1 to 256) in one visit of the netns: `count` more queues of a multi-queue tap (CLOEXEC),
+   * all or none; on the calling thread, or with opts.offLoop on a pool thread.
+   */
+  openTapQueues(nsPath: string, name: string, count: number, opts?: TapOptions): Promise<number[]>;
+  /**
    * a UDP socket created inside the netns at nsPath, NONBLOCK|CLOEXEC, SO_REUSEADDR, SO_BROADCAST, IP_PKTINFO,
    * SO_BINDTODEVICE(ifname), bound to 0.0.0.0:port.
    */

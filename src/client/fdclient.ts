@@ -15,7 +15,7 @@ import {
 } from '../protocol/commands.js';
 import { decodeHeader, encodeHeader, type Header } from '../protocol/header.js';
 import { validateKey } from '../identity.js';
-import { decodeCsn, decodeGetInfo, encodeGetFDPayload, encodeRecoverPayload } from '../protocol/codec.js';
+import { decodeCsn, decodeGetInfo, encodeGetFDPayload, encodeGetRequest, encodeRecoverPayload } from '../protocol/codec.js';
 import type { ContainerSideNetwork, GetInfo, PodNetworkDesc, RecoverPayload } from '../protocol/payloads.js';
 import type { CheckSummary, GcSummary, StatusReport } from '../protocol/status.js';
 
@@ -85,17 +85,21 @@ export class FdClient {
   }
 
   /**
-   * get (2): the interface descriptions and their fds (close-on-exec, in SCM_RIGHTS order = fdIndex).
-   * The caller owns the fds.
+   * get (2): the interface descriptions and their fds (close-on-exec, in SCM_RIGHTS order: fdIndex, and each tap's
+   * queueFdIndices). `queues` > 1 asks for that many queues on every tap (a payload of ours); without it the request
+   * is Virtlet's. The caller owns the fds.
    */
-  get(key: string): { infos: GetInfo[]; fds: number[] } {
+  get(key: string, opts: { queues?: number } = {}): { infos: GetInfo[]; fds: number[] } {
     validateKey(key);
-    const r = this.request(Command.Get, key, null, true);
+    const r = this.request(Command.Get, key, encodeGetRequest({ queues: opts.queues ?? 1 }), true);
     try {
       // a pod without interfaces may come with no payload at all
       const infos = r.data.length === 0 ? [] : this.decode(Command.Get, key, () => decodeGetInfo(r.data));
-      if (r.fds.length !== infos.length) {
-        throw this.protocolError(Command.Get, key, `${r.fds.length} fds for ${infos.length} interfaces`);
+      // decodeGetInfo checked that the indices are distinct and below this count
+      const need = infos.reduce((n, i) => n + (i.queueFdIndices?.length ?? 1), 0);
+      if (r.fds.length !== need) {
+        const queues = need !== infos.length ? ` with ${need} queues in all` : '';
+        throw this.protocolError(Command.Get, key, `${r.fds.length} fds for ${infos.length} interfaces${queues}`);
       }
       return { infos, fds: r.fds };
     } catch (e) {

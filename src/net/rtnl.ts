@@ -11,6 +11,7 @@ export const AF_INET6 = 10;
 export const IFF_UP = 1;
 /** TUNSETIFF flags */
 export const IFF_TAP = 0x2;
+export const IFF_MULTI_QUEUE = 0x0100;
 export const IFF_NO_PI = 0x1000;
 export const IFF_VNET_HDR = 0x4000;
 

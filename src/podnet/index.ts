@@ -5,5 +5,6 @@ export { planContainerSide, buildCsn, randomLaaMac, dhcpFilterRules, netnsStep, 
 export { completeResult, fixOffSubnetGateways, isIncomplete, nonKernelRoutes } from './result.js';
 export { decodeObserved, OBSERVE_REQUESTS } from './observe.js';
 export { NetExec, isAlreadyUndone, runIpLines, observeNetns } from './exec.js';
+export { queueFds } from './fds.js';
 export { ipRequest } from './iplines.js';
 export { BINDING_CHECKS, CheckReason, bindingOf, checkBridgeBinding, checkLinks, checkPod, checkTcRedirectBinding, prevResultForCheck, redirectsTo, type BindingCheck, type CheckFailure, type PodCheck } from './check.js';

@@ -5,7 +5,7 @@ import { ErrorCode, VmpodError } from '../errors.js';
 import { ipToBytes, isIpv4 } from '../net/ip.js';
 import { parseIpv6 } from '../net/ipv6.js';
 import { macBytes } from '../net/ipv6.js';
-import { AF_INET, AF_INET6, IFF_NO_PI, IFF_TAP, IFF_UP, IFF_VNET_HDR, NLM_F, RTM, cstr, nlMessage, u32, u8, type Attr, type NlRequest } from '../net/rtnl.js';
+import { AF_INET, AF_INET6, IFF_MULTI_QUEUE, IFF_NO_PI, IFF_TAP, IFF_UP, IFF_VNET_HDR, NLM_F, RTM, cstr, nlMessage, u32, u8, type Attr, type NlRequest } from '../net/rtnl.js';
 
 const IFLA = { ADDRESS: 1, IFNAME: 3, MTU: 4, MASTER: 10, LINKINFO: 18, AF_SPEC: 26 } as const;
 const IFLA_INFO = { KIND: 1, DATA: 2 } as const;
@@ -147,9 +147,11 @@ export function ipRequest(args: readonly string[]): NlRequest {
   if (obj === 'link' && verb === 'set' && args[2] === 'dev' && args.length > 4) return linkSet(args);
   if (obj === 'link' && verb === 'add') return linkAdd(args);
   if (obj === 'link' && verb === 'del' && args[2] === 'dev' && args.length === 4) return nlMessage(RTM.DELLINK, 0, ifinfo(), [], { at: 4, name: args[3]! });
-  if (obj === 'tuntap' && verb === 'add' && args[2] === 'dev' && args[4] === 'mode' && args[5] === 'tap' && args.length <= 7) {
-    if (args[6] !== undefined && args[6] !== 'vnet_hdr') throw bad(`unknown option ${JSON.stringify(args[6])}`, args);
-    return { tap: args[3]!, flags: IFF_TAP | IFF_NO_PI | (args[6] ? IFF_VNET_HDR : 0) };
+  if (obj === 'tuntap' && verb === 'add' && args[2] === 'dev' && args[4] === 'mode' && args[5] === 'tap' && args.length <= 8) {
+    const opts = args.slice(6);
+    const unknown = opts.find((o) => o !== 'vnet_hdr' && o !== 'multi_queue');
+    if (unknown !== undefined) throw bad(`unknown option ${JSON.stringify(unknown)}`, args);
+    return { tap: args[3]!, flags: IFF_TAP | IFF_NO_PI | (opts.includes('vnet_hdr') ? IFF_VNET_HDR : 0) | (opts.includes('multi_queue') ? IFF_MULTI_QUEUE : 0) };
   }
   if (obj === 'addr' && (verb === 'add' || verb === 'del' || verb === 'replace') && args.length > 3) return addr(args);
   if (obj === 'route' && (verb === 'del' || verb === 'replace') && args.length > 3) return route(args);

@@ -267,13 +267,14 @@ function bridgeStep(br: string, mtu?: string, v6?: { mac: string; ip6: string })
 
 /**
  * Interface i's tap: persistent (ip tuntap sets TUNSETPERSIST), so it outlives our fd and a restarted daemon reopens
- * it by name; vnet_hdr: qemu's virtio-net/vhost use the virtio header (qemu probes the fd's flags itself).
+ * it by name; vnet_hdr: qemu's virtio-net/vhost use the virtio header (qemu probes the fd's flags itself);
+ * multi_queue: a VM with several vCPUs gets a queue pair per vCPU, each open of the tap attaching one more queue.
  */
 function tapStep(tap: string, mtu?: string): Step {
   return {
     name: StepName.Tap,
     target: tap,
-    do: [ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr'), ...(mtu === undefined ? [] : [ip('link', 'set', 'dev', tap, 'mtu', mtu)])],
+    do: [ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr', 'multi_queue'), ...(mtu === undefined ? [] : [ip('link', 'set', 'dev', tap, 'mtu', mtu)])],
     undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
   };
 }
@@ -413,6 +414,7 @@ function planTap(input: ContainerSidePlanInput, link: ObservedLink, index: numbe
     vethMacNew: mac.toLowerCase(),
     mtu: link.mtu,
     tapName: tap,
+    multiQueue: true,
     bridgeName: br,
     bridgeIp: BRIDGE_IP,
     ...(bridgeIp6 ? { bridgeMac, bridgeIp6 } : {}),

@@ -84,7 +84,8 @@ export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput):
     name: StepName.Tap,
     target: tap,
     do: [
-      ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr'),
+      // multi-queue, as the bridge binding's (plan.ts tapStep)
+      ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr', 'multi_queue'),
       ip('link', 'set', 'dev', tap, 'mtu', mtu, 'address', mac, ...(v6 ? ['addrgenmode', 'none'] : [])),
       ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', tap),
     ],
@@ -106,6 +107,7 @@ export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput):
     vmMac: link.mac.toLowerCase(),
     mtu: link.mtu,
     tapName: tap,
+    multiQueue: true,
     bridgeName: '',
     bridgeIp: BRIDGE_IP,
     ...(v6 ? { bridgeMac: mac, bridgeIp6: tapIp6 } : {}),

@@ -15,7 +15,9 @@ import {
   type CniResultV031,
   type ContainerSideNetwork,
   type GetFDPayload,
+  MAX_TAP_QUEUES,
   type GetInfo,
+  type GetRequest,
   type NetIf,
   type PodNetworkDesc,
   type PortMapping,
@@ -343,7 +345,16 @@ export function decodeCsn(buf: Buffer): ContainerSideNetwork {
   return out;
 }
 
-/** get's (2) response payload: [{"type","mac","fdIndex","pciAddress"}]; mac normalised to base64. */
+/** The fd indices an element of get's info claims: its queueFdIndices when it is an array, else its fdIndex. */
+function claimedIndices(e: unknown): unknown[] {
+  if (!isObj(e)) return [];
+  return Array.isArray(e.queueFdIndices) ? e.queueFdIndices : [e.fdIndex];
+}
+
+/**
+ * get's (2) response payload: [{"type","mac","fdIndex","pciAddress"[,"mtu","queueFdIndices"]}]; mac normalised to
+ * base64. The fds the reply carries are every index claimed (fdIndex, or each tap's queueFdIndices), each once.
+ */
 export function decodeGetInfo(buf: Buffer): GetInfo[] {
   const what = 'get info';
   const v = parseJson(buf, what);
@@ -353,7 +364,18 @@ export function decodeGetInfo(buf: Buffer): GetInfo[] {
     fail(what, p);
   }
   const arr: unknown[] = Array.isArray(v) ? v : [];
+  const nfds = arr.reduce<number>((n, e) => n + Math.max(1, claimedIndices(e).length), 0);
   const seen = new Map<number, number>();
+  const index = (x: unknown, path: string, i: number): number => {
+    if (!(typeof x === 'number' && Number.isInteger(x) && x >= 0 && x < nfds)) {
+      p.add(path, `must be an integer in 0..${nfds - 1}`, x);
+      return 0;
+    }
+    const prev = seen.get(x);
+    if (prev !== undefined) p.add(path, `repeats an fd index of [${prev}]`, x);
+    else seen.set(x, i);
+    return x;
+  };
   const out = arr.map((e, i): GetInfo => {
     const path = `[${i}]`;
     if (!isObj(e)) {
@@ -363,26 +385,37 @@ export function decodeGetInfo(buf: Buffer): GetInfo[] {
     const pre = `${path}.`;
     const type = interfaceType(e, 'type', pre, p);
     const mac = macField(e, 'mac', pre, p);
-    let fdIndex = 0;
-    // each interface has one fd; fdIndex is its place in the SCM_RIGHTS array
-    if (typeof e.fdIndex === 'number' && Number.isInteger(e.fdIndex) && e.fdIndex >= 0 && e.fdIndex < arr.length) {
-      fdIndex = e.fdIndex;
-      const prev = seen.get(fdIndex);
-      if (prev !== undefined) p.add(`${pre}fdIndex`, `repeats [${prev}].fdIndex`, e.fdIndex);
-      else seen.set(fdIndex, i);
-    } else {
-      p.add(`${pre}fdIndex`, `must be an integer in 0..${arr.length - 1}`, e.fdIndex);
-    }
+    const fdIndex = index(e.fdIndex, `${pre}fdIndex`, i);
     const pciAddress = pciField(e, 'pciAddress', pre, p);
     const info: GetInfo = { type, mac: mac ? macToBase64(mac) : '', fdIndex, pciAddress };
     if (e.mtu !== undefined) {
       if (typeof e.mtu === 'number' && Number.isInteger(e.mtu) && e.mtu >= 68 && e.mtu <= 65535) info.mtu = e.mtu;
       else p.add(`${pre}mtu`, 'must be an integer in 68..65535', e.mtu);
     }
+    const q = optArr(e, 'queueFdIndices', pre, p);
+    if (q !== undefined) info.queueFdIndices = queueIndices(q, fdIndex, `${pre}queueFdIndices`, p, (x, qp) => index(x, qp, i));
     return info;
   });
   if (p.list.length) fail(what, p);
   return out;
+}
+
+/** queueFdIndices: 1..MAX_TAP_QUEUES indices, the first one fdIndex (which `index` has counted already). */
+function queueIndices(q: unknown[], fdIndex: number, path: string, p: Problems, index: (x: unknown, path: string) => number): number[] {
+  if (q.length === 0 || q.length > MAX_TAP_QUEUES) p.add(path, `must hold 1..${MAX_TAP_QUEUES} fd indices`, q);
+  else if (q[0] !== fdIndex) p.add(`${path}[0]`, 'must be fdIndex', q[0]);
+  return q.map((x, k) => (k === 0 ? fdIndex : index(x, `${path}[${k}]`)));
+}
+
+/** get (2) request payload, ours: {"queues": N}; none (Virtlet's client) asks for one queue. */
+export function decodeGetRequest(buf: Buffer): GetRequest {
+  if (buf.length === 0) return { queues: 1 };
+  return decodeObject(buf, 'get payload', (v, p) => ({ queues: optInt(v, 'queues', '', p, 1, MAX_TAP_QUEUES) ?? 1 }));
+}
+
+/** get (2) request payload; none for one queue, so that the request is Virtlet's own byte for byte. */
+export function encodeGetRequest(r: GetRequest): Buffer | null {
+  return r.queues === 1 ? null : Buffer.from(JSON.stringify({ queues: r.queues }), 'utf8');
 }
 
 // ---- encoders (Go's field order and omitempty rules, so the bytes match what Virtlet sends) ----
@@ -489,6 +522,7 @@ export function encodeGetInfo(infos: GetInfo[]): Buffer {
         fdIndex: i.fdIndex,
         pciAddress: i.pciAddress,
         ...(i.mtu !== undefined ? { mtu: i.mtu } : {}),
+        ...(i.queueFdIndices !== undefined ? { queueFdIndices: i.queueFdIndices } : {}),
       })),
     ),
     'utf8',

@@ -18,13 +18,13 @@ export interface Request {
   command: Command;
   /** trimmed, NOT validated: the dispatcher runs validateKey (list has an empty key) */
   key: string;
-  /** the payload for add and recover; an empty Buffer for release, get and list (theirs is drained) */
+  /** the payload for add, recover and get (ours: {"queues": N}); an empty Buffer for the others (theirs is drained) */
   data: Buffer;
 }
 
 /** Commands whose payload we keep. Virtlet's server did not drain the others' and desynchronised. */
 function keepsPayload(c: Command): boolean {
-  return c === Command.Add || c === Command.Recover;
+  return c === Command.Add || c === Command.Recover || c === Command.Get;
 }
 
 const MAGIC_BYTES = (() => {

@@ -86,4 +86,20 @@ export interface GetInfo {
   pciAddress: string;
   /** ours (Go ignores unknown keys): the interface MTU, so vmwrapper can give the NIC host_mtu */
   mtu?: number;
+  /**
+   * ours (Go ignores unknown keys), taps only: the fd index of each of the tap's queues, in order; the first is
+   * fdIndex. One element unless the get asked for more queues (GetRequest).
+   */
+  queueFdIndices?: number[];
 }
+
+/**
+ * get (2) request payload, ours: how many queues the VM wants on each tap (multiqueue virtio-net). Virtlet's client
+ * sends no payload, which asks for one.
+ */
+export interface GetRequest {
+  queues: number;
+}
+
+/** The most queues one tap can have: the kernel's MAX_TAP_QUEUES (drivers/net/tun.c). */
+export const MAX_TAP_QUEUES = 256;

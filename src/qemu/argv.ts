@@ -39,7 +39,7 @@ export function buildQemuArgv(libvirtArgs: readonly string[], nets: readonly Tap
     for (const p of hd.validate()) problems.push(`vfio ${i} (${String(hd.dev.address)} from ${String(hd.dev.source)}): ${p}`);
   });
   for (const x of duplicates(nets.map((n) => n.index))) problems.push(`net index ${x} given twice`);
-  for (const x of duplicates(nets.flatMap((n) => [...(n.fds ?? []), ...(n.vhostFds ?? [])])))
+  for (const x of duplicates(nets.flatMap((n) => n.fds ?? [])))
     problems.push(`fd ${x} given to more than one interface or queue`);
   for (const x of duplicates(nets.map((n) => String(n.mac).toLowerCase()))) problems.push(`MAC ${x} given twice`);
   // a mediated device is named by its sysfs path; several can share one parent address

@@ -17,7 +17,7 @@ export class QemuNetdev {
 
   /** Every problem at once, each quoting the bad value. Empty when the interface can be rendered. */
   validate(): string[] {
-    const { fds, vhostFds, mac, mtu, index } = this.net;
+    const { fds, vhost, mac, mtu, index } = this.net;
     const p: string[] = [];
     if (!isFd(index)) p.push(`index ${JSON.stringify(index)} is not a non-negative integer`);
     if (!Array.isArray(fds) || fds.length === 0) p.push('no tap fd');
@@ -28,20 +28,10 @@ export class QemuNetdev {
         // fds 0-2 are qemu's stdio: a tap there means the fd numbering went wrong upstream
         else if (fd < 3) p.push(`tap fd ${fd} is a stdio fd`);
       }
+      const dup = fds.filter((fd, i) => fds.indexOf(fd) !== i);
+      if (dup.length > 0) p.push(`fd ${[...new Set(dup)].join(', ')} used twice`);
     }
-    // an empty vhostFds means "no vhost", as if it were absent
-    if (vhostFds !== undefined && vhostFds.length > 0) {
-      // qemu: "vhostfds" needs exactly one vhost fd per tap queue
-      if (vhostFds.length !== (fds?.length ?? 0))
-        p.push(`${vhostFds.length} vhost fds for ${fds?.length ?? 0} tap fds (need one per queue)`);
-      for (const fd of vhostFds) {
-        if (!isFd(fd)) p.push(`vhost fd ${JSON.stringify(fd)} is not a non-negative integer`);
-        else if (fd < 3) p.push(`vhost fd ${fd} is a stdio fd`);
-      }
-    }
-    const all = [...(fds ?? []), ...(vhostFds ?? [])].filter(isFd);
-    const dup = all.filter((fd, i) => all.indexOf(fd) !== i);
-    if (dup.length > 0) p.push(`fd ${[...new Set(dup)].join(', ')} used twice`);
+    if (vhost !== undefined && typeof vhost !== 'boolean') p.push(`vhost ${JSON.stringify(vhost)} is not a boolean`);
     if (typeof mac !== 'string' || !MAC_RE.test(mac)) p.push(`MAC ${JSON.stringify(mac)} is not colon-hex of 6 bytes`);
     // bit 0 of the first octet is the group bit (IEEE 802): a NIC cannot have a multicast address
     else if ((parseInt(mac.slice(0, 2), 16) & 1) === 1) p.push(`MAC ${mac} is a multicast address`);
@@ -52,22 +42,15 @@ export class QemuNetdev {
 
   /** The -netdev/-device pair. Reserves vmpodnet<n>/vmpodnic<n>, n = index when free. Pure apart from `ids`. */
   toArgs(ids: IdAllocator): string[] {
-    const { fds, vhostFds, mac, mtu, index } = this.net;
+    const { fds, vhost, mac, mtu, index } = this.net;
     const n = ids.allocate([IdPrefix.Netdev, IdPrefix.Nic], index);
     const netdevId = `${IdPrefix.Netdev}${n}`;
     const nicId = `${IdPrefix.Nic}${n}`;
     const queues = fds.length;
-    const vhost = vhostFds !== undefined && vhostFds.length > 0;
 
-    const netdev = [NetdevBackend.Tap as string, `id=${netdevId}`];
-    if (queues === 1) {
-      netdev.push(`fd=${fds[0]}`);
-      if (vhost) netdev.push('vhost=on', `vhostfd=${vhostFds[0]}`);
-    } else {
-      // qemu net/tap.c: fds= and vhostfds= take ':'-separated lists, one fd per queue
-      netdev.push(`fds=${fds.join(':')}`);
-      if (vhost) netdev.push('vhost=on', `vhostfds=${vhostFds.join(':')}`);
-    }
+    // qemu net/tap.c: fds= takes a ':'-separated list, one fd per queue (Kata govmm NetDevice: fds= and vhost=)
+    const netdev = [NetdevBackend.Tap as string, `id=${netdevId}`, queues === 1 ? `fd=${fds[0]}` : `fds=${fds.join(':')}`];
+    if (vhost !== undefined) netdev.push(`vhost=${vhost ? 'on' : 'off'}`);
 
     const dev = [QemuDriver.VirtioNetPci as string, `netdev=${netdevId}`, `id=${nicId}`, `mac=${escapeQemuValue(mac.toLowerCase())}`];
     // host_mtu: virtio-net advertises VIRTIO_NET_F_MTU, so the guest driver starts with the pod's MTU

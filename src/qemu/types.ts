@@ -2,10 +2,13 @@
 
 /** One tap interface of the pod, as vmwrapper received it from tapmanager. */
 export interface TapNet {
-  /** one fd per queue, as numbered in qemu's process (the first is the fd vmwrapper got) */
+  /** one fd per queue, as numbered in qemu's process; more than one makes the NIC multiqueue */
   fds: number[];
-  /** one /dev/vhost-net fd per queue, when vhost is used */
-  vhostFds?: number[];
+  /**
+   * vhost=on|off: whether qemu opens /dev/vhost-net itself and the kernel carries the packets (absent: qemu's
+   * default, off). No vhost fds are passed in: qemu opens one per queue.
+   */
+  vhost?: boolean;
   /** the guest NIC's MAC, colon-hex: the pod's original MAC */
   mac: string;
   mtu?: number;
@@ -42,7 +45,7 @@ export const IdPrefix = {
   RootPort: 'vmpodrp',
 } as const;
 
-/** Multiqueue taps: queues = vCPUs, at most 256 (the kernel's MAX_TAP_QUEUES). */
+/** Multiqueue taps: at most 256 queues (the kernel's MAX_TAP_QUEUES, drivers/net/tun.c). */
 export const MAX_QUEUES = 256;
 
 /** virtio-net's host_mtu range (qemu hw/net/virtio-net.c: ETH_MIN_MTU 68 .. 65535). */

@@ -1,20 +1,20 @@
 // What each command does: validate, serialise per key, call the pod network and DHCP, encode the reply.
 // Every add, release and recover logs one line with key, op and durationMs (get, list and status at debug; failures always).
-import { native, type PeerCred } from '../native.js';
+import type { PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
 import { Slots } from './slots.js';
 import { setImmediate as nextTurn, setTimeout as delay } from 'node:timers/promises';
 import type { Handler, Reply, Request } from './server.js';
 import { Command, commandName } from '../protocol/commands.js';
 import { validateKey } from '../identity.js';
-import { decodeGetFDPayload, decodeRecoverPayload, encodeCsn, encodeGetInfo } from '../protocol/codec.js';
+import { decodeGetFDPayload, decodeGetRequest, decodeRecoverPayload, encodeCsn, encodeGetInfo } from '../protocol/codec.js';
 import { macToBase64 } from '../protocol/mac.js';
 import type { GetInfo } from '../protocol/payloads.js';
 import { InterfaceType } from '../protocol/payloads.js';
 import { KeyQueue } from './keyqueue.js';
 import { OpLock } from './oplock.js';
 import { PodChecker } from './checks.js';
-import { describeInterfaces, type PodNetwork, type PodNetworkState } from '../podnet/index.js';
+import { describeInterfaces, queueFds, type PodNetwork, type PodNetworkState } from '../podnet/index.js';
 import type { PodSummary, StatusReport } from '../protocol/status.js';
 import { DhcpServers } from './dhcp-servers.js';
 import { VmpodError, ErrorCode, errorChain } from '../errors.js';
@@ -144,7 +144,7 @@ export class TapmanagerService implements Handler {
         // tapctl release --force: an operator finishing a quarantined key by hand
         return this.release(validateKey(req.key), true);
       case Command.Get:
-        return this.get(validateKey(req.key));
+        return this.get(validateKey(req.key), req.data);
       case Command.Recover:
         return this.recover(validateKey(req.key), req.data);
       case Command.List:
@@ -217,14 +217,17 @@ export class TapmanagerService implements Handler {
     }));
   }
 
-  private get(key: string): Promise<Reply> {
+  private get(key: string, data: Request['data']): Promise<Reply> {
+    // {"queues": N} (ours): N queues on each multi-queue tap; Virtlet's client sends nothing and gets one
+    const { queues } = decodeGetRequest(data);
     return this.queue.run(key, async () => {
       const st = await this.pods.ensureFds(key);
       if (!this.dhcp.running(key) && !this.dhcpPending.has(key)) this.dhcp.start(st);
-      // the reply owns copies: a release queued right behind this get may close st.fds while the reply waits
-      // for the peer to read
       this.offerGet(st);
-      return { payload: this.getPayload(st), fds: dupAll(st.fds) };
+      // the reply owns its fds (dup's of ours, new queues): a release queued right behind this get may close st.fds
+      // while the reply waits for the peer to read, and the VM alone holds the extra queues it is given
+      const got = await queueFds(st, queues, this.log);
+      return { payload: queues === 1 ? this.getPayload(st) : encodeGetInfo(getInfos(st, got.queueFdIndices)), fds: got.fds };
     });
   }
 
@@ -421,27 +424,16 @@ const QUIET_MS = 2;
 /** How many recorded pods a restart restores at once (each may spawn CNI DEL for a half-made pod). */
 const RESTORE_PARALLEL = 4;
 
-/** At most n functions running at once, the rest in arrival order. */
-/** dup's of fds (CLOEXEC), all or none. */
-function dupAll(fds: number[]): number[] {
-  const n = native();
-  const out: number[] = [];
-  try {
-    for (const fd of fds) out.push(n.dupCloexec(fd, 3));
-  } catch (e) {
-    for (const fd of out) n.close(fd);
-    throw e;
-  }
-  return out;
-}
-
-/** get's info array: one element per interface, fdIndex = its position in the fd list. */
-export function getInfos(st: PodNetworkState): GetInfo[] {
+/**
+ * get's info array: one element per interface; fdIndex is the place of its first fd in the fd list, and a tap's
+ * queueFdIndices the places of all its queues (by default one fd per interface, in order).
+ */
+export function getInfos(st: PodNetworkState, queueFdIndices: number[][] = st.interfaces.map((_, idx) => [idx])): GetInfo[] {
   return st.interfaces.map((i, idx) => ({
     type: i.type === 'vf' ? InterfaceType.VF : InterfaceType.Tap,
     mac: macToBase64(i.vmMac),
-    fdIndex: idx,
+    fdIndex: queueFdIndices[idx]![0]!,
     pciAddress: i.pciAddress ?? '',
-    ...(i.type === 'tap' ? { mtu: i.mtu } : {}),
+    ...(i.type === 'tap' ? { mtu: i.mtu, queueFdIndices: queueFdIndices[idx]! } : {}),
   }));
 }

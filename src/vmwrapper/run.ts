@@ -10,6 +10,7 @@ import { DEFAULTS, envArray, inheritedFds, isProbe, probePlan, type Env, type Ex
 import { readFileSync } from 'node:fs';
 import { parseCpuset, planCpuset, writeCpuset } from './cpuset.js';
 import { planCgroupMove, applyCgroupMove, removeStaleLeaves, leafName } from './cgroup.js';
+import { netQueues, vhostUsable, type Vhost } from './queues.js';
 
 export { DEFAULTS, isProbe, probePlan, type Env, type ExecPlan };
 export { logLine } from './logline.js';
@@ -25,24 +26,9 @@ export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
   const inherited = inheritedFds(args);
   const emulator = env.VIRTLET_EMULATOR ?? '';
 
-  const taps: TapNet[] = [];
-  const vfs: { address: string }[] = [];
-  const keep = new Set(inherited);
   const key = env.VIRTLET_NET_KEY ?? '';
-  if (key !== '') {
-    const client = new FdClient(env.VIRTLET_FD_SERVER_SOCKET_PATH || DEFAULTS.socket);
-    const { infos, fds } = client.get(key);
-    for (const info of infos) {
-      const fd = fds[info.fdIndex];
-      if (fd === undefined) throw new Error(`tapmanager sent ${fds.length} fds but interface ${info.fdIndex} needs fd index ${info.fdIndex}`);
-      if (info.type === InterfaceType.VF) {
-        vfs.push({ address: info.pciAddress });
-      } else {
-        taps.push({ fds: [fd], mac: base64ToMac(info.mac), index: info.fdIndex, ...(info.mtu !== undefined ? { mtu: info.mtu } : {}) });
-        keep.add(fd);
-      }
-    }
-  }
+  const { taps, vfs, vhost } = key === '' ? { taps: [], vfs: [], vhost: undefined } : fetchNet(key, args, env);
+  const keep = new Set([...inherited, ...taps.flatMap((t) => t.fds)]);
   const report = await collectDevices(env, { sysfs: new Sysfs(sysfsRoot(env)), hostRoot: hostRoot(env), vfs });
   const vfio: VfioDev[] = devicesOrThrow(report);
 
@@ -76,12 +62,35 @@ export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
       mode: 'start',
       emulator,
       key,
-      taps: taps.map((t) => ({ fd: t.fds[0], mac: t.mac })),
+      taps: taps.map((t) => ({ fd: t.fds[0], mac: t.mac, ...(t.fds.length > 1 ? { queueFds: t.fds } : {}) })),
+      // said once, for every tap: qemu runs virtio-net without the kernel's vhost-net (slower, as Kata and KubeVirt warn)
+      ...(vhost && !vhost.on ? { vhost: `off: cannot open ${vhost.why}; virtio-net runs in qemu` } : {}),
       vfio: vfio.map((d) => `${d.address} (${d.source})`),
       ...(cgroup ? { cgroup: cgroup.path } : {}),
       ...(cpuset ? { cpusetFile: cpuset.file } : {}),
     },
   };
+}
+
+/**
+ * The pod's taps and VFs from tapmanager (get), with as many queues on each tap as VMPOD_NET_QUEUES and -smp say
+ * (tapmanager may give fewer: a tap made single-queue before multiqueue taps existed), and vhost where it can be used.
+ */
+function fetchNet(key: string, args: string[], env: Env): { taps: TapNet[]; vfs: { address: string }[]; vhost: Vhost } {
+  const client = new FdClient(env.VIRTLET_FD_SERVER_SOCKET_PATH || DEFAULTS.socket);
+  const { infos, fds } = client.get(key, { queues: netQueues(args, env) });
+  const taps: TapNet[] = [];
+  const vfs: { address: string }[] = [];
+  const vhost = vhostUsable(hostRoot(env));
+  for (const info of infos) {
+    // the client checked every index against the fds received
+    if (info.type === InterfaceType.VF) vfs.push({ address: info.pciAddress });
+    else {
+      const queueFds = (info.queueFdIndices ?? [info.fdIndex]).map((i) => fds[i]!);
+      taps.push({ fds: queueFds, vhost: vhost.on, mac: base64ToMac(info.mac), index: info.fdIndex, ...(info.mtu !== undefined ? { mtu: info.mtu } : {}) });
+    }
+  }
+  return { taps, vfs, vhost };
 }
 
 /** Applies a valid plan's host changes (the VM cgroup move, then the cpuset), right before the exec. */

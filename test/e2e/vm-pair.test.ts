@@ -98,7 +98,7 @@ describe('tapmanager + vmwrapper + qemu', () => {
     // vmwrapper execve'd qemu in place: the PID spawned for vmwrapper runs qemu now, with the tap vmwrapper added.
     expect(processExe(vm.pid)).toBe(QEMU_BINARY);
     const argv = processArgv(vm.pid);
-    expect(argv.join(' ')).toMatch(/-netdev tap,id=vmpodnet0,fd=\d+ -device virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=/);
+    expect(argv.join(' ')).toMatch(/-netdev tap,id=vmpodnet0,fd=\d+,vhost=(on|off) -device virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=/);
     expect(argv.at(-1)).toBe(`virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${a.mac},host_mtu=${a.mtu}`);
     expect(vm.output()).toMatch(/"msg":"exec emulator"/);
 
@@ -114,6 +114,8 @@ describe('tapmanager + vmwrapper + qemu', () => {
       addr: `${a.ip}/${a.prefixLen}`,
       mtu: String(MTU),
       default: net.gateway,
+      // no -smp: one vCPU, one queue pair
+      queues: 'rx-0,tx-0',
     });
 
     // Stop the VM (qemu by its PID); the pod keeps its tap, and a second start gets it again from get.

@@ -121,6 +121,10 @@ export interface BootPairOptions {
   name?: string;
   memoryMiB?: number;
   timeoutMs?: number;
+  /** more qemu arguments, after the others (e.g. -smp 4) */
+  qemuArgs?: string[];
+  /** more environment for vmwrapper (e.g. VMPOD_NET_QUEUES) */
+  env?: Record<string, string>;
 }
 
 export interface BootPairLeaseOptions<W extends LeaseWait> extends BootPairOptions {
@@ -140,9 +144,10 @@ export async function bootPairVm<W extends LeaseWait = 'ipv4'>(o: BootPairLeaseO
     VIRTLET_EMULATOR: QEMU_BINARY,
     VIRTLET_NET_KEY: o.key,
     VIRTLET_FD_SERVER_SOCKET_PATH: o.socket,
+    ...o.env,
   };
   const t0 = performance.now();
-  const child = spawn(process.execPath, [BIN.vmwrapper, ...qemuArgsWithoutNet(o.guest, serialLog, o.memoryMiB)], {
+  const child = spawn(process.execPath, [BIN.vmwrapper, ...qemuArgsWithoutNet(o.guest, serialLog, o.memoryMiB), ...(o.qemuArgs ?? [])], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env,
   });

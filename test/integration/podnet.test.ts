@@ -114,11 +114,24 @@ async function rpFilters(key: string, devs: string[]): Promise<string[]> {
   return stdout.split('\n');
 }
 
-/** Opens the tap `name` in the netns (as a VM would hold it), waiting up to 5 s for it to be made. */
-async function holdTap(nsPath: string, name: string): Promise<number> {
+/**
+ * Every queue the multi-queue tap `name` can have (the kernel's MAX_TAP_QUEUES, 256), so that one more open fails with
+ * E2BIG, as a VM would hold some; waits up to 5 s for the tap to be made.
+ */
+async function holdAllQueues(nsPath: string, name: string): Promise<number[]> {
+  const opts = { vnetHdr: true, multiQueue: true };
   for (let i = 0; ; i++) {
     try {
-      return await native().openTap(nsPath, name, { vnetHdr: true });
+      const fds = [await native().openTap(nsPath, name, opts)];
+      for (;;) {
+        try {
+          fds.push(await native().openTap(nsPath, name, opts));
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code === 'E2BIG') return fds;
+          for (const fd of fds) native().close(fd);
+          throw e;
+        }
+      }
     } catch (e) {
       if (i >= 500) throw e;
       await new Promise((r) => setTimeout(r, 10));
@@ -284,19 +297,19 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
 
   it('a failure after the container side was built undoes it (veth restored), then CNI DEL and netns removal', async () => {
     const ctx = await setup();
-    // make the tap's open fail: right after the CNI ADD, something else holds the pod's tap (a single-queue tap takes one
-    // open file), so add gives up once the whole container side is built
+    // make the tap's open fail: right after the CNI ADD, something else holds every queue the pod's tap can have, so
+    // add gives up once the whole container side is built
     const nsPath = join(NETNS_DIR, ctx.key);
     let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
     let pluginMac: string | undefined;
-    let held: number | undefined;
+    let held: number[] = [];
     const pn = ctx.make(
       (real) =>
         ({
           addDeferred: async (...a: Parameters<CniClient['addDeferred']>) => {
             const r = await real.addDeferred(...a);
             pluginMac = r.result.interfaces?.find((i) => i.sandbox)?.mac;
-            held = await holdTap(nsPath, 'tap0');
+            held = await holdAllQueues(nsPath, 'tap0');
             return r;
           },
           locate: real.locate.bind(real),
@@ -310,10 +323,11 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     } catch (e) {
       err = e as Error;
     } finally {
-      if (held !== undefined) native().close(held);
+      for (const fd of held) native().close(fd);
     }
+    expect(held).toHaveLength(256);
     expect(err?.op).toBe('open-tap');
-    expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "open-tap" failed: open tap tap0 in ${nsPath}: .*EBUSY`));
+    expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "open-tap" failed: open tap tap0 in ${nsPath}: .*E2BIG`));
     const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
     // the MAC the plugin gave it is back (ours, swapped in by the container side, is gone)
     expect(pluginMac).toMatch(/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
@@ -387,7 +401,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     await expectNothingLeft(ctx, st2.fds);
   });
 
-  it('restore attaches a pod whose tap a running VM holds (EBUSY) without fds; get reopens once it is free', async () => {
+  it('restore attaches a pod whose tap a running VM holds (queues attached) without fds; get reopens once it is free', async () => {
     const ctx = await setup();
     const pn1 = ctx.make();
     const st1 = await pn1.add(ctx.key, desc(ctx.key));
@@ -395,7 +409,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const pn2 = ctx.make();
     expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [], netnsMissing: [], quarantined: [] });
     expect(pn2.state(ctx.key)!.fds).toEqual([]);
-    await expect(pn2.ensureFds(ctx.key)).rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('EBUSY') });
+    await expect(pn2.ensureFds(ctx.key)).rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('in use (tap0 has queues attached)') });
     pn1.closeAll();
     const st2 = await pn2.ensureFds(ctx.key);
     expect(fdinfo(st2.fds[0]!)).toContain('iff:\ttap0');

@@ -13,6 +13,7 @@ import { FdClient } from '../../src/client/fdclient.js';
 import { native } from '../../src/native.js';
 import { encodeHeader } from '../../src/protocol/header.js';
 import { base64ToMac } from '../../src/protocol/mac.js';
+import { vhostUsable } from '../../src/vmwrapper/queues.js';
 
 const rand = () => randomBytes(3).toString('hex');
 const desc = (key: string, podName = 'vm-a') => ({ podId: key, podNs: 'default', podName, DNS: null });
@@ -122,7 +123,7 @@ describe('tapmanager with bridge + host-local', () => {
 
     // get: one fd, and it is this pod's tap
     const { infos, fds } = client.get(key);
-    expect(infos).toEqual([{ type: 0, mac: nif.HardwareAddr, fdIndex: 0, pciAddress: '', mtu: 1500 }]);
+    expect(infos).toEqual([{ type: 0, mac: nif.HardwareAddr, fdIndex: 0, pciAddress: '', mtu: 1500, queueFdIndices: [0] }]);
     expect(fds).toHaveLength(1);
     expect(readFileSync(`/proc/self/fdinfo/${fds[0]}`, 'utf8')).toMatch(/^iff:\ttap0$/m);
     native().close(fds[0]!);
@@ -257,7 +258,8 @@ describe('tapmanager with bridge + host-local', () => {
       expect(stub.argv).toEqual([
         STUB_EMULATOR,
         ...args,
-        '-netdev', `tap,id=vmpodnet0,fd=${tapFd}`,
+        // vhost where /dev/vhost-net opens (test/integration/vmwrapper-multiqueue.test.ts tests both)
+        '-netdev', `tap,id=vmpodnet0,fd=${tapFd},vhost=${vhostUsable('/').on ? 'on' : 'off'}`,
         '-device', `virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${mac},host_mtu=1500`,
       ]);
       expect(stub.fds['7']?.target).toBe(mon);

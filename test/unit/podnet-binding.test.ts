@@ -66,13 +66,13 @@ describe('the tc-redirect plan', () => {
     const plan = planContainerSide({ observed: observed(kind), result: result(), newMac: () => TAP_MAC });
     expect(names(plan.steps)).toEqual(['ipv6-off', 'lo-up', 'strip-routes', 'strip-addrs', 'tap', 'links-up', 'tc-redirect']);
     expect(plan.interfaces).toEqual([
-      { index: 0, cniName: 'virtlet-eth0', type: 'tap', binding: 'tc-redirect', vmMac: MAC, mtu: 1500, tapName: 'tap0', bridgeName: '', bridgeIp: '169.254.254.2', vlanId: 0 },
+      { index: 0, cniName: 'virtlet-eth0', type: 'tap', binding: 'tc-redirect', vmMac: MAC, mtu: 1500, tapName: 'tap0', multiQueue: true, bridgeName: '', bridgeIp: '169.254.254.2', vlanId: 0 },
     ]);
     const step = (n: string) => plan.steps.find((s) => s.name === n)!;
     // nothing changes the interface's MAC
     expect(plan.steps.flatMap((s) => lines(s.do)).filter((l) => / address /.test(l) && l.includes('virtlet-eth0'))).toEqual([]);
     expect(lines(step('tap').do)).toEqual([
-      'ip tuntap add dev tap0 mode tap vnet_hdr',
+      'ip tuntap add dev tap0 mode tap vnet_hdr multi_queue',
       `ip link set dev tap0 mtu 1500 address ${TAP_MAC}`,
       'ip addr add 169.254.254.2/24 dev tap0',
     ]);

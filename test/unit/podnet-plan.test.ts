@@ -58,7 +58,7 @@ describe('planContainerSide', () => {
   it('turns the sandboxed veth into veth + bridge + tap, every step with its undo', () => {
     const plan = planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' });
     expect(plan.interfaces).toEqual([
-      { index: 2, cniName: 'virtlet-eth0', type: 'tap', binding: 'bridge', vmMac: '42:a4:a6:22:80:2e', vethMacNew: '02:11:22:33:44:55', mtu: 1450, tapName: 'tap0', bridgeName: 'br0', bridgeIp: '169.254.254.2', vlanId: 0 },
+      { index: 2, cniName: 'virtlet-eth0', type: 'tap', binding: 'bridge', vmMac: '42:a4:a6:22:80:2e', vethMacNew: '02:11:22:33:44:55', mtu: 1450, tapName: 'tap0', multiQueue: true, bridgeName: 'br0', bridgeIp: '169.254.254.2', vlanId: 0 },
     ]);
     expect(plan.steps.map((s) => `${s.name}:${s.target}`)).toEqual([
       'ipv6-off:netns', // the result has no IPv6
@@ -81,7 +81,7 @@ describe('planContainerSide', () => {
     expect(ipLines(by['veth-mac']!.undo)).toEqual(['link set dev virtlet-eth0 address 42:a4:a6:22:80:2e']);
     expect(ipLines(by['bridge']!.do)).toEqual(['link add name br0 mtu 1450 type bridge ageing_time 0', 'addr add 169.254.254.2/24 dev br0']);
     expect(ipLines(by['bridge']!.undo)).toEqual(['link del dev br0']);
-    expect(ipLines(by['tap']!.do)).toEqual(['tuntap add dev tap0 mode tap vnet_hdr', 'link set dev tap0 mtu 1450']);
+    expect(ipLines(by['tap']!.do)).toEqual(['tuntap add dev tap0 mode tap vnet_hdr multi_queue', 'link set dev tap0 mtu 1450']);
     expect(ipLines(by['tap']!.undo)).toEqual(['link del dev tap0']);
     expect(ipLines(by['enslave']!.do)).toEqual(['link set dev virtlet-eth0 master br0', 'link set dev tap0 master br0']);
     expect(ipLines(by['enslave']!.undo)).toEqual(['link set dev virtlet-eth0 nomaster']);
@@ -209,7 +209,7 @@ describe('preparedSteps: what add makes while the CNI plugins run', () => {
       'lo-up: link set dev lo up',
       'bridge: link add name br0 type bridge ageing_time 0',
       'bridge: addr add 169.254.254.2/24 dev br0',
-      'tap: tuntap add dev tap0 mode tap vnet_hdr',
+      'tap: tuntap add dev tap0 mode tap vnet_hdr multi_queue',
       'tap: link set dev tap0 master br0',
       'dhcp-filter: nft',
     ]);

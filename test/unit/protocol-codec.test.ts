@@ -157,7 +157,7 @@ describe('decoders', () => {
         [
           '[0].type must be 0 (tap) or 1 (VF) (got 3)',
           '[0].mac must be a MAC (base64 of 6 bytes or colon-hex) (got "x")',
-          '[1].fdIndex repeats [0].fdIndex (got 0)',
+          '[1].fdIndex repeats an fd index of [0] (got 0)',
           '[1].pciAddress must be a string (got 1)',
           '[2].fdIndex must be an integer in 0..3 (got 4)',
           '[3] must be an object (got 7)',
@@ -220,5 +220,57 @@ describe('get info mtu (our extra field)', () => {
     expect(buf.toString()).toBe('[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":"","mtu":1400}]');
     expect(decodeGetInfo(buf)[0]!.mtu).toBe(1400);
     expect(() => decodeGetInfo(Buffer.from('[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":"","mtu":9}]'))).toThrow(/mtu/);
+  });
+});
+
+describe('multiqueue get (ours: {"queues": N} and queueFdIndices)', () => {
+  it('reads the request: none is Virtlet\'s one queue; a number from 1 to 256; anything else is named', async () => {
+    const { decodeGetRequest, encodeGetRequest } = await import('../../src/protocol/codec.js');
+    expect(decodeGetRequest(Buffer.alloc(0))).toEqual({ queues: 1 });
+    expect(decodeGetRequest(b('{"queues":4}'))).toEqual({ queues: 4 });
+    expect(decodeGetRequest(b('{"queues":256,"x":1}'))).toEqual({ queues: 256 });
+    expect(decodeGetRequest(b('{}'))).toEqual({ queues: 1 });
+    expect(encodeGetRequest({ queues: 1 })).toBeNull();
+    expect(encodeGetRequest({ queues: 8 })!.toString()).toBe('{"queues":8}');
+    expect(errOf(() => decodeGetRequest(b('{"queues":0}'))).message).toBe('get payload is invalid: queues must be an integer in 1..256 (got 0)');
+    expect(errOf(() => decodeGetRequest(b('{"queues":"4"}'))).message).toBe('get payload is invalid: queues must be an integer in 1..256 (got "4")');
+    expect(errOf(() => decodeGetRequest(b('[4]'))).message).toBe('get payload is invalid: payload must be an object (got [4])');
+    expect(errOf(() => decodeGetRequest(b('x'))).message).toMatch(/^get payload is not JSON: /);
+  });
+
+  it('round-trips queueFdIndices after the Virtlet fields; every index counts once', () => {
+    const infos = [
+      { type: 0 as const, mac: '42:a4:a6:22:80:2e', fdIndex: 0, pciAddress: '', mtu: 1500, queueFdIndices: [0, 1, 2] },
+      { type: 1 as const, mac: 'fe:ed:00:00:00:01', fdIndex: 3, pciAddress: '0000:03:00.1' },
+      { type: 0 as const, mac: '42:a4:a6:22:80:2f', fdIndex: 4, pciAddress: '', queueFdIndices: [4, 5] },
+    ];
+    const buf = encodeGetInfo(infos);
+    expect(buf.toString()).toBe(
+      '[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":"","mtu":1500,"queueFdIndices":[0,1,2]},' +
+        '{"type":1,"mac":"/u0AAAAB","fdIndex":3,"pciAddress":"0000:03:00.1"},' +
+        '{"type":0,"mac":"QqSmIoAv","fdIndex":4,"pciAddress":"","queueFdIndices":[4,5]}]',
+    );
+    expect(decodeGetInfo(buf).map((i) => i.queueFdIndices)).toEqual([[0, 1, 2], undefined, [4, 5]]);
+  });
+
+  it('refuses indices out of range, repeated, or a first queue that is not fdIndex', () => {
+    const e = errOf(() =>
+      decodeGetInfo(
+        b(
+          '[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":"","queueFdIndices":[0,1,6]},' +
+            '{"type":0,"mac":"QqSmIoAv","fdIndex":3,"pciAddress":"","queueFdIndices":[2,1]},' +
+            '{"type":0,"mac":"QqSmIoAw","fdIndex":4,"pciAddress":"","queueFdIndices":[]}]',
+        ),
+      ),
+    );
+    expect(e.message).toBe(
+      'get info is invalid: ' +
+        [
+          '[0].queueFdIndices[2] must be an integer in 0..5 (got 6)',
+          '[1].queueFdIndices[0] must be fdIndex (got 2)',
+          '[1].queueFdIndices[1] repeats an fd index of [0] (got 1)',
+          '[2].queueFdIndices must hold 1..256 fd indices (got [])',
+        ].join('; '),
+    );
   });
 });

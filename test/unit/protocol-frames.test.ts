@@ -18,22 +18,24 @@ function req(command: number, key: string, data: Buffer = Buffer.alloc(0), oobSi
 const addJson = Buffer.from('{"podNetworkDesc":{"podId":"p","podNs":"ns","podName":"n"}}');
 const recoverJson = Buffer.from('{"csn":{}}');
 
-/** A stream of four requests: add with payload, get with a payload to drain, release, recover. */
+const getJson = Buffer.from('{"queues":2}');
+
+/** A stream of four requests: add with payload, get with its (ours) payload, release with a payload to drain, recover. */
 const stream = Buffer.concat([
   req(Command.Add, 'pod-a', addJson),
-  req(Command.Get, 'pod-b', Buffer.from('ignored payload')),
-  req(Command.Release, 'pod-c'),
+  req(Command.Get, 'pod-b', getJson),
+  req(Command.Release, 'pod-c', Buffer.from('ignored payload')),
   req(Command.Recover, 'pod-d', recoverJson),
 ]);
 const expected: Request[] = [
   { command: 0, key: 'pod-a', data: addJson },
-  { command: 2, key: 'pod-b', data: Buffer.alloc(0) },
+  { command: 2, key: 'pod-b', data: getJson },
   { command: 1, key: 'pod-c', data: Buffer.alloc(0) },
   { command: 3, key: 'pod-d', data: recoverJson },
 ];
 
 describe('RequestReader', () => {
-  it('decodes coalesced requests from one chunk, draining release/get/list payloads', () => {
+  it('decodes coalesced requests from one chunk, draining release/list payloads', () => {
     const r = new RequestReader();
     expect(r.push(stream)).toEqual(expected);
     expect(r.pending()).toBe(0);
@@ -78,8 +80,8 @@ describe('RequestReader', () => {
     expect(r.pending()).toBe(3);
     expect(r.midFrame()).toBe(true);
     const r2 = new RequestReader();
-    const get = req(Command.Get, 'k', Buffer.alloc(10));
-    r2.push(get.subarray(0, 80));
+    const rel = req(Command.Release, 'k', Buffer.alloc(10));
+    r2.push(rel.subarray(0, 80));
     expect(r2.pending()).toBe(0);
     expect(r2.midFrame()).toBe(true);
   });
@@ -125,7 +127,7 @@ describe('RequestReader', () => {
     expect(r.error?.code).toBe('PROTOCOL');
     expect(r.error?.message).toMatch(/1048577 bytes exceeds 1048576/);
     // a drained command is limited too
-    const g = encodeHeader({ command: Command.Get, dataSize: 0xffffffff, oobSize: 0, key: 'big' });
+    const g = encodeHeader({ command: Command.Release, dataSize: 0xffffffff, oobSize: 0, key: 'big' });
     expect(errorOfPush(g).message).toMatch(/4294967295/);
     // exactly MAX_PAYLOAD is fine
     const ok = new RequestReader();

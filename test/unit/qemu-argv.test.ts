@@ -14,31 +14,37 @@ describe('QemuNetdev (golden argv)', () => {
     ]);
   });
   it('single queue with vhost', () => {
-    expect(new QemuNetdev({ fds: [3], vhostFds: [4], mac: '42:a4:a6:22:80:2e', index: 1 }).toArgs(new IdAllocator())).toEqual([
-      '-netdev', 'tap,id=vmpodnet1,fd=3,vhost=on,vhostfd=4',
+    expect(new QemuNetdev({ fds: [3], vhost: true, mac: '42:a4:a6:22:80:2e', index: 1 }).toArgs(new IdAllocator())).toEqual([
+      '-netdev', 'tap,id=vmpodnet1,fd=3,vhost=on',
       '-device', 'virtio-net-pci,netdev=vmpodnet1,id=vmpodnic1,mac=42:a4:a6:22:80:2e',
     ]);
   });
-  it('multiqueue with vhost and MTU', () => {
-    const n = new QemuNetdev({ fds: [3, 4, 5, 6], vhostFds: [7, 8, 9, 10], mac: '42:a4:a6:22:80:2e', mtu: 1450, index: 0 });
+  it('multiqueue with vhost and MTU: fds= in queue order, mq=on, vectors=2N+2', () => {
+    const n = new QemuNetdev({ fds: [3, 4, 5, 6], vhost: true, mac: '42:a4:a6:22:80:2e', mtu: 1450, index: 0 });
     expect(n.validate()).toEqual([]);
     expect(n.toArgs(new IdAllocator())).toEqual([
-      '-netdev', 'tap,id=vmpodnet0,fds=3:4:5:6,vhost=on,vhostfds=7:8:9:10',
+      '-netdev', 'tap,id=vmpodnet0,fds=3:4:5:6,vhost=on',
       '-device', 'virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=42:a4:a6:22:80:2e,host_mtu=1450,mq=on,vectors=10',
     ]);
   });
-  it('multiqueue without vhost', () => {
-    expect(new QemuNetdev({ fds: [3, 4], mac: '42:a4:a6:22:80:2e', index: 0 }).toArgs(new IdAllocator())).toEqual([
-      '-netdev', 'tap,id=vmpodnet0,fds=3:4',
+  it('multiqueue without vhost says vhost=off', () => {
+    expect(new QemuNetdev({ fds: [3, 4], vhost: false, mac: '42:a4:a6:22:80:2e', index: 0 }).toArgs(new IdAllocator())).toEqual([
+      '-netdev', 'tap,id=vmpodnet0,fds=3:4,vhost=off',
       '-device', 'virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=42:a4:a6:22:80:2e,mq=on,vectors=6',
     ]);
   });
+  it('eight queues', () => {
+    const fds = [10, 11, 12, 13, 14, 15, 16, 17];
+    expect(new QemuNetdev({ fds, vhost: false, mac: '42:a4:a6:22:80:2e', mtu: 1500, index: 2 }).toArgs(new IdAllocator())).toEqual([
+      '-netdev', 'tap,id=vmpodnet2,fds=10:11:12:13:14:15:16:17,vhost=off',
+      '-device', 'virtio-net-pci,netdev=vmpodnet2,id=vmpodnic2,mac=42:a4:a6:22:80:2e,host_mtu=1500,mq=on,vectors=18',
+    ]);
+  });
   it('validate reports every problem with its value', () => {
-    const p = new QemuNetdev({ fds: [1, 5], vhostFds: [5], mac: '01:00:5e:00:00:01', mtu: 40, index: -1 }).validate();
+    const p = new QemuNetdev({ fds: [1, 5, 5], mac: '01:00:5e:00:00:01', mtu: 40, index: -1 }).validate();
     expect(p).toEqual([
       'index -1 is not a non-negative integer',
       'tap fd 1 is a stdio fd',
-      '1 vhost fds for 2 tap fds (need one per queue)',
       'fd 5 used twice',
       'MAC 01:00:5e:00:00:01 is a multicast address',
       'MTU 40 is outside 68..65535',
@@ -79,7 +85,7 @@ describe('QemuVfioDevice (golden argv)', () => {
 });
 
 describe('buildQemuArgv (golden argv)', () => {
-  const net0 = { fds: [3], vhostFds: [4], mac: '42:a4:a6:22:80:2e', mtu: 1500, index: 0 };
+  const net0 = { fds: [3], vhost: true, mac: '42:a4:a6:22:80:2e', mtu: 1500, index: 0 };
   const qat = { address: '0000:3d:02.2', source: 'QAT0' };
   const vf = { address: '0001:8a:04.0', source: 'tapmanager' };
 
@@ -88,7 +94,7 @@ describe('buildQemuArgv (golden argv)', () => {
     const copy = [...lib];
     expect(buildQemuArgv(lib, [net0], [qat, vf])).toEqual([
       ...copy,
-      '-netdev', 'tap,id=vmpodnet0,fd=3,vhost=on,vhostfd=4',
+      '-netdev', 'tap,id=vmpodnet0,fd=3,vhost=on',
       '-device', 'virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=42:a4:a6:22:80:2e,host_mtu=1500',
       '-device', 'vfio-pci,host=0000:3d:02.2,id=vmpodhostdev0',
       '-device', 'vfio-pci,host=0001:8a:04.0,id=vmpodhostdev1',

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fdsNamedInArgv } from '../../src/vmwrapper/fds.js';
 import { parseCpuset, cpusetFile, applyCpuset } from '../../src/vmwrapper/cpuset.js';
+import { errOf } from '../helpers/errors.js';
 
 describe('fdsNamedInArgv', () => {
   it('finds fds in key=value and JSON arguments', () => {
@@ -73,5 +74,45 @@ describe('logLine: vmwrapper one hand-written JSON line', () => {
       level: 30, time: '1970-01-01T00:00:00.000Z', pid: 42, name: 'vmwrapper',
       emulator: '/usr/bin/qemu-system-x86_64', argv: ['qemu', '-name', 'a"b\nc'], msg: 'exec emulator',
     });
+  });
+});
+
+describe('queues and vhost (VMPOD_NET_QUEUES, -smp, /dev/vhost-net)', async () => {
+  const { netQueues, smpCpus, vhostUsable } = await import('../../src/vmwrapper/queues.js');
+
+  it('reads the vCPUs from the last -smp in every form libvirt and people write', () => {
+    expect(smpCpus(['-m', '256'])).toBe(1);
+    expect(smpCpus(['-smp', '4'])).toBe(4);
+    expect(smpCpus(['-smp', '4,sockets=4,dies=1,cores=1,threads=1'])).toBe(4);
+    expect(smpCpus(['-smp', 'cpus=6,maxcpus=12'])).toBe(6);
+    expect(smpCpus(['-smp', '2,maxcpus=16'])).toBe(2);
+    expect(smpCpus(['-smp', 'sockets=2,cores=3,threads=2'])).toBe(12);
+    expect(smpCpus(['-smp', 'maxcpus=5'])).toBe(5);
+    expect(smpCpus(['-smp', '2', '-smp', '3'])).toBe(3);
+  });
+
+  it('auto: the vCPUs, at most 8; a number: exactly that; a bad value is named', () => {
+    expect(netQueues(['-smp', '4'], {})).toBe(4);
+    expect(netQueues(['-smp', '4'], { VMPOD_NET_QUEUES: 'auto' })).toBe(4);
+    expect(netQueues(['-smp', '32'], {})).toBe(8);
+    expect(netQueues([], {})).toBe(1);
+    expect(netQueues(['-smp', '32'], { VMPOD_NET_QUEUES: '1' })).toBe(1);
+    expect(netQueues(['-smp', '2'], { VMPOD_NET_QUEUES: '16' })).toBe(16);
+    for (const v of ['0', '257', 'four', '-1', '2.5', ' 4']) {
+      const e = errOf(() => netQueues([], { VMPOD_NET_QUEUES: v }));
+      expect(e.message).toBe(`VMPOD_NET_QUEUES=${JSON.stringify(v)}: expected "auto" or a number of queues from 1 to 256`);
+    }
+  });
+
+  it('vhost is on when <dev root>/dev/vhost-net opens read-write, off with the errno otherwise', () => {
+    const root = mkdtempSync(join(tmpdir(), 'vmpod-vhost-'));
+    try {
+      expect(vhostUsable(root)).toEqual({ on: false, why: `${root}/dev/vhost-net: ENOENT` });
+      mkdirSync(join(root, 'dev'));
+      writeFileSync(join(root, 'dev/vhost-net'), '');
+      expect(vhostUsable(root)).toEqual({ on: true });
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 });
