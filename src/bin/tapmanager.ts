@@ -14,8 +14,7 @@ import { startHttp, type HttpListener } from '../tapmanager/http.js';
 import { SystemdNotifier, notifyConfig } from '../tapmanager/notify.js';
 import { preflight } from '../tapmanager/preflight.js';
 import { checkReadiness } from '../tapmanager/readiness.js';
-import { CniStatusMonitor } from '../tapmanager/cni-status.js';
-import { runGc, scheduleGc } from '../tapmanager/gc.js';
+import { cniUpkeep } from '../tapmanager/cni-upkeep.js';
 import { packageVersion } from '../version.js';
 
 /** Under the state dir: one file per running CNI plugin's process group (spawnPluginExec pgidDir). */
@@ -98,9 +97,8 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     spareNetns: config.spareNetns,
     binding: config.binding,
   });
-  const cniLog = log.child({ component: 'cni' });
-  const cniStatus = new CniStatusMonitor({ status: (l) => cni.status(l), loadConfList: loadConf, intervalMs: config.cniStatusIntervalMs, log: cniLog, ...(metrics ? { onStatus: metrics.onCniStatus } : {}) });
-  const service = new TapmanagerService(pods, log, { defaultDns: config.defaultDns, hooks: { ...metrics?.hooks, admitAdd: () => cniStatus.admitAdd() } });
+  const service = new TapmanagerService(pods, log, { defaultDns: config.defaultDns, ...(metrics ? { hooks: { ...metrics.hooks } } : {}) });
+  const upkeep = cniUpkeep({ cni, loadConfList: loadConf, pods, service, config, log: log.child({ component: 'cni' }), ...(metrics ? { onStatus: metrics.onCniStatus } : {}) });
   const gid = config.socketGroup ? resolveGid(config.socketGroup) : undefined;
   const server = new FdServer({
     socketPath: config.socket,
@@ -113,8 +111,7 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     fastGets: !log.isLevelEnabled('debug'),
   });
   service.replies = server;
-  service.hooks.readiness = () =>
-    checkReadiness({ socketPath: config.socket, listening: () => server.listening, cniConfDir: config.cniConfDir, loadConfList: loadConf, cniStatus: () => cniStatus.reasons() });
+  service.hooks.readiness = () => checkReadiness({ socketPath: config.socket, listening: () => server.listening, cniConfDir: config.cniConfDir, loadConfList: loadConf, cniStatus: upkeep.reasons });
   // the HTTP listener before the fd socket: a taken port ends the start before anything is served, and /healthz
   // answers during a long restore (/readyz says why not yet)
   let http: HttpListener | undefined;
@@ -139,7 +136,6 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     throw e;
   }
   let stopping = false;
-  cniStatus.start();
   const restored = service.restore().then(
     (r) => {
       if (Object.values(r).some((keys) => keys.length > 0)) log.info(r, 'restored pod networks from the state dir');
@@ -149,24 +145,12 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     },
     (e: unknown) => log.error({ err: e }, 'restore failed'),
   );
-  // CNI GC (tapctl gc, and after the restore on --cni-gc-interval) and the pods' checks (--check-interval) start
-  // once the restore is done: a GC must know every pod the state dir holds
-  const gcOnce = () =>
-    restored.then(() => runGc({ gc: (l, v, o) => cni.gc(l, v, o), loadConfList: loadConf, liveKeys: () => pods.keys(), ifName: pods.cniIfName, plugins: config.cniGcPlugins, lock: service.ops, log: cniLog }));
-  service.hooks.gc = gcOnce;
-  let gcTimer: { stop(): void } | undefined;
-  void restored.then(() => {
-    if (stopping) return;
-    gcTimer = scheduleGc(gcOnce, config.cniGcIntervalMs, cniLog);
-    service.checks.start(config.checkIntervalMs);
-  });
+  upkeep.start(restored);
   log.info({ socket: config.socket, cniConfDir: config.cniConfDir, cniBinDirs: config.cniBinDirs, stateDir: config.stateDir }, 'tapmanager listening');
   return {
     stop: async () => {
       stopping = true;
-      cniStatus.stop();
-      gcTimer?.stop();
-      service.checks.stop();
+      upkeep.stop();
       await server.stop();
       await service.shutdown();
       await http?.close();
