@@ -16,7 +16,8 @@ PACKAGES=(
   isc-dhcp-client               # dhclient -6: a real DHCPv6 client in the IPv6 tests
   dhcpcd-base                   # dhcpcd: a real DHCPv6/RA client (IPv6 tests)
   systemd                       # systemd-networkd: a real RA + DHCPv6 client (IPv6 tests)
-  dnsmasq-base                  # the off-the-shelf DHCP server of the baseline benchmark
+  dnsmasq-base                  # the off-the-shelf DHCP server of the baseline benchmark, and the LAN's DHCP server of test/integration/dhcp-ipam.test.ts
+  iptables                      # portmap and firewall run it (the meta-plugin chain of test/integration/cni-shapes.test.ts)
   libvirt-daemon libvirt-clients libvirt-daemon-driver-qemu   # libvirt as the real client (e2e)
   cpio gzip kmod xz-utils zstd  # building the guest's initramfs
   iputils-ping curl             # the demo and the e2e tests reach the guest
