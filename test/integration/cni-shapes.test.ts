@@ -2,7 +2,8 @@
 // (test/helpers/taprelay.ts): bridge, ptp, macvlan, host-device, the meta-plugin chain (portmap with a hostPort, tuning,
 // firewall), and ipvlan/vlan where the kernel can make them. Each shows the guest's DHCP lease equal to the CNI IP,
 // traffic both ways, and nothing left after release. macvlan and ipvlan get the tc-redirect binding (their MAC stays).
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -11,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FdClient } from '../../src/client/fdclient.js';
 import { native } from '../../src/native.js';
 import type { ContainerSideNetwork, PodNetworkDesc } from '../../src/protocol/payloads.js';
-import { removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
+import { BIN, removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
 import { guestOnTap, type GuestNetns } from '../helpers/taprelay.js';
 import { listLinks, listNetns, run } from '../helpers/netns.js';
 import { uniqueSubnet } from '../helpers/cniconf.js';
@@ -64,11 +65,11 @@ interface Pod {
 }
 
 /** add on this conflist, the guest on the tap takes its lease (equal to the CNI IP), and pings `peer` from `peerNs`. */
-async function podOn(plugins: Record<string, unknown>[], peer: { ns: string | undefined; ip: string }, extra: Partial<PodNetworkDesc> = {}): Promise<Pod> {
+async function podOn(plugins: Record<string, unknown>[], peer: { ns: string | undefined; ip: string }, add?: (key: string) => ContainerSideNetwork): Promise<Pod> {
   const net = `vmshape-${rand()}`;
   writeConfList(confDir, net, plugins);
   const key = `vmsh-${rand()}`;
-  const csn = client.add(key, { podId: key, podNs: 'default', podName: 'vm-shape', DNS: null, ...extra });
+  const csn = add ? add(key) : client.add(key, { podId: key, podNs: 'default', podName: 'vm-shape', DNS: null });
   const ip = csn.Result!.ips!.find((i) => i.version === '4')!.address.split('/')[0]!;
   const { fds } = client.get(key);
   const guest = await guestOnTap(fds[0]!, csn.Interfaces[0]!.mac!, csn.Interfaces[0]!.MTU);
@@ -165,8 +166,14 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
         { type: 'firewall', backend: 'iptables' },
       ],
       { ns: undefined, ip: br.gateway },
-      { portMappings: [{ hostPort, containerPort: 8080, protocol: 'tcp', hostIP: '' }] },
+      // through tapctl, as a person would: the request carries the port mapping
+      (key) => JSON.parse(execFileSync(process.execPath, [BIN.tapctl, '--socket', d.socket, 'add', key, '--pod-name', 'vm-shape', '--pod-namespace', 'default', '--port', `${hostPort}:8080/tcp`], { encoding: 'utf8' })) as ContainerSideNetwork,
     );
+    // kept with the pod, for its DEL and a restart: in the state record and, as libcni keeps it, the CNI cache
+    const mapping = { hostPort, containerPort: 8080, protocol: 'tcp', hostIP: '' };
+    expect((JSON.parse(readFileSync(join(d.stateDir, `${p.key}.json`), 'utf8')) as { desc: PodNetworkDesc }).desc.portMappings).toEqual([mapping]);
+    const cached = readdirSync(join(root, 'cache', 'results')).find((f) => f.includes(p.key))!;
+    expect((JSON.parse(readFileSync(join(root, 'cache', 'results', cached), 'utf8')) as { capabilityArgs?: unknown }).capabilityArgs).toEqual({ portMappings: [mapping] });
     const listener = execa('ip', ['netns', 'exec', p.guest.ns, 'busybox', 'nc', '-l', '-p', '8080', '-e', 'echo', 'vm-listener'], { reject: false, timeout: 30_000 });
     children.push(listener);
     // the node's own address on the CNI bridge: portmap's OUTPUT rule DNATs a local destination to the pod
