@@ -236,7 +236,8 @@ export function parseListen(s: string): { host: string; port: number } | undefin
 
 export type ParseResult = { ok: true; config: TapmanagerConfig } | { ok: false; errors: string[] };
 
-export function parseConfig(argv: string[], env: Record<string, string | undefined>): ParseResult {
+/** Each flag's value as given (the flag over its env var) or its default, and the command line's errors. */
+function readValues(argv: string[], env: Record<string, string | undefined>): { get: (k: Key) => string; errors: string[]; help: boolean; version: boolean } {
   const raw = new Map<Key, string>();
   for (const k of Object.keys(FLAGS) as Key[]) {
     const spec: FlagSpec = FLAGS[k];
@@ -249,12 +250,11 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     const k = BY_NAME.get(name);
     if (k) raw.set(k, value === true ? 'true' : value);
   }
-  const help = args.values.has('help');
-  const version = args.values.has('version');
-  const get = (k: Key): string => raw.get(k) ?? FLAGS[k].def;
+  return { get: (k: Key): string => raw.get(k) ?? FLAGS[k].def, errors, help: args.values.has('help'), version: args.values.has('version') };
+}
 
-  const logLevel = get('logLevel');
-  if (!isLogLevel(logLevel)) errors.push(`--log-level ${JSON.stringify(logLevel)} is not one of fatal, error, warn, info, debug, trace, silent`);
+/** The numeric flags, checked (each error said in `errors`). */
+function readNumbers(get: (k: Key) => string, errors: string[]) {
   const timeout = Number(get('cniTimeoutMs'));
   if (!Number.isInteger(timeout) || timeout <= 0) errors.push(`--cni-timeout ${JSON.stringify(get('cniTimeoutMs'))} is not a positive integer (ms)`);
   const positive = (k: 'requestTimeoutMs' | 'maxConnections' | 'stopTimeoutMs'): number => {
@@ -262,11 +262,32 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     if (!Number.isInteger(v) || v <= 0) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} is not a positive integer`);
     return v;
   };
-  const requestTimeoutMs = positive('requestTimeoutMs');
-  const maxConnections = positive('maxConnections');
-  const stopTimeoutMs = positive('stopTimeoutMs');
   const spareNetns = Number(get('spareNetns'));
   if (!Number.isInteger(spareNetns) || spareNetns < 0 || spareNetns > 16) errors.push(`--spare-netns ${JSON.stringify(get('spareNetns'))} is not an integer from 0 to 16`);
+  const statusInterval = Number(get('cniStatusIntervalMs'));
+  if (!Number.isInteger(statusInterval) || statusInterval <= 0) errors.push(`--cni-status-interval ${JSON.stringify(get('cniStatusIntervalMs'))} is not a positive integer (ms)`);
+  const zeroOrMore = (k: 'cniGcIntervalMs' | 'checkIntervalMs'): number => {
+    const v = Number(get(k));
+    if (!Number.isInteger(v) || v < 0) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} is not a non-negative integer (ms; 0: never)`);
+    return v;
+  };
+  return {
+    cniTimeoutMs: timeout,
+    requestTimeoutMs: positive('requestTimeoutMs'),
+    maxConnections: positive('maxConnections'),
+    stopTimeoutMs: positive('stopTimeoutMs'),
+    spareNetns,
+    cniStatusIntervalMs: statusInterval,
+    cniGcIntervalMs: zeroOrMore('cniGcIntervalMs'),
+    checkIntervalMs: zeroOrMore('checkIntervalMs'),
+  };
+}
+
+export function parseConfig(argv: string[], env: Record<string, string | undefined>): ParseResult {
+  const { get, errors, help, version } = readValues(argv, env);
+  const numbers = readNumbers(get, errors);
+  const logLevel = get('logLevel');
+  if (!isLogLevel(logLevel)) errors.push(`--log-level ${JSON.stringify(logLevel)} is not one of fatal, error, warn, info, debug, trace, silent`);
   const sriov = parseBool(get('enableSriov'));
   if (sriov === undefined) errors.push(`--enable-sriov / VIRTLET_SRIOV_SUPPORT ${JSON.stringify(get('enableSriov'))} is not a boolean`);
   for (const k of ['socket', 'cniConfDir', 'cniCacheDir', 'stateDir', 'sysfsRoot'] as const) {
@@ -280,15 +301,6 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   for (const d of defaultDns) {
     if (!isIpv4(d)) errors.push(`--default-dns ${JSON.stringify(d)} is not an IPv4 address`);
   }
-  const statusInterval = Number(get('cniStatusIntervalMs'));
-  if (!Number.isInteger(statusInterval) || statusInterval <= 0) errors.push(`--cni-status-interval ${JSON.stringify(get('cniStatusIntervalMs'))} is not a positive integer (ms)`);
-  const zeroOrMore = (k: 'cniGcIntervalMs' | 'checkIntervalMs'): number => {
-    const v = Number(get(k));
-    if (!Number.isInteger(v) || v < 0) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} is not a non-negative integer (ms; 0: never)`);
-    return v;
-  };
-  const gcInterval = zeroOrMore('cniGcIntervalMs');
-  const checkInterval = zeroOrMore('checkIntervalMs');
   const gcMode = get('cniGc');
   if (gcMode !== '' && gcMode !== 'plugins') errors.push(`--cni-gc / VMPOD_CNI_GC ${JSON.stringify(gcMode)} is not "plugins" (or empty)`);
   const httpRaw = get('httpListen');
@@ -308,20 +320,13 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
       stateDir: get('stateDir'),
       logLevel: logLevel as LevelWithSilent,
       ...(group ? { socketGroup: group } : {}),
-      cniTimeoutMs: timeout,
+      ...numbers,
       enableSriov: sriov!,
       defaultDns,
       sysfsRoot: get('sysfsRoot'),
-      requestTimeoutMs,
-      maxConnections,
-      stopTimeoutMs,
-      spareNetns,
       ...(http ? { httpListen: http } : {}),
       binding: binding!,
-      cniStatusIntervalMs: statusInterval,
-      cniGcIntervalMs: gcInterval,
       cniGcPlugins: gcMode === 'plugins',
-      checkIntervalMs: checkInterval,
       help,
       version,
     },
