@@ -3,7 +3,7 @@
 // firewall), and ipvlan/vlan where the kernel can make them. Each shows the guest's DHCP lease equal to the CNI IP,
 // traffic both ways, and nothing left after release. macvlan and ipvlan get the tc-redirect binding (their MAC stays).
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -16,9 +16,13 @@ import { BIN, removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
 import { guestOnTap, type GuestNetns } from '../helpers/taprelay.js';
 import { listLinks, listNetns, run } from '../helpers/netns.js';
 import { uniqueSubnet } from '../helpers/cniconf.js';
+import { ensureUdhcpc6, UDHCPC6_BUILD_TIMEOUT_MS } from '../helpers/guest.js';
+import { normaliseIpv6 } from '../../src/net/ipv6.js';
 import { kernelMakes, makeLan, ping, udhcpcLease, writeConfList, type Lan } from '../helpers/shapes.js';
 
 const rand = () => randomBytes(3).toString('hex');
+/** generous rates: shaped, not slowed (bits per second and bits) */
+const BANDWIDTH = { ingressRate: 1_000_000_000, ingressBurst: 100_000_000, egressRate: 1_000_000_000, egressBurst: 100_000_000 };
 
 let d: Daemon;
 let client: FdClient;
@@ -28,6 +32,12 @@ let ipamDir = '';
 const lans: Lan[] = [];
 const bridges: string[] = [];
 const children: ResultPromise[] = [];
+/** busybox with udhcpc6 (Debian's busybox has none): built once by test/guest/udhcpc6.sh */
+let busybox6 = '';
+
+beforeAll(async () => {
+  busybox6 = await ensureUdhcpc6();
+}, UDHCPC6_BUILD_TIMEOUT_MS);
 
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), 'vmpod-shapes-'));
@@ -146,6 +156,47 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     expect(JSON.parse(await run(['ip', '-j', '-d', 'link', 'show'])).filter((l: { link?: string; linkinfo?: { info_kind?: string } }) => l.linkinfo?.info_kind === 'macvlan' && l.link === lan.parent)).toEqual([]);
   }, 90_000);
 
+  it('macvlan dual-stack: the macvlan gives up the link-local it shares with the VM; the VM gets its IPv6 by DHCPv6 on the tap and reaches the LAN', async () => {
+    const lan = await makeLan('6');
+    lans.push(lan);
+    const p6 = randomBytes(5).toString('hex');
+    const prefix6 = `fd${p6.slice(0, 2)}:${parseInt(p6.slice(2, 6), 16).toString(16)}:${parseInt(p6.slice(6, 10), 16).toString(16)}:`;
+    await run(['ip', '-n', lan.ns, 'addr', 'add', `${prefix6}:1/64`, 'dev', 'lan0', 'nodad']);
+    const ipam = { type: 'host-local', dataDir: ipamDir, ranges: [[{ subnet: lan.subnet, gateway: lan.gateway }], [{ subnet: `${prefix6}:/64`, gateway: `${prefix6}:1` }]], routes: [{ dst: '0.0.0.0/0' }] };
+    const p = await podOn([{ type: 'macvlan', master: lan.parent, mode: 'bridge', ipam }], { ns: lan.ns, ip: lan.gateway });
+    const ip6 = p.csn.Result!.ips!.find((i) => i.version === '6')!.address.split('/')[0]!;
+    // the pod netns holds no IPv6 address on the macvlan: not the pod's (the VM's), not the EUI-64 link-local (the VM's too)
+    const mvAddrs = JSON.parse(await run(['ip', '-n', p.key, '-j', '-6', 'addr', 'show', 'dev', 'virtlet-eth0'])) as { addr_info: unknown[] }[];
+    expect(mvAddrs.flatMap((l) => l.addr_info)).toEqual([]);
+    const dir = join(root, `${p.key}-6`);
+    const hook = join(dir, 'hook6.sh');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(hook, `#!/bin/sh\ncase "$1" in bound|renew) echo "$ipv6" > "${dir}/ipv6"; ip -6 addr replace "$ipv6/128" dev "$interface" nodad ;; esac\nexit 0\n`);
+    chmodSync(hook, 0o755);
+    const u = execa('ip', ['netns', 'exec', p.guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-q', '-s', hook, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 40_000 });
+    children.push(u);
+    const r = await u;
+    expect(r.exitCode, r.all).toBe(0);
+    expect(normaliseIpv6(readFileSync(join(dir, 'ipv6'), 'utf8').trim())).toBe(ip6);
+    // the VM's own link-local passed DAD: nothing in the pod netns answered for it
+    let ll: { local: string; tentative?: boolean; dadfailed?: boolean } | undefined;
+    for (let i = 0; i < 50; i++) {
+      const a = (JSON.parse(await run(['ip', '-n', p.guest.ns, '-j', '-6', 'addr', 'show', 'dev', 'eth0'])) as { addr_info: { local: string; scope: string; tentative?: boolean; dadfailed?: boolean }[] }[])[0]!.addr_info;
+      ll = a.find((x) => x.scope === 'link');
+      if (ll && !ll.tentative) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    expect(ll?.dadfailed).toBeUndefined();
+    expect(ll?.tentative).toBeUndefined();
+    const ping6 = async (ns: string, dst: string) => (await execa('ip', ['netns', 'exec', ns, 'ping', '-6', '-c', '1', '-W', '3', dst], { reject: false })).exitCode ?? -1;
+    // the RA's on-link prefix: the LAN's address is a neighbour, reached through the redirect, and it reaches the VM
+    let out = -1;
+    for (let i = 0; i < 10 && out !== 0; i++) out = await ping6(p.guest.ns, `${prefix6}:1`);
+    expect(out).toBe(0);
+    expect(await ping6(lan.ns, ip6)).toBe(0);
+    await releaseAll(p);
+  }, 90_000);
+
   it('host-device + host-local: the NIC moves into the pod and back on release', async () => {
     const lan = await makeLan('h');
     lans.push(lan);
@@ -155,25 +206,32 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     expect(await listLinks()).toContain(lan.parent);
   }, 90_000);
 
-  it('bridge chained with portmap, tuning and firewall: a TCP connection to the node hostPort reaches a listener in the VM', async () => {
+  it('bridge chained with portmap, tuning, bandwidth and firewall: a TCP connection to the node hostPort reaches a listener in the VM', async () => {
     const br = await hostBridge();
     const hostPort = 20000 + Math.floor(Math.random() * 20000);
+    // the bandwidth plugin's egress shaping makes an ifb per pod: counted before, counted after release
+    const ifbs = async () => (await listLinks()).filter((l) => l.startsWith('bwp')).sort();
+    const ifbsBefore = await ifbs();
     const p = await podOn(
       [
         { type: 'bridge', bridge: br.name, isGateway: true, ipMasq: false, ipam: hostLocal(br.subnet, br.gateway) },
         { type: 'portmap', capabilities: { portMappings: true }, snat: true },
         { type: 'tuning', sysctl: { 'net.ipv4.conf.virtlet-eth0.accept_redirects': '0' } },
+        { type: 'bandwidth', capabilities: { bandwidth: true } },
         { type: 'firewall', backend: 'iptables' },
       ],
       { ns: undefined, ip: br.gateway },
       // through tapctl, as a person would: the request carries the port mapping
-      (key) => JSON.parse(execFileSync(process.execPath, [BIN.tapctl, '--socket', d.socket, 'add', key, '--pod-name', 'vm-shape', '--pod-namespace', 'default', '--port', `${hostPort}:8080/tcp`], { encoding: 'utf8' })) as ContainerSideNetwork,
+      (key) => JSON.parse(execFileSync(process.execPath, [BIN.tapctl, '--socket', d.socket, 'add', key, '--pod-name', 'vm-shape', '--pod-namespace', 'default', '--port', `${hostPort}:8080/tcp`, '--bandwidth', JSON.stringify(BANDWIDTH)], { encoding: 'utf8' })) as ContainerSideNetwork,
     );
+    // the bandwidth plugin got its runtimeConfig: a tbf on the host side of the pod's veth shapes what goes to the pod
+    const [hostVeth] = (JSON.parse(await run(['ip', '-j', 'link', 'show', 'master', br.name])) as { ifname: string }[]).map((l) => l.ifname);
+    expect((JSON.parse(await run(['tc', '-j', 'qdisc', 'show', 'dev', hostVeth!])) as { kind: string }[]).map((q) => q.kind)).toContain('tbf');
     // kept with the pod, for its DEL and a restart: in the state record and, as libcni keeps it, the CNI cache
     const mapping = { hostPort, containerPort: 8080, protocol: 'tcp', hostIP: '' };
     expect((JSON.parse(readFileSync(join(d.stateDir, `${p.key}.json`), 'utf8')) as { desc: PodNetworkDesc }).desc.portMappings).toEqual([mapping]);
     const cached = readdirSync(join(root, 'cache', 'results')).find((f) => f.includes(p.key))!;
-    expect((JSON.parse(readFileSync(join(root, 'cache', 'results', cached), 'utf8')) as { capabilityArgs?: unknown }).capabilityArgs).toEqual({ portMappings: [mapping] });
+    expect((JSON.parse(readFileSync(join(root, 'cache', 'results', cached), 'utf8')) as { capabilityArgs?: unknown }).capabilityArgs).toEqual({ portMappings: [mapping], bandwidth: BANDWIDTH });
     const listener = execa('ip', ['netns', 'exec', p.guest.ns, 'busybox', 'nc', '-l', '-p', '8080', '-e', 'echo', 'vm-listener'], { reject: false, timeout: 30_000 });
     children.push(listener);
     // the node's own address on the CNI bridge: portmap's OUTPUT rule DNATs a local destination to the pod
@@ -186,6 +244,7 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     expect(answer).toContain('vm-listener');
     listener.kill('SIGKILL');
     await releaseAll(p);
+    expect(await ifbs()).toEqual(ifbsBefore);
     // portmap's DNAT chain of the pod went with its DEL
     expect((await execa('iptables', ['-t', 'nat', '-S'], { reject: false })).stdout).not.toContain(`--dport ${hostPort} `);
   }, 90_000);
