@@ -59,7 +59,7 @@ export class Registrar {
   /** Something may have changed: run a pass now, or right after the running one. */
   poke(): void {
     if (this.#running) this.#again = true;
-    else void this.reconcile();
+    else this.reconcile().catch((e: unknown) => this.o.log.error({ err: e }, 'registration pass failed: tried again on the next tick'));
   }
 
   /** Passes until nothing asked for another meanwhile. */
