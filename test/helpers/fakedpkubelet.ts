@@ -56,7 +56,7 @@ function loadApi(): Api {
 const call = <T>(fn: (cb: Callback<T>) => void) => new Promise<T>((resolve, reject) => fn((e, r) => (e ? reject(e) : resolve(r!))));
 
 /** Waits for `check` to return a value (not undefined), polling every 20 ms, up to `ms`. */
-export async function waitFor<T>(what: string, check: () => T | undefined, ms = 30_000): Promise<T> {
+export async function waitFor<T>(what: string, check: () => T | undefined, ms = 60_000): Promise<T> {
   const until = Date.now() + ms;
   for (;;) {
     const v = check();

@@ -1,6 +1,7 @@
 // vfio-device-plugin as kubelet sees it: the built program on fake sysfs and /dev trees, a fake kubelet (Registration
 // server + DevicePlugin client on the API's .proto) in a temp device-plugins dir. Every rule of the plugin, through
-// its sockets and its logs.
+// its sockets and its logs. Waits are generous (the machine running the tests may be busy); no timing is asserted:
+// the 2 s bound of a list update is the 1 s tick (test/unit/deviceplugin-rules.test.ts).
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -51,7 +52,7 @@ async function setup(o: { config?: string; configName?: string; args?: string[];
 const ids = (l: { ID: string }[]) => l.map((d) => d.ID);
 const healthOf = (l: { ID: string; health: string }[], id: string) => l.find((d) => d.ID === id)?.health;
 
-describe('registration and the device lists', () => {
+describe('registration and the device lists', { timeout: 180_000 }, () => {
   it('registers each resource on its own socket, v1beta1, with GetPreferredAllocation offered', async () => {
     const { kubelet: k } = await setup();
     const [qat] = await k.registered(QAT);
@@ -115,7 +116,7 @@ describe('registration and the device lists', () => {
   });
 });
 
-describe('reasons: logged once per change, exported as a metric', () => {
+describe('reasons: logged once per change, exported as a metric', { timeout: 180_000 }, () => {
   it('one line per change with the member, its driver and what to do; /metrics says the same', async () => {
     const { kubelet: k, node: n, plugin: p } = await setup({ args: ['--http-listen', '127.0.0.1:0'] });
     const [listening] = await p.waitLog(/^HTTP listening/);
@@ -150,7 +151,7 @@ describe('reasons: logged once per change, exported as a metric', () => {
   });
 });
 
-describe('GetPreferredAllocation', () => {
+describe('GetPreferredAllocation', { timeout: 180_000 }, () => {
   it('keeps a group together, takes the fewest groups, one NUMA node, always the must-include ones', async () => {
     const n = makeDpNodeWith((t) => {
       // a second two-function card, numa 0, in group 43, selected by function
@@ -175,7 +176,7 @@ describe('GetPreferredAllocation', () => {
   });
 });
 
-describe('Allocate', () => {
+describe('Allocate', { timeout: 180_000 }, () => {
   it('answers device nodes, PCIDEVICE_<RESOURCE> and CDI names; the CDI spec gives exactly those functions', async () => {
     const { kubelet: k, cdiDir } = await setup();
     const c = await k.plugin(QAT);
@@ -274,7 +275,7 @@ describe('Allocate', () => {
   });
 });
 
-describe('kubelet and the plugin die', () => {
+describe('kubelet and the plugin die', { timeout: 180_000 }, () => {
   it('kubelet restarts (every socket removed, kubelet.sock made again): sockets made again, registered again', async () => {
     const { kubelet: k, plugin: p } = await setup();
     await k.registered(QAT);
@@ -339,7 +340,7 @@ describe('kubelet and the plugin die', () => {
   });
 });
 
-describe('the config', () => {
+describe('the config', { timeout: 180_000 }, () => {
   it('a bad one is refused at start: one line per problem, naming the entry', async () => {
     const n = makeDpNodeWith(() => undefined);
     kubelet = await startFakeDpKubelet();
