@@ -91,14 +91,14 @@ async function podOn(plugins: Record<string, unknown>[], peer: { ns: string | un
 }
 
 /** release, then: no netns, no IPAM allocation, no CNI cache file, nothing in the state dir of the pod. */
-async function releaseAll(p: Pod): Promise<void> {
+async function releaseAll(p: Pod, stateDir = d.stateDir): Promise<void> {
   await p.guest.close();
   native().close(p.fd);
   client.release(p.key);
   expect(await listNetns()).not.toContain(p.key);
   expect(allocations(p.net)).toEqual([]);
   expect(readdirSync(join(root, 'cache', 'results'), { withFileTypes: true }).map((e) => e.name).filter((n) => n.includes(p.key))).toEqual([]);
-  expect(readdirSync(d.stateDir).filter((n) => n.includes(p.key))).toEqual([]);
+  expect(readdirSync(stateDir).filter((n) => n.includes(p.key))).toEqual([]);
 }
 
 async function tcFilters(ns: string, dev: string): Promise<{ kind?: string; options?: { actions?: { kind: string; to_dev?: string }[]; flowid?: string } }[]> {
@@ -247,6 +247,25 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     expect(await ifbs()).toEqual(ifbsBefore);
     // portmap's DNAT chain of the pod went with its DEL
     expect((await execa('iptables', ['-t', 'nat', '-S'], { reject: false })).stdout).not.toContain(`--dport ${hostPort} `);
+  }, 90_000);
+
+  it('VMPOD_BINDING=tc-redirect: a bridge plugin veth keeps its MAC, shared with the VM, and carries its traffic both ways', async () => {
+    const forced = await startDaemon({ confDir, binDirs: ['/usr/lib/cni'], cacheDir: join(root, 'cache'), env: { VMPOD_BINDING: 'tc-redirect' } });
+    const saved = client;
+    client = new FdClient(forced.socket, { timeoutMs: 60_000 });
+    try {
+      const br = await hostBridge();
+      const p = await podOn([{ type: 'bridge', bridge: br.name, isGateway: true, ipMasq: false, ipam: hostLocal(br.subnet, br.gateway) }], { ns: undefined, ip: br.gateway });
+      const links = JSON.parse(await run(['ip', '-n', p.key, '-j', 'link', 'show'])) as { ifname: string; address: string }[];
+      expect(links.map((l) => l.ifname)).not.toContain('br0');
+      expect(links.find((l) => l.ifname === 'virtlet-eth0')!.address).toBe(p.csn.Interfaces[0]!.mac);
+      expect((await tcFilters(p.key, 'virtlet-eth0')).flatMap((f) => f.options?.actions ?? []).map((a) => a.to_dev)).toEqual(['tap0']);
+      await releaseAll(p, forced.stateDir);
+    } finally {
+      client = saved;
+      expect(await forced.stop()).toBe(0);
+      removeDir(forced.dir);
+    }
   }, 90_000);
 
   it('ipvlan + host-local (where the kernel can make one): tc-redirect', async (ctx) => {
