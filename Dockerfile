@@ -45,19 +45,36 @@ RUN npm run build \
  && cp build/Release/vmpod_native.node /out/app/build/Release/ \
  && strip -o /out/bin/node /usr/local/bin/node
 
-# ---- tapmanager: the daemon and tapctl; no qemu, no compiler ----------------------------------------------------
-FROM ${DEBIAN_IMAGE} AS tapmanager
+# ---- tapmanager-root: the tapmanager image's files, flattened into one layer by the next stage ---------------------
+FROM ${DEBIAN_IMAGE} AS tapmanager-root
 # iproute2: ip (CNI plugins and tapmanager's own steps). iptables: Debian's package switches `ebtables` to
 # ebtables-nft (tapmanager's DHCP filter in the pod netns; the legacy ebtables of the `ebtables` package fails on
 # kernels without the legacy tables) and gives the CNI plugins iptables (bridge ipMasq, portmap, firewall).
+# Then out go what no program here reads, which a layer on top could only hide, not remove (hence the flattening):
+# glibc's iconv modules (gconv: node converts with its own ICU) and the time zone files (tzdata: node has its own,
+# and tapmanager logs UTC). Kept: apt, dpkg and perl, so an operator can still install a debugging tool.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends iproute2 iptables \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/* \
+ && dpkg --purge --force-depends tzdata \
+ && printf 'path-exclude /usr/lib/x86_64-linux-gnu/gconv/*\n' > /etc/dpkg/dpkg.cfg.d/vmpod-node-excludes \
+ && rm -rf /usr/lib/x86_64-linux-gnu/gconv /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log
 COPY --from=build /out/bin/node /usr/local/bin/node
-COPY --from=build /out/app /usr/local/lib/vmpod-node
+# the two bundles tapmanager and tapctl run, the addon, the launchers, package.json (its version); no node_modules:
+# esbuild inlined pino and prom-client, and the gRPC/YAML paths of `tapctl devices` belong to the libvirt image
+COPY --from=build /out/app/package.json /usr/local/lib/vmpod-node/package.json
+COPY --from=build /out/app/bin /usr/local/lib/vmpod-node/bin
+COPY --from=build /out/app/build /usr/local/lib/vmpod-node/build
+COPY --from=build /out/app/dist/bundle/tapmanager.js /out/app/dist/bundle/tapctl.js /usr/local/lib/vmpod-node/dist/bundle/
 RUN ln -s ../lib/vmpod-node/bin/tapmanager.js /usr/local/bin/tapmanager \
  && ln -s ../lib/vmpod-node/bin/tapctl.js /usr/local/bin/tapctl \
- && tapmanager --help >/dev/null && ebtables --version | grep -q nf_tables
+ && tapmanager --version && tapctl --version && ebtables --version | grep -q nf_tables
+
+# ---- tapmanager: the daemon and tapctl; no qemu, no compiler; one layer (under 200 MB, docs/deploy.md) ----------
+FROM scratch AS tapmanager
+COPY --from=tapmanager-root / /
+# what the base image's config said (podman kube play gives a container no default PATH)
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ENTRYPOINT ["tapmanager"]
 
 # ---- libvirt: libvirtd + qemu, with vmwrapper as the domains' emulator -----------------------------------------

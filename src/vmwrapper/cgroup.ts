@@ -5,7 +5,14 @@
 //
 // planCgroupMove is pure: from /proc/self/cgroup and /proc/self/mountinfo it builds every step and validates it
 // (a mount per hierarchy, seen from its root) before applyCgroupMove changes anything on the host.
-import { mkdirSync, readFileSync, readdirSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+//
+// Under a cgroup namespace (cgroup v2 nodes give each container its own): the container sees its own cgroup as "/",
+// and the host's /sys/fs/cgroup mounted into it shows the host's hierarchy with a root of "/.." (one "/.." per level
+// above the namespace's root). The VM's leaf is then made in that mount, outside the container's cgroup. Hosts that
+// mount cgroup2 with nsdelegate (systemd does) refuse a move out of the namespace from inside it (ENOENT): that one
+// write is then made from the host's cgroup namespace (nsenter into /proc/1/ns/cgroup: the node's init, hostPID).
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { VmpodError, ErrorCode } from '../errors.js';
 
@@ -35,7 +42,15 @@ export interface CgroupPlan {
   steps: CgroupStep[];
   /** with VIRTLET_CPUSETS: the leaf's cpuset.cpus (v1 cpuset hierarchy, or v2 unified) */
   cpusetFile?: string;
+  /** vmwrapper runs in a cgroup namespace (a hierarchy is mounted from above its root, "/.."): see the top */
+  inCgroupNamespace: boolean;
 }
+
+/** The node's cgroup namespace, where a move refused inside ours is made (the libvirt container has hostPID). */
+export const HOST_CGROUP_NS = '/proc/1/ns/cgroup';
+
+/** A mount root of "/..", "/../..": the hierarchy seen from inside a cgroup namespace, from above its root. */
+const ABOVE_NAMESPACE = /^(\/\.\.)+$/;
 
 const SAFE = /^[A-Za-z0-9_.@:+-]+$/;
 
@@ -101,6 +116,7 @@ export function planCgroupMove(opts: { target: string; leaf: string; procCgroup:
   const lines = opts.procCgroup.split('\n').filter(Boolean);
   if (lines.length === 0) throw new VmpodError(ErrorCode.Config, '/proc/self/cgroup is empty: no cgroups to leave');
   let cpusetFile: string | undefined;
+  let inCgroupNamespace = false;
   for (const line of lines) {
     const m = /^(\d+):([^:]*):(.*)$/.exec(line);
     if (!m) throw new VmpodError(ErrorCode.Config, `/proc/self/cgroup line ${JSON.stringify(line)} is not "ID:CONTROLLERS:PATH"`);
@@ -114,10 +130,11 @@ export function planCgroupMove(opts: { target: string; leaf: string; procCgroup:
     if (!mount) {
       throw new VmpodError(ErrorCode.Config, `${what} is not mounted here: vmwrapper cannot leave it; mount the host's /sys/fs/cgroup into the libvirt container`);
     }
-    if (mount.root !== '/') {
+    if (ABOVE_NAMESPACE.test(mount.root)) inCgroupNamespace = true;
+    else if (mount.root !== '/') {
       throw new VmpodError(
         ErrorCode.Config,
-        `${what} is mounted at ${mount.mountPoint} from ${mount.root}, not from its root (a cgroup namespace?): VMPOD_VM_CGROUP needs the host's hierarchy; run the libvirt container in the host cgroup namespace`,
+        `${what} is mounted at ${mount.mountPoint} from ${mount.root}, not from its root: VMPOD_VM_CGROUP needs the host's whole hierarchy; mount the host's /sys/fs/cgroup into the libvirt container`,
       );
     }
     const dirs = parts.map((_, i) => join(mount.mountPoint, ...parts.slice(0, i + 1)));
@@ -133,7 +150,7 @@ export function planCgroupMove(opts: { target: string; leaf: string; procCgroup:
     });
   }
   if (opts.cpuset && !cpusetFile) throw new VmpodError(ErrorCode.Config, 'VIRTLET_CPUSETS is set but no cpuset cgroup (v1) or unified hierarchy (v2) is mounted');
-  return { path, steps, ...(cpusetFile ? { cpusetFile } : {}) };
+  return { path, steps, ...(cpusetFile ? { cpusetFile } : {}), inCgroupNamespace };
 }
 
 function sys(what: string, e: unknown): VmpodError {
@@ -169,7 +186,7 @@ export function applyCgroupMove(plan: CgroupPlan, pid: number): void {
       }
     }
     try {
-      writeFileSync(step.procs, String(pid));
+      writeProcs(step.procs, pid, plan.inCgroupNamespace);
     } catch (e) {
       // a stale-leaf sweep of another vmwrapper may have removed our (empty, old) leaf between mkdir and here
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw sys(`move PID ${pid} into ${step.procs}`, e);
@@ -179,10 +196,26 @@ export function applyCgroupMove(plan: CgroupPlan, pid: number): void {
           const dir = join(step.procs, '..');
           for (const f of ['cpuset.cpus', 'cpuset.mems']) writeFileSync(join(dir, f), readFileSync(join(dir, '..', f), 'utf8').trim());
         }
-        writeFileSync(step.procs, String(pid));
+        writeProcs(step.procs, pid, plan.inCgroupNamespace);
       } catch (e2) {
         throw sys(`move PID ${pid} into ${step.procs}`, e2);
       }
+    }
+  }
+}
+
+/**
+ * The PID into a cgroup.procs. In a cgroup namespace on a host whose cgroup2 has nsdelegate, the kernel answers a
+ * move out of the namespace with ENOENT although the file is there: the write is made from the host's namespace.
+ */
+function writeProcs(procs: string, pid: number, inCgroupNamespace: boolean): void {
+  try {
+    writeFileSync(procs, String(pid));
+  } catch (e) {
+    if (!inCgroupNamespace || (e as NodeJS.ErrnoException).code !== 'ENOENT' || !existsSync(procs)) throw e;
+    const r = spawnSync('nsenter', [`--cgroup=${HOST_CGROUP_NS}`, '--', 'tee', procs], { input: String(pid), stdio: ['pipe', 'ignore', 'pipe'], encoding: 'utf8' });
+    if (r.status !== 0) {
+      throw new VmpodError(ErrorCode.Syscall, `the move out of this cgroup namespace was refused (nsdelegate), and nsenter --cgroup=${HOST_CGROUP_NS} tee ${procs} failed: ${r.error?.message ?? r.stderr.trim()}`, { cause: e });
     }
   }
 }

@@ -8,6 +8,8 @@ export const DEFAULTS = {
   emulator: '/usr/bin/qemu-system-x86_64',
   socket: '/var/lib/virtlet/tapfdserver.sock',
   cgroupRoot: '/sys/fs/cgroup',
+  /** the node's settings for every VM start (VMPOD_VMWRAPPER_ENV_FILE): run.ts, withNodeSettings */
+  envFile: '/etc/vmpod-node/vmwrapper.env',
 } as const;
 
 export interface ExecPlan {

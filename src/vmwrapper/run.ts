@@ -9,6 +9,7 @@ import { collectDevices, devicesOrThrow, hostRoot, Sysfs, sysfsRoot } from '../d
 import { DEFAULTS, envArray, inheritedFds, isProbe, probePlan, type Env, type ExecPlan } from './probe.js';
 import { readFileSync } from 'node:fs';
 import { parseCpuset, planCpuset, writeCpuset } from './cpuset.js';
+import { parseEnvFile } from '../devices/report.js';
 import { planCgroupMove, applyCgroupMove, removeStaleLeaves, leafName } from './cgroup.js';
 import { netQueues, vhostUsable, type Vhost } from './queues.js';
 
@@ -21,8 +22,9 @@ export { logLine } from './logline.js';
  * Start: the fds of VIRTLET_NET_KEY from tapmanager, the VFIO devices of every device input (src/devices/collect.ts),
  * VMPOD_VM_CGROUP's move planned, VIRTLET_CPUSETS applied. Async only because kubelet's PodResources API is asked over gRPC where configured.
  */
-export async function planExec(args: string[], env: Env): Promise<ExecPlan> {
-  if (isProbe(env)) return probePlan(args, env);
+export async function planExec(args: string[], domainEnv: Env): Promise<ExecPlan> {
+  if (isProbe(domainEnv)) return probePlan(args, domainEnv);
+  const env = withNodeSettings(domainEnv);
   const inherited = inheritedFds(args);
   const emulator = env.VIRTLET_EMULATOR ?? '';
 
@@ -91,6 +93,26 @@ function fetchNet(key: string, args: string[], env: Env): { taps: TapNet[]; vfs:
     }
   }
   return { taps, vfs, vhost };
+}
+
+/**
+ * The domain's environment over the node's settings file (VMPOD_VMWRAPPER_ENV_FILE, default /etc/vmpod-node/
+ * vmwrapper.env; K=V lines): libvirt starts the emulator with a cleared environment plus the domain's <qemu:env>, so
+ * a setting of the libvirt container (VMPOD_VM_CGROUP, say) reaches vmwrapper only through a file. A missing file is
+ * no settings; an unreadable one is an error.
+ */
+export function withNodeSettings(env: Env): Env {
+  const file = env.VMPOD_VMWRAPPER_ENV_FILE || DEFAULTS.envFile;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return env;
+    throw new Error(`cannot read the node's vmwrapper settings ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, { cause: e });
+  }
+  const out: Env = { ...parseEnvFile(text) };
+  for (const [k, v] of Object.entries(env)) if (v !== undefined) out[k] = v;
+  return out;
 }
 
 /** Applies a valid plan's host changes (the VM cgroup move, then the cpuset), right before the exec. */

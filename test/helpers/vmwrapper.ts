@@ -34,6 +34,8 @@ export async function runVmwrapper(opts: {
   env: Record<string, string>;
   /** fds to hand vmwrapper at given numbers, as libvirt hands it the monitor socket and fdsets */
   passFds?: Record<number, number>;
+  /** a command that ends by exec'ing its arguments (node vmwrapper ...), e.g. one entering a namespace first */
+  wrap?: string[];
 }): Promise<WrapperRun> {
   const dir = mkdtempSync(join(tmpdir(), 'vmpod-vmw-'));
   const out = join(dir, 'stub.json');
@@ -43,7 +45,8 @@ export async function runVmwrapper(opts: {
   );
   try {
     const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', STUB_EMULATOR_OUT: out, ...opts.env };
-    const child = spawn(process.execPath, [BIN.vmwrapper, ...opts.args], { stdio, env });
+    const argv = [...(opts.wrap ?? []), process.execPath, BIN.vmwrapper, ...opts.args];
+    const child = spawn(argv[0]!, argv.slice(1), { stdio, env });
     let stderr = '';
     child.stderr!.on('data', (d) => (stderr += d));
     child.stdout!.resume();

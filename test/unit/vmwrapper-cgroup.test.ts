@@ -53,13 +53,29 @@ describe('VM cgroup plan', () => {
     ]);
   });
 
+  it('pure v2 in a cgroup namespace (the host hierarchy mounted from "/../.."): the leaf in that mount, outside the container', () => {
+    const plan = planCgroupMove({
+      target: '/vms',
+      leaf: 'vm-a',
+      // the container's own cgroup is its namespace's root
+      procCgroup: '0::/\n',
+      mountinfo: '30 1 0:27 /../../.. /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate',
+      cpuset: false,
+    });
+    expect(plan.inCgroupNamespace).toBe(true);
+    expect(plan.steps.map((s) => s.procs)).toEqual(['/sys/fs/cgroup/vms/vm-a/cgroup.procs']);
+    expect(planCgroupMove({ target: '/vms', leaf: 'vm-a', procCgroup: HYBRID_CGROUP, mountinfo: HYBRID_MOUNTS, cpuset: false }).inCgroupNamespace).toBe(false);
+  });
+
   it('refuses, before any change: a relative or unsafe path, an unmounted hierarchy, a namespaced mount, no cpuset', () => {
     const plan = (target: string, procCgroup = HYBRID_CGROUP, mountinfo = HYBRID_MOUNTS, cpuset = false) => () => planCgroupMove({ target, leaf: 'vm-a', procCgroup, mountinfo, cpuset });
     expect(plan('vms')).toThrow(/VMPOD_VM_CGROUP "vms" must be an absolute cgroup path/);
     expect(plan('/vms/../etc')).toThrow(/component "\.\." is not a plain name/);
     expect(plan('/vms/a b')).toThrow(/component "a b"/);
     expect(plan('/vms', `${HYBRID_CGROUP}11:pids:/x\n`)).toThrow(/cgroup v1 hierarchy pids is not mounted here/);
-    expect(plan('/vms', '0::/\n', '30 1 0:27 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw')).toThrow(/mounted at \/sys\/fs\/cgroup from \/kubepods\/pod1.*host cgroup namespace/);
+    expect(plan('/vms', '0::/\n', '30 1 0:27 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw')).toThrow(/mounted at \/sys\/fs\/cgroup from \/kubepods\/pod1, not from its root.*mount the host's \/sys\/fs\/cgroup/);
+    // a sibling of the namespace's root ("/../x") is not the host's hierarchy either
+    expect(plan('/vms', '0::/\n', '30 1 0:27 /../other /sys/fs/cgroup rw - cgroup2 cgroup2 rw')).toThrow(/from \/\.\.\/other, not from its root/);
     expect(plan('/vms', '4:memory:/\n', HYBRID_MOUNTS, true)).toThrow(/VIRTLET_CPUSETS is set but no cpuset cgroup/);
     expect(parseCgroupPath('/')).toEqual([]);
   });
