@@ -10,7 +10,9 @@ import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
 import { IoK8sApiCoreV1Container as Container } from 'kubernetes-models/v1/Container';
 import { REPO } from '../helpers/daemon.js';
-import { containerImages, kustomize, type KubeDoc } from '../helpers/kubeplay.js';
+import { containerImages, kustomize, parseDocs, type KubeDoc } from '../helpers/kubeplay.js';
+import { parseEnvFile } from '../../src/devices/report.js';
+import { DEFAULTS } from '../../src/vmwrapper/probe.js';
 
 /** The validators of the kinds deploy/ ships; any other kind is an error (it would need a validator here). */
 const MODELS: Record<string, new (data: never) => { validate(): void }> = {
@@ -31,6 +33,13 @@ interface Mount {
   mountPropagation?: string;
   readOnly?: boolean;
 }
+interface Probe {
+  exec?: { command: string[] };
+  httpGet?: { path: string; port: number | string };
+  initialDelaySeconds?: number;
+  periodSeconds?: number;
+  failureThreshold?: number;
+}
 interface Ctr {
   name: string;
   image: string;
@@ -39,8 +48,10 @@ interface Ctr {
   env?: { name: string; value?: string }[];
   securityContext?: { privileged?: boolean };
   resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
-  readinessProbe?: { exec?: { command: string[] }; httpGet?: { path: string; port: number } };
-  livenessProbe?: { exec?: { command: string[] }; httpGet?: { path: string; port: number } };
+  ports?: { name?: string; containerPort: number; protocol?: string }[];
+  readinessProbe?: Probe;
+  livenessProbe?: Probe;
+  startupProbe?: Probe;
   volumeMounts: Mount[];
 }
 interface PodSpec {
@@ -49,7 +60,7 @@ interface PodSpec {
   hostPID?: boolean;
   terminationGracePeriodSeconds?: number;
   containers: Ctr[];
-  volumes: { name: string; hostPath?: { path: string; type?: string } }[];
+  volumes: { name: string; hostPath?: { path: string; type?: string }; configMap?: { name: string } }[];
 }
 
 function daemonSet(docs: KubeDoc[], name: string): { metadata: { namespace?: string }; spec: { template: { spec: PodSpec } } } {
@@ -64,14 +75,14 @@ function container(spec: PodSpec, name: string): Ctr {
   return c;
 }
 
-/** mountPath -> the host path (and propagation) behind it, through the pod's volumes. */
-function hostMounts(spec: PodSpec, c: Ctr): Record<string, { host: string; propagation?: string; readOnly?: boolean }> {
-  const out: Record<string, { host: string; propagation?: string; readOnly?: boolean }> = {};
+/** mountPath -> the host path (or ConfigMap) and propagation behind it, through the pod's volumes. */
+function hostMounts(spec: PodSpec, c: Ctr): Record<string, { host?: string; configMap?: string; propagation?: string; readOnly?: boolean }> {
+  const out: Record<string, { host?: string; configMap?: string; propagation?: string; readOnly?: boolean }> = {};
   for (const m of c.volumeMounts) {
     const v = spec.volumes.find((x) => x.name === m.name);
-    if (v?.hostPath === undefined) throw new Error(`container ${c.name}: mount ${m.mountPath} has no hostPath volume ${m.name}`);
+    if (v?.hostPath === undefined && v?.configMap === undefined) throw new Error(`container ${c.name}: mount ${m.mountPath} has no hostPath or configMap volume ${m.name}`);
     out[m.mountPath] = {
-      host: v.hostPath.path,
+      ...(v.hostPath ? { host: v.hostPath.path } : { configMap: v.configMap!.name }),
       ...(m.mountPropagation ? { propagation: m.mountPropagation } : {}),
       ...(m.readOnly ? { readOnly: true } : {}),
     };
@@ -96,7 +107,16 @@ function expectTapmanager(spec: PodSpec, docs: KubeDoc[]): void {
     '/opt/cni/bin': { host: '/opt/cni/bin', readOnly: true },
     '/dev': { host: '/dev' },
     '/sys': { host: '/sys' },
+    // what the node's CNI plugins talk to: the dhcp daemon, flannel, Multus, Calico, Cilium (each dir alone)
+    '/run/cni': { host: '/run/cni' },
+    '/run/flannel': { host: '/run/flannel' },
+    '/run/multus': { host: '/run/multus' },
+    '/run/calico': { host: '/var/run/calico' },
+    '/run/cilium': { host: '/var/run/cilium' },
+    '/var/lib/calico': { host: '/var/lib/calico', readOnly: true },
   });
+  // not the whole of /run: its netns mounts would be copied in (EBUSY on release after a restart)
+  expect(Object.keys(hostMounts(spec, tm))).not.toContain('/run');
   // settings from the ConfigMap; its socket path is under the mounted /var/lib/virtlet
   const cmName = tm.envFrom?.[0]?.configMapRef?.name;
   const cm = docs.find((d) => d.kind === 'ConfigMap' && d.metadata?.name === cmName) as { data: Record<string, string> } | undefined;
@@ -109,10 +129,16 @@ function expectTapmanager(spec: PodSpec, docs: KubeDoc[]): void {
     VMPOD_CNI_CACHE_DIR: '/var/lib/cni',
     VMPOD_STATE_DIR: '/var/lib/vmpod-node',
   });
-  // probes: exec `tapctl status --ready`, and /healthz on the port VMPOD_HTTP_LISTEN names
+  // probes: exec `tapctl status --ready`; /healthz on the container port `metrics`, the port VMPOD_HTTP_LISTEN
+  // names on every address (hostNetwork: kubelet probes the node's address, never loopback)
   expect(tm.readinessProbe?.exec?.command).toEqual(['tapctl', 'status', '--ready']);
-  const port = Number(/:(\d+)$/.exec(data['VMPOD_HTTP_LISTEN'] ?? '')?.[1]);
-  expect(tm.livenessProbe?.httpGet).toEqual({ path: '/healthz', port });
+  const listen = /^(.*):(\d+)$/.exec(data['VMPOD_HTTP_LISTEN'] ?? '');
+  expect(listen?.[1]).toMatch(/^(0\.0\.0\.0|\[::\])$/);
+  expect(tm.ports).toEqual([{ name: 'metrics', containerPort: Number(listen?.[2]), protocol: 'TCP' }]);
+  expect(tm.livenessProbe?.httpGet).toEqual({ path: '/healthz', port: 'metrics' });
+  expect(tm.startupProbe?.httpGet).toEqual({ path: '/healthz', port: 'metrics' });
+  // the start-up window (restore included) is longer than the liveness probe's patience
+  expect((tm.startupProbe?.periodSeconds ?? 10) * (tm.startupProbe?.failureThreshold ?? 3)).toBeGreaterThanOrEqual(120);
   // a graceful stop waits for a CNI plugin at its 60 s timeout
   expect(spec.terminationGracePeriodSeconds).toBeGreaterThan(Number(data['VMPOD_CNI_TIMEOUT_MS']) / 1000);
 }
@@ -128,6 +154,7 @@ describe('deploy/ manifests', () => {
     expect(docs.map((d) => `${d.apiVersion}/${d.kind}/${d.metadata?.name}`).sort()).toEqual([
       'apps/v1/DaemonSet/vmpod-node',
       'v1/ConfigMap/vmpod-node-config',
+      'v1/ConfigMap/vmpod-node-vmwrapper',
     ]);
     for (const d of docs) validate(d);
 
@@ -154,9 +181,32 @@ describe('deploy/ manifests', () => {
       '/var/log/libvirt': { host: '/var/log/libvirt' },
       '/etc/libvirt/qemu': { host: '/etc/libvirt/qemu' },
       '/dev': { host: '/dev' },
+      '/sys/fs/cgroup': { host: '/sys/fs/cgroup' },
+      // devices.md: kubelet's PodResources API and the CDI spec dirs
+      '/var/lib/kubelet/pod-resources': { host: '/var/lib/kubelet/pod-resources' },
+      '/etc/cdi': { host: '/etc/cdi', readOnly: true },
+      '/var/run/cdi': { host: '/var/run/cdi', readOnly: true },
     });
+    expectVmwrapperSettings(spec, lv, docs);
     expect(lv.readinessProbe?.exec?.command).toEqual(['virsh', '-r', '-c', 'qemu:///system', 'version']);
     expect(lv.livenessProbe?.exec?.command).toEqual(['virsh', '-r', '-c', 'qemu:///system', 'version']);
+    expect(lv.startupProbe?.exec?.command).toEqual(['virsh', '-r', '-c', 'qemu:///system', 'version']);
+  });
+
+  it('deploy/monitoring/podmonitor.yaml scrapes the DaemonSet\'s pods on their `metrics` port', async () => {
+    const [pm] = parseDocs(readFileSync(join(REPO, 'deploy/monitoring/podmonitor.yaml'), 'utf8'), 'podmonitor.yaml') as unknown as {
+      apiVersion: string;
+      kind: string;
+      metadata: { namespace: string };
+      spec: { selector: { matchLabels: Record<string, string> }; namespaceSelector: { matchNames: string[] }; podMetricsEndpoints: { port: string; path: string }[] };
+    }[];
+    expect(`${pm!.apiVersion}/${pm!.kind}`).toBe('monitoring.coreos.com/v1/PodMonitor');
+    const docs = await kustomize('deploy');
+    const ds = daemonSet(docs, 'vmpod-node') as unknown as { metadata: { namespace: string }; spec: { template: { metadata: { labels: Record<string, string> }; spec: PodSpec } } };
+    expect(ds.spec.template.metadata.labels).toMatchObject(pm!.spec.selector.matchLabels);
+    expect(pm!.spec.namespaceSelector.matchNames).toEqual([ds.metadata.namespace]);
+    expect(pm!.spec.podMetricsEndpoints).toEqual([expect.objectContaining({ port: 'metrics', path: '/metrics' })]);
+    expect(container(ds.spec.template.spec, 'tapmanager').ports?.map((p) => p.name)).toContain('metrics');
   });
 
   it('the schema validation rejects what the API server would: a container without a name, a port as an object', () => {
@@ -173,7 +223,7 @@ describe('deploy/ manifests', () => {
     cpSync(join(REPO, 'deploy'), join(root, 'deploy'), { recursive: true });
     cpSync(join(REPO, 'test/fixtures/virtlet/virtlet-ds.yaml'), join(root, 'deploy/virtlet/virtlet-ds.yaml'));
     const docs = await kustomize(join(root, 'deploy/virtlet'));
-    expect(docs.map((d) => `${d.kind}/${d.metadata?.name}`).sort()).toEqual(['ConfigMap/vmpod-node-config', 'DaemonSet/virtlet']);
+    expect(docs.map((d) => `${d.kind}/${d.metadata?.name}`).sort()).toEqual(['ConfigMap/vmpod-node-config', 'ConfigMap/vmpod-node-vmwrapper', 'DaemonSet/virtlet']);
     for (const d of docs) validate(d);
 
     const spec = daemonSet(docs, 'virtlet').spec.template.spec;
@@ -183,12 +233,22 @@ describe('deploy/ manifests', () => {
     expect(lv.image).toBe(`localhost/vmpod-node/libvirt:${VERSION}`);
     expect(lv.command).toEqual(['/usr/bin/tini', '--', 'libvirtd']);
     expect(lv.readinessProbe?.exec?.command).toEqual(['virsh', '-r', '-c', 'qemu:///system', 'version']);
-    // Virtlet's own mounts of the libvirt container stay
-    expect(lv.volumeMounts.map((m) => m.mountPath)).toEqual(['/run', '/var/lib/virtlet', '/var/lib/libvirt', '/var/run/libvirt', '/dev']);
+    // Virtlet's own mounts of the libvirt container stay; ours are added (vmwrapper's settings, the device inputs)
+    expect(lv.volumeMounts.map((m) => m.mountPath).sort()).toEqual(['/run', '/var/lib/virtlet', '/var/lib/libvirt', '/var/run/libvirt', '/dev', '/etc/vmpod-node', '/var/lib/kubelet/pod-resources', '/etc/cdi'].sort());
+    expectVmwrapperSettings(spec, lv, docs);
     expect(container(spec, 'virtlet').env).toContainEqual({ name: 'VIRTLET_EXTERNAL_TAPMANAGER', value: 'true' });
     expect(containerImages(docs)).toMatchObject({ virtlet: 'mirantis/virtlet', vms: 'mirantis/virtlet' });
   });
 });
+
+/** The libvirt container reads VMPOD_VM_CGROUP from the settings ConfigMap, mounted where vmwrapper looks. */
+function expectVmwrapperSettings(spec: PodSpec, lv: Ctr, docs: KubeDoc[]): void {
+  const m = hostMounts(spec, lv)['/etc/vmpod-node'];
+  expect(m).toEqual({ configMap: 'vmpod-node-vmwrapper', readOnly: true });
+  const cm = docs.find((d) => d.kind === 'ConfigMap' && d.metadata?.name === m?.configMap) as { data: Record<string, string> } | undefined;
+  expect(parseEnvFile(cm?.data['vmwrapper.env'] ?? '')).toEqual({ VMPOD_VM_CGROUP: '/vmpod-vms' });
+  expect(DEFAULTS.envFile).toBe('/etc/vmpod-node/vmwrapper.env');
+}
 
 function daemonSetTemplate(): { spec: { selector?: unknown; template: { metadata?: { labels?: Record<string, string> }; spec: { containers: object[] } } } } & KubeDoc {
   return {
