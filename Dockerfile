@@ -24,6 +24,8 @@ WORKDIR /src
 ENV npm_config_nodedir=/usr/local
 COPY package.json package-lock.json binding.gyp tsconfig.json ./
 COPY native native
+# npm ci's install step (it builds the addon)
+COPY scripts/install-addon.mjs scripts/install-addon.mjs
 RUN --mount=type=secret,id=npmca \
     if [ -s /run/secrets/npmca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npmca; fi; \
     npm ci --no-audit --no-fund

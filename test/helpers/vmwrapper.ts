@@ -36,6 +36,8 @@ export async function runVmwrapper(opts: {
   passFds?: Record<number, number>;
   /** a command that ends by exec'ing its arguments (node vmwrapper ...), e.g. one entering a namespace first */
   wrap?: string[];
+  /** run this vmwrapper as a program (its shebang), as libvirt does, instead of this repository's under this node */
+  program?: string;
 }): Promise<WrapperRun> {
   const dir = mkdtempSync(join(tmpdir(), 'vmpod-vmw-'));
   const out = join(dir, 'stub.json');
@@ -45,7 +47,7 @@ export async function runVmwrapper(opts: {
   );
   try {
     const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', STUB_EMULATOR_OUT: out, ...opts.env };
-    const argv = [...(opts.wrap ?? []), process.execPath, BIN.vmwrapper, ...opts.args];
+    const argv = [...(opts.wrap ?? []), ...(opts.program ? [opts.program] : [process.execPath, BIN.vmwrapper]), ...opts.args];
     const child = spawn(argv[0]!, argv.slice(1), { stdio, env });
     let stderr = '';
     child.stderr!.on('data', (d) => (stderr += d));
