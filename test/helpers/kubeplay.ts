@@ -37,6 +37,25 @@ export interface KubePlayOptions {
   sharedHostPaths: readonly string[];
   /** ConfigMap data to override, by ConfigMap name */
   configMapData?: Record<string, Record<string, string>>;
+  /** pod spec fields to set (shareProcessNamespace stands in for hostPID, which kube play ignores) */
+  podSpec?: Record<string, unknown>;
+  /** container ports to renumber (the manifests' port on a port of the test's own), with the probes that name them */
+  ports?: Record<number, number>;
+}
+
+interface Port {
+  name?: string;
+  containerPort: number;
+}
+interface Probe {
+  httpGet?: { port: number | string };
+}
+interface Container {
+  name: string;
+  ports?: Port[];
+  startupProbe?: Probe;
+  readinessProbe?: Probe;
+  livenessProbe?: Probe;
 }
 
 interface Volume {
@@ -57,7 +76,20 @@ export function kubePlayDocs(docs: readonly KubeDoc[], o: KubePlayOptions): Kube
   const sets = docs.filter((d) => d.kind === 'DaemonSet');
   if (sets.length !== 1) throw new VmpodError(ErrorCode.Config, `expected one DaemonSet, found ${sets.length}`);
   const ds = sets[0] as KubeDoc & { spec: { template: { metadata?: { labels?: Record<string, string> }; spec: { volumes?: Volume[] } } } };
-  const spec = structuredClone(ds.spec.template.spec);
+  const spec = { ...structuredClone(ds.spec.template.spec), ...structuredClone(o.podSpec ?? {}) } as typeof ds.spec.template.spec & { containers?: Container[] };
+  for (const c of spec.containers ?? []) {
+    for (const p of c.ports ?? []) p.containerPort = o.ports?.[p.containerPort] ?? p.containerPort;
+    // podman 4.3 refuses container ports with host networking ("PortMappings can only be used with Bridge"), where
+    // kubelet only names them: a probe's port name becomes the number kubelet would resolve it to, and they go
+    for (const probe of [c.startupProbe, c.readinessProbe, c.livenessProbe]) {
+      const named = probe?.httpGet?.port;
+      if (typeof named !== 'string') continue;
+      const n = c.ports?.find((p) => p.name === named)?.containerPort;
+      if (n === undefined) throw new VmpodError(ErrorCode.Config, `container ${c.name}: a probe names port ${named}, which it does not declare`);
+      probe!.httpGet!.port = n;
+    }
+    delete c.ports;
+  }
   for (const v of spec.volumes ?? []) {
     if (v.hostPath === undefined) continue;
     const node = v.hostPath.path;
