@@ -105,3 +105,43 @@ describe('tapctl check', () => {
     expect(await failuresCounted('cni-check-failed')).toBe(2);
   });
 });
+
+describe('a tc-redirect pod, checked on --check-interval', () => {
+  const key = `chkt-${process.pid}-${randomBytes(2).toString('hex')}`;
+  let tnet: CniTestNet;
+  let td: Daemon;
+  const tctl = (...a: string[]) => execa(process.execPath, [BIN.tapctl, '--socket', td.socket, ...a], { reject: false, timeout: 60_000 });
+  const state = async (): Promise<{ state: string; degraded?: { failures: { reason: string; detail: string }[] } }> =>
+    (JSON.parse((await tctl('list', '--json')).stdout) as { key: string; state: string }[]).find((p) => p.key === key)!;
+  const until = async (what: string, cond: () => Promise<boolean>): Promise<void> => {
+    const end = Date.now() + 30_000;
+    while (!(await cond())) {
+      if (Date.now() > end) throw new Error(`timed out waiting for ${what}\n${td.logs()}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+
+  beforeAll(async () => {
+    tnet = await makeCniConf();
+    td = await startDaemon({ confDir: tnet.confDir, binDirs: tnet.binDirs, cacheDir: tnet.cacheDir, extraArgs: ['--binding', 'tc-redirect', '--check-interval', '300'] });
+    const r = await tctl('add', key, '--pod-name', 'vm-tc', '--pod-namespace', 'default');
+    expect(r.exitCode, r.stderr).toBe(0);
+  });
+
+  afterAll(async () => {
+    await tctl('release', key);
+    await stopDaemonAndNet(td, tnet, { ifAlive: true, podKey: key });
+    expect(await tnet.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
+  });
+
+  it('passes with CNI CHECK (the interface keeps its MAC), degrades when a redirect filter goes, and recovers when it is back', async () => {
+    const { stdout } = await tctl('check', key);
+    expect(JSON.parse(stdout)).toMatchObject({ ok: true, failures: [], cni: 'checked' });
+    await execa('ip', ['netns', 'exec', key, 'tc', 'filter', 'del', 'dev', 'tap0', 'parent', 'ffff:', 'prio', '100']);
+    await until('the interval\'s check to find it', async () => (await state()).state === 'degraded');
+    expect((await state()).degraded?.failures).toEqual([{ reason: 'redirect-missing', detail: 'tap0 has no ingress filter redirecting its frames to virtlet-eth0' }]);
+    expect(td.lines().some((l) => l.msg === 'pod check failed: degraded (nothing is repaired)' && l.key === key)).toBe(true);
+    await execa('ip', ['netns', 'exec', key, 'tc', 'filter', 'add', 'dev', 'tap0', 'parent', 'ffff:', 'prio', '100', 'protocol', 'all', 'u32', 'match', 'u8', '0', '0', 'at', '0', 'action', 'mirred', 'egress', 'redirect', 'dev', 'virtlet-eth0']);
+    await until('a later check to pass', async () => (await state()).state === 'ready');
+  });
+});
