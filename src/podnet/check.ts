@@ -1,7 +1,7 @@
 // A pod's health as tapmanager can tell it without changing anything (tapctl check, --check-interval): its own checks
 // (the netns, each interface's binding, where the VM's MAC is, the DHCP server) and CNI CHECK with a prevResult that
 // says what the pod netns holds now. Nothing here repairs: a failure is reported with its reason, and
-// docs/operations.md says what an operator does for each. The checks over the observed netns are pure.
+// docs/operations.md says what an operator does for each. prevResultForCheck and the bridge binding's check are pure.
 import { existsSync } from 'node:fs';
 import { errorChain } from '../errors.js';
 import { supportsCheck, type CniClient, type CniResult, type NetworkConfigList, type RuntimeConf } from '../cni/index.js';
