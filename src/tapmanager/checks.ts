@@ -48,16 +48,17 @@ export class PodChecker {
 
   /** Every ready pod, one after another; a check that cannot run is logged and the next one goes. */
   checkAll(): Promise<void> {
-    this.running ??= (async () => {
-      try {
-        for (const key of this.d.readyKeys()) {
-          await this.checkOne(key).catch((e: unknown) => this.d.log.warn({ key, op: 'check', err: e }, 'pod check could not run'));
-        }
-      } finally {
-        this.running = undefined;
-      }
-    })();
+    // cleared in a callback, never inside the run: a run with no pod ends before `running` would be set
+    this.running ??= this.runAll().finally(() => {
+      this.running = undefined;
+    });
     return this.running;
+  }
+
+  private async runAll(): Promise<void> {
+    for (const key of this.d.readyKeys()) {
+      await this.checkOne(key).catch((e: unknown) => this.d.log.warn({ key, op: 'check', err: e }, 'pod check could not run'));
+    }
   }
 
   /** Every intervalMs (0: never), from intervalMs after now. */

@@ -66,21 +66,22 @@ export class CniStatusMonitor {
   }
 
   private ask(): Promise<Answer> {
-    this.asking ??= (async () => {
-      try {
-        const list = await this.d.loadConfList();
-        const statuses = await this.d.status(list);
-        const before = this.last === undefined ? [] : this.reasons();
-        this.last = { at: Date.now(), list, statuses };
-        this.d.onStatus?.(list.name, statuses);
-        const now = this.reasons();
-        if (now.join('\n') !== before.join('\n')) this.d.log[now.length > 0 ? 'error' : 'info']({ network: list.name, statuses }, now.length > 0 ? 'CNI STATUS: the network cannot take adds' : 'CNI STATUS: the network takes adds');
-        return this.last;
-      } finally {
-        this.asking = undefined;
-      }
-    })();
+    // cleared in a callback, never inside the run (see PodChecker.checkAll)
+    this.asking ??= this.askNow().finally(() => {
+      this.asking = undefined;
+    });
     return this.asking;
+  }
+
+  private async askNow(): Promise<Answer> {
+    const list = await this.d.loadConfList();
+    const statuses = await this.d.status(list);
+    const before = this.reasons();
+    this.last = { at: Date.now(), list, statuses };
+    this.d.onStatus?.(list.name, statuses);
+    const now = this.reasons();
+    if (now.join('\n') !== before.join('\n')) this.d.log[now.length > 0 ? 'error' : 'info']({ network: list.name, statuses }, now.length > 0 ? 'CNI STATUS: the network cannot take adds' : 'CNI STATUS: the network takes adds');
+    return this.last;
   }
 }
 

@@ -112,3 +112,15 @@ describe('PodChecker', () => {
     expect(c.degraded('p2')).toBeUndefined();
   });
 });
+
+describe('PodChecker.checkAll', () => {
+  it('runs again after a run that found no pod (it does not stay "running")', async () => {
+    let keys: string[] = [];
+    let checked = 0;
+    const c = new PodChecker({ check: async (key) => (checked++, { key, ok: true, failures: [], cni: 'checked', at: '' }), readyKeys: () => keys, log: silentLogger() });
+    await c.checkAll();
+    keys = ['p1'];
+    await c.checkAll();
+    expect(checked).toBe(1);
+  });
+});
