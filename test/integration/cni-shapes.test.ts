@@ -18,6 +18,7 @@ import { listLinks, listNetns, run } from '../helpers/netns.js';
 import { uniqueSubnet } from '../helpers/cniconf.js';
 import { ensureUdhcpc6, UDHCPC6_BUILD_TIMEOUT_MS } from '../helpers/guest.js';
 import { normaliseIpv6 } from '../../src/net/ipv6.js';
+import { KEPT_FROM_NETWORK, KEPT_FROM_VM, REDIRECT_PRIO } from '../../src/podnet/tcredirect.js';
 import { kernelMakes, makeLan, ping, udhcpcLease, writeConfList, type Lan } from '../helpers/shapes.js';
 
 const rand = () => randomBytes(3).toString('hex');
@@ -101,7 +102,8 @@ async function releaseAll(p: Pod, stateDir = d.stateDir): Promise<void> {
   expect(readdirSync(stateDir).filter((n) => n.includes(p.key))).toEqual([]);
 }
 
-async function tcFilters(ns: string, dev: string): Promise<{ kind?: string; options?: { actions?: { kind: string; to_dev?: string }[]; flowid?: string } }[]> {
+/** tc's filters as `tc -j` shows them: one entry per prio, and one per filter (with options) */
+async function tcFilters(ns: string, dev: string): Promise<{ pref: number; protocol: string; kind?: string; options?: { actions?: { kind: string; to_dev?: string }[]; flowid?: string; fh?: string } }[]> {
   return JSON.parse(await run(['ip', 'netns', 'exec', ns, 'tc', '-j', 'filter', 'show', 'dev', dev, 'ingress'])) as never;
 }
 
@@ -145,8 +147,12 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     // what tc itself shows: the keep filters, then the redirect each way
     const onMv = await tcFilters(p.key, 'virtlet-eth0');
     expect(onMv.flatMap((f) => f.options?.actions ?? []).map((a) => [a.kind, a.to_dev])).toEqual([['mirred', 'tap0']]);
-    expect(onMv.filter((f) => f.options?.flowid === 'ffff:1').length).toBeGreaterThan(0);
+    // each keep filter at its prio with its protocol, as the plan wrote them, then the redirect last
+    const kept = (fs: Awaited<ReturnType<typeof tcFilters>>) => fs.filter((f) => f.options?.flowid === 'ffff:1').map((f) => `${f.pref} ${f.protocol}`);
+    expect(kept(onMv)).toEqual(KEPT_FROM_NETWORK.map(([proto], n) => `${n + 1} ${proto}`));
+    expect(onMv.filter((f) => f.options?.actions).map((f) => `${f.pref} ${f.protocol}`)).toEqual([`${REDIRECT_PRIO} all`]);
     const onTap = await tcFilters(p.key, 'tap0');
+    expect(kept(onTap)).toEqual(KEPT_FROM_VM.map(([proto], n) => `${n + 1} ${proto}`));
     expect(onTap.flatMap((f) => f.options?.actions ?? []).map((a) => [a.kind, a.to_dev])).toEqual([['mirred', 'virtlet-eth0']]);
     // the VM's DHCP stayed in the pod: not one DHCP frame reached the LAN
     const counted = JSON.parse(await run(['ip', 'netns', 'exec', lan.ns, 'nft', '-j', 'list', 'table', 'netdev', 'vmcount'])) as { nftables: { rule?: { expr: { counter?: { packets: number } }[] } }[] };
