@@ -21,7 +21,7 @@ PACKAGES=(
   libvirt-daemon libvirt-clients libvirt-daemon-driver-qemu   # libvirt as the real client (e2e)
   cpio gzip kmod xz-utils zstd  # building the guest's initramfs
   iputils-ping curl             # the demo and the e2e tests reach the guest
-  python3                       # the stub emulator of the vmwrapper tests
+  python3                       # the stub emulator of the vmwrapper tests; the guest relay's TUNSETOFFLOAD (test/helpers/taprelay.ts)
   gcc libc6-dev make g++        # node-gyp builds the addon; the benchmarks compile their C baselines (bench/c) with cc
   strace                        # bench/pods.mjs --strace: syscalls per get
   ethtool                       # the multiqueue e2e test reads the offloads the guest negotiated on its tap (ethtool -k)

@@ -7,7 +7,10 @@
 // UDP over ordinary sockets (dhclient -6, systemd-networkd, unicast renewals and releases) leaves the checksum to
 // be filled in (CHECKSUM_PARTIAL). The packet socket on vr0 hands such a frame over with VIRTIO_NET_HDR_F_NEEDS_CSUM,
 // csum_start and csum_offset in its header, and the pod tap takes it with that header: the frame reaches the pod
-// exactly as one from virtio-net does. counts.partial counts them. Real clients run in the guest netns.
+// exactly as one from virtio-net does. counts.partial counts them. The other way, the pod tap is told the guest takes
+// such frames too (TUNSETOFFLOAD TUN_F_CSUM, as qemu does), and the relay hands them to eth0 with their header.
+// Real clients run in the guest netns.
+import { spawnSync } from 'node:child_process';
 import { execa } from 'execa';
 import { native, type Poller } from '../../src/native.js';
 import { addNetns, delNetns, run, uniqueName } from './netns.js';
@@ -16,10 +19,10 @@ export interface GuestNetns {
   ns: string;
   nsPath: string;
   /**
-   * frames copied pod -> guest and guest -> pod, and of the latter those whose checksum the guest left to be filled
-   * in (virtio_net_hdr flags VIRTIO_NET_HDR_F_NEEDS_CSUM)
+   * frames copied pod -> guest and guest -> pod, and of each those whose checksum was left to be filled in
+   * (virtio_net_hdr flags VIRTIO_NET_HDR_F_NEEDS_CSUM): partial from the guest, partialToGuest from the pod
    */
-  counts: { toGuest: number; toPod: number; partial: number };
+  counts: { toGuest: number; toPod: number; partial: number; partialToGuest: number };
   close(): Promise<void>;
 }
 
@@ -53,6 +56,21 @@ function pump(from: number, to: number, count: (f: Buffer) => void): Poller {
   });
 }
 
+/** TUNSETOFFLOAD = _IOW('T', 208, unsigned int) (linux/if_tun.h) and its TUN_F_CSUM */
+const TUNSETOFFLOAD = 0x400454d0;
+const TUN_F_CSUM = 0x01;
+
+/**
+ * What qemu does on the tap fd when the guest negotiates VIRTIO_NET_F_GUEST_CSUM: the tap takes TUN_F_CSUM, so the
+ * pod netns hands it frames with the checksum still to fill in (its own UDP: the DHCPv4 replies) and the guest
+ * receives them that way. An ioctl on the fd, from a child that inherits it (the addon has no call for it).
+ */
+function acceptPartialChecksums(tapFd: number): void {
+  const py = `import fcntl\nfcntl.ioctl(3, ${TUNSETOFFLOAD}, ${TUN_F_CSUM})`;
+  const r = spawnSync('python3', ['-c', py], { stdio: ['ignore', 'pipe', 'pipe', tapFd], timeout: 10_000, encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`TUNSETOFFLOAD on the pod tap: ${r.error?.message ?? r.stderr}`);
+}
+
 /** A guest netns whose eth0 (MAC `mac`, MTU `mtu`) is relayed to the pod tap fd `podTapFd` (not closed here). */
 export async function guestOnTap(podTapFd: number, mac: string, mtu = 1500): Promise<GuestNetns> {
   const ns = uniqueName('vmg6');
@@ -69,14 +87,18 @@ export async function guestOnTap(podTapFd: number, mac: string, mtu = 1500): Pro
     fd = native().packetSocketInNetns(nsPath, 'vr0', ACCEPT_ALL, { vnetHdr: true });
     await run(['ip', '-n', ns, 'link', 'set', 'dev', 'lo', 'up']);
     await run(['ip', '-n', ns, 'link', 'set', 'dev', 'eth0', 'up']);
+    acceptPartialChecksums(podTapFd);
   } catch (e) {
     if (fd >= 0) native().close(fd);
     await delNetns(ns);
     throw e;
   }
-  const counts = { toGuest: 0, toPod: 0, partial: 0 };
+  const counts = { toGuest: 0, toPod: 0, partial: 0, partialToGuest: 0 };
   const pollers = [
-    pump(podTapFd, fd, () => counts.toGuest++),
+    pump(podTapFd, fd, (f) => {
+      counts.toGuest++;
+      if (f[0]! & VIRTIO_NET_HDR_F_NEEDS_CSUM) counts.partialToGuest++;
+    }),
     pump(fd, podTapFd, (f) => {
       counts.toPod++;
       if (f[0]! & VIRTIO_NET_HDR_F_NEEDS_CSUM) counts.partial++;

@@ -342,11 +342,17 @@ describe('DHCP server with busybox udhcpc', () => {
     // what reaches the pod side of the guest's veth: the guest's eth0 has tx checksum offload on (a veth's default),
     // as a virtio-net guest has, so its unicast renewal (an ordinary UDP socket) leaves the checksum to be filled in
     const cap = capture(NS_A, VETH1);
+    // and the server's ACK (the pod netns's own UDP, out of the bridge and the veth with tx offload) reaches the
+    // guest with its checksum left to fill in, as a virtio-net guest with VIRTIO_NET_F_GUEST_CSUM receives it
+    const capGuest = capture(NS_B1, 'eth0');
     process.kill(client.pid!, 'SIGUSR1');
     await waitFor('the renewal', () => events(dir, 'renew').length >= 1);
     cap.stop();
+    capGuest.stop();
     const renewal = cap.frames.find((f) => isUdp4(f.data, '10.1.90.5', 67));
     expect(renewal?.csumNotReady, 'the unicast REQUEST arrived with its checksum left to fill in').toBe(true);
+    const ack = capGuest.frames.find((f) => isUdp4(f.data, SERVER_IP, 68));
+    expect(ack?.csumNotReady, 'the ACK arrived with its checksum left to fill in').toBe(true);
     expect(server.stats.acks).toBeGreaterThanOrEqual(2);
     const [renew] = events(dir, 'renew');
     expect(renew.ip).toBe('10.1.90.5');

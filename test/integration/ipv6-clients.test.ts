@@ -74,7 +74,7 @@ const ipv6Of = (e: Record<string, string>): string | undefined => (e.ipv6 === un
 
 const DNS6 = 'fd53::53';
 
-/** Frames reached the pod with their checksum still to be filled in (checksum offload on, as in a virtio-net guest). */
+/** Frames reached the pod with their checksum still to be filled in (tx checksum offload on, as in a virtio-net guest). */
 function expectPartial(g: GuestNetns): void {
   expect(g.counts.partial, 'frames relayed with VIRTIO_NET_HDR_F_NEEDS_CSUM').toBeGreaterThan(0);
 }
@@ -259,6 +259,9 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     const v4 = (await addrs(p.guest.ns, 'eth0')).filter((a) => a.family === 'inet');
     expect(v4.map((a) => `${a.local}/${a.prefixlen}`)).toEqual([`${p.ip4}/24`]);
     expect((await execa('ip', ['-n', p.guest.ns, '-4', 'route', 'show', 'default'])).stdout).toContain(`via ${net.gateway} dev eth0`);
+    // the DHCPv4 replies (the pod netns's own UDP) reached the guest with their checksum left to fill in, as a
+    // virtio-net guest with VIRTIO_NET_F_GUEST_CSUM receives them, and the client took them
+    expect(p.guest.counts.partialToGuest, 'frames to the guest with VIRTIO_NET_HDR_F_NEEDS_CSUM').toBeGreaterThan(0);
   }
 
   it('dhcpcd (handles RAs itself) gets the address, lifetimes, route, DNS and search list', async () => {
@@ -337,6 +340,7 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
       const r = await execa('ip', ['netns', 'exec', p.guest.ns, 'busybox', 'udhcpc', '-i', 'eth0', '-f', '-n', '-q', '-T', '1', '-t', '10', '-s', script], { reject: false, all: true, timeout: 40_000 });
       expect(r.exitCode, r.all).toBe(0);
       expect(events(dir).find((e) => e.ip !== undefined)?.ip).toBe(p.ip4);
+      expect(p.guest.counts.partialToGuest, 'frames to the guest with VIRTIO_NET_HDR_F_NEEDS_CSUM').toBeGreaterThan(0);
     }, 60_000);
   }
 
