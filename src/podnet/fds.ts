@@ -79,10 +79,14 @@ export async function queueFds(st: QueueSource, queues: number, log: Logger): Pr
   return { fds, queueFdIndices };
 }
 
-/** n more queues of a multi-queue tap, in one visit of the netns (E2BIG past the kernel's MAX_TAP_QUEUES). */
+/**
+ * n more queues of a multi-queue tap, in one visit of the netns (E2BIG past the kernel's MAX_TAP_QUEUES), on a pool
+ * thread: each attach takes rtnl_lock, which other pods' plugins and link changes hold at times, and the event loop (the
+ * other gets, DHCP) need not wait for it.
+ */
 async function openQueues(nsPath: string, i: PodInterface, n: number): Promise<number[]> {
   try {
-    return await native().openTapQueues(nsPath, i.tapName, n, tapOpts(i));
+    return await native().openTapQueues(nsPath, i.tapName, n, { ...tapOpts(i), offLoop: true });
   } catch (e) {
     throw tapError(nsPath, i.tapName, e);
   }
