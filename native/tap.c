@@ -3,19 +3,76 @@
 
 #include "common.h"
 
+#include <linux/if_link.h>
+#include <linux/rtnetlink.h>
+
 // The kernel's MAX_TAP_QUEUES (drivers/net/tun.c): more opens of one multi-queue tap fail with E2BIG anyway.
 #define TAP_MAX_OPENS 256
+
+// The queues attached to the tun/tap `name` of the calling thread's netns (IFLA_TUN_NUM_QUEUES of an RTM_GETLINK), or
+// -errno.
+static int tap_queues_attached(const char *name) {
+  int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (s < 0) return -errno;
+  struct {
+    struct nlmsghdr h;
+    struct ifinfomsg i;
+    char attrs[RTA_SPACE(IFNAMSIZ)];
+  } req;
+  memset(&req, 0, sizeof(req));
+  struct rtattr *a = (struct rtattr *)req.attrs;
+  a->rta_type = IFLA_IFNAME;
+  a->rta_len = RTA_LENGTH(strlen(name) + 1);
+  memcpy(RTA_DATA(a), name, strlen(name));
+  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(req.i)) + RTA_ALIGN(a->rta_len);
+  req.h.nlmsg_type = RTM_GETLINK;
+  req.h.nlmsg_flags = NLM_F_REQUEST;
+  req.i.ifi_family = AF_UNSPEC;
+  static __thread char buf[16384];
+  int ret = -EIO;
+  ssize_t n;
+  if (send(s, &req, req.h.nlmsg_len, 0) < 0) ret = -errno;
+  else if ((n = recv(s, buf, sizeof(buf), 0)) < 0) ret = -errno;
+  else {
+    struct nlmsghdr *h = (struct nlmsghdr *)buf;
+    if (NLMSG_OK(h, (size_t)n) && h->nlmsg_type == NLMSG_ERROR) {
+      int e = ((struct nlmsgerr *)NLMSG_DATA(h))->error;
+      ret = e < 0 ? e : -EIO;
+    } else if (NLMSG_OK(h, (size_t)n) && h->nlmsg_type == RTM_NEWLINK) {
+      ret = 0;  // a link without tun data has none
+      int l1 = (int)IFLA_PAYLOAD(h);
+      for (struct rtattr *x = IFLA_RTA((struct ifinfomsg *)NLMSG_DATA(h)); RTA_OK(x, l1); x = RTA_NEXT(x, l1)) {
+        int l2 = (int)RTA_PAYLOAD(x);
+        for (struct rtattr *y = RTA_DATA(x); x->rta_type == IFLA_LINKINFO && RTA_OK(y, l2); y = RTA_NEXT(y, l2)) {
+          int l3 = (int)RTA_PAYLOAD(y);
+          for (struct rtattr *z = RTA_DATA(y); y->rta_type == IFLA_INFO_DATA && RTA_OK(z, l3); z = RTA_NEXT(z, l3))
+            if (z->rta_type == IFLA_TUN_NUM_QUEUES && RTA_PAYLOAD(z) >= 4) memcpy(&ret, RTA_DATA(z), 4);
+        }
+      }
+    }
+  }
+  close(s);
+  return ret;
+}
 
 // The tap `name` opened `n` times inside the netns at ns_path by the calling thread (the main thread or a pool thread),
 // which is back in its own netns when this returns: TUNSETIFF with IFF_TAP|IFF_NO_PI and `flags` on each (on a
 // multi-queue tap each open attaches one more queue). Fills fds (CLOEXEC) and returns 0, or -errno with `what` saying
-// which step failed and none of them left open.
-static int tap_open_in(const char *fn, const char *ns_path, const char *name, int flags, int *fds, int n, char *what, size_t wlen) {
+// which step failed and none of them left open. exclusive: EBUSY, without an open, when the tap has queues attached
+// (a multi-queue tap would take the open as one more queue; a single-queue one answers EBUSY itself).
+static int tap_open_in(const char *fn, const char *ns_path, const char *name, int flags, bool exclusive, int *fds, int n,
+                       char *what, size_t wlen) {
   netns_guard_t g;
   int err = netns_enter_in(fn, ns_path, &g, what, wlen);
   if (err < 0) return err;
   int got = 0;
-  while (got < n) {
+  int held = exclusive ? tap_queues_attached(name) : 0;
+  if (held != 0) {
+    err = held < 0 ? held : -EBUSY;
+    if (held < 0) snprintf(what, wlen, "RTM_GETLINK %s in %s", name, ns_path);
+    else snprintf(what, wlen, "tap %s in %s has %d queue%s attached", name, ns_path, held, held == 1 ? "" : "s");
+  }
+  while (err == 0 && got < n) {
     int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
     if (fd < 0) {
       err = -errno;
@@ -47,20 +104,20 @@ static int tap_open_in(const char *fn, const char *ns_path, const char *name, in
 // malloc'd (the caller frees both either way), the TUNSETIFF flags beyond IFF_TAP|IFF_NO_PI, and whether to open on a
 // pool thread. False with a TypeError pending on bad arguments.
 static bool get_tap_args(napi_env env, napi_callback_info info, const char *fn, char **ns_path, char **name, int *flags,
-                         bool *off_loop, int64_t *count) {
+                         bool *off_loop, bool *exclusive, int64_t *count) {
   napi_value argv[4];
   napi_valuetype t;
   bool vnet_hdr = false, multi_queue = false;
   *ns_path = *name = NULL;
-  *off_loop = false;
+  *off_loop = *exclusive = false;
   size_t o = count ? 3 : 2;  // where the options are
   if (!get_args(env, info, o + 1, argv, fn)) return false;
   if (count && !get_int(env, argv[2], fn, "count", 1, TAP_MAX_OPENS, count)) return false;
   if (napi_typeof(env, argv[o], &t) != napi_ok) return throw_napi(env, "napi_typeof failed"), false;
   if (t == napi_object) {
-    const char *keys[3] = {"vnetHdr", "multiQueue", "offLoop"};
-    bool *outs[3] = {&vnet_hdr, &multi_queue, off_loop};
-    for (int i = 0; i < 3; i++) {
+    const char *keys[4] = {"vnetHdr", "multiQueue", "offLoop", "exclusive"};
+    bool *outs[4] = {&vnet_hdr, &multi_queue, off_loop, exclusive};
+    for (int i = 0; i < 4; i++) {
       napi_value v;
       napi_valuetype vt;
       if (napi_get_named_property(env, argv[o], keys[i], &v) != napi_ok || napi_typeof(env, v, &vt) != napi_ok)
@@ -83,6 +140,7 @@ typedef struct {
   char *ns_path;
   char *name;
   int flags;
+  bool exclusive;
   int n;       // opens: 1 (openTap) or count (openTapQueues)
   bool array;  // resolve with the array of fds (openTapQueues), else with the fd
   int err;     // 0, or -errno
@@ -99,7 +157,7 @@ static void tap_open_free(tap_open_t *w) {
 static void tap_open_execute(napi_env env, void *data) {
   (void)env;
   tap_open_t *w = data;
-  w->err = tap_open_in(w->fn, w->ns_path, w->name, w->flags, w->fds, w->n, w->what, sizeof(w->what));
+  w->err = tap_open_in(w->fn, w->ns_path, w->name, w->flags, w->exclusive, w->fds, w->n, w->what, sizeof(w->what));
 }
 
 // The fd, or the array of fds, as a JS value; NULL when it cannot be made.
@@ -144,7 +202,7 @@ static napi_value tap_open_start(napi_env env, napi_callback_info info, const ch
   if (!w) return throw_errno(env, ENOMEM, "%s", fn);
   bool off_loop;
   napi_value promise = NULL;
-  if (!get_tap_args(env, info, fn, &w->ns_path, &w->name, &w->flags, &off_loop, queues ? &count : NULL)) {
+  if (!get_tap_args(env, info, fn, &w->ns_path, &w->name, &w->flags, &off_loop, &w->exclusive, queues ? &count : NULL)) {
     tap_open_free(w);
     return NULL;
   }

@@ -97,6 +97,11 @@ export interface TapOptions {
    * for, and the event loop need not wait for it. Without it the tap is opened before openTap returns.
    */
   offLoop?: boolean;
+  /**
+   * EBUSY, without opening it, when the tap has queues attached (IFLA_TUN_NUM_QUEUES, asked in the netns first): a
+   * multi-queue tap would take the open as one more queue
+   */
+  exclusive?: boolean;
 }
 
 export interface Native {

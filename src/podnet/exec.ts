@@ -126,14 +126,6 @@ export async function observeNetns(nsPath: string, signal?: AbortSignal): Promis
   return decodeObserved(answers[0]!.data, answers[1]!.data, answers[2]!.data);
 }
 
-/** The queues attached to each tun/tap of the netns (IFLA_TUN_NUM_QUEUES), by name: one rtnetlink link dump. */
-export async function tunQueues(nsPath: string): Promise<Map<string, number>> {
-  const [a] = await netlink(nsPath, OBSERVE_REQUESTS.slice(0, 1), false);
-  if (!a || a.errno !== 0) throw new VmpodError(ErrorCode.Netlink, `read links of ${nsPath}: ${a?.text ?? 'no answer'}`);
-  const links = decodeObserved(a.data, Buffer.alloc(0), Buffer.alloc(0)).links;
-  return new Map(links.flatMap((l) => (l.tunQueues === undefined ? [] : [[l.name, l.tunQueues] as const])));
-}
-
 /** Makes the filter table `table` with these rules (ebtables' words, filter.ts) in the netns, in one transaction. */
 export async function addFilterTable(nsPath: string, table: string, rules: readonly (readonly string[])[], signal?: AbortSignal): Promise<void> {
   const [a] = await netlink(nsPath, [filterRequest(table, rules)], false, signal);

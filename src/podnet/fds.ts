@@ -13,6 +13,8 @@ export interface OpenFdsOptions {
   justMade?: boolean;
   /** on a libuv pool thread: TUNSETIFF may wait for rtnl_lock behind other pods' plugins and link changes */
   offLoop?: boolean;
+  /** EBUSY, without an open, for a tap that has queues attached: a running VM's (restore, recover, get's reopen) */
+  exclusive?: boolean;
 }
 
 /**
@@ -119,7 +121,7 @@ async function openTap(nsPath: string, i: PodInterface, log: Logger, opts: OpenF
   let flipped = false;
   for (let n = 0; ; n++) {
     try {
-      return await native().openTap(nsPath, tapName, { ...tapOpts(i), offLoop: opts.offLoop === true });
+      return await native().openTap(nsPath, tapName, { ...tapOpts(i), offLoop: opts.offLoop === true, exclusive: opts.exclusive === true });
     } catch (e) {
       if (!flipped && errnoOf(e) === 'EINVAL') {
         flipped = true;

@@ -7,9 +7,6 @@ import { RT_PROTOS, RT_SCOPES } from './iplines.js';
 import type { Observed, ObservedAddr, ObservedLink, ObservedRoute } from './types.js';
 
 const IFLA = { ADDRESS: 1, IFNAME: 3, MTU: 4, MASTER: 10, LINKINFO: 18, PARENT_DEV_NAME: 56, PARENT_DEV_BUS_NAME: 57 } as const;
-const IFLA_INFO = { KIND: 1, DATA: 2 } as const;
-/** include/uapi/linux/if_link.h: IFLA_TUN_NUM_QUEUES, a u32 in a tun's IFLA_INFO_DATA */
-const IFLA_TUN_NUM_QUEUES = 8;
 const IFA = { ADDRESS: 1, LOCAL: 2, BROADCAST: 4 } as const;
 const RTA = { DST: 1, OIF: 4, GATEWAY: 5, PRIORITY: 6, PREFSRC: 7, TABLE: 15 } as const;
 const RT_TABLE_MAIN = 254;
@@ -48,11 +45,8 @@ export function decodeObserved(links: Buffer, addrs: Buffer, routes: Buffer): Ob
       up: (m.body.readUInt32LE(8) & IFF_UP) !== 0,
       addrs4: [],
     };
-    const info = parseAttrs(a.get(IFLA.LINKINFO) ?? Buffer.alloc(0));
-    const kind = attrString(info.get(IFLA_INFO.KIND));
+    const kind = attrString(parseAttrs(a.get(IFLA.LINKINFO) ?? Buffer.alloc(0)).get(1));
     if (kind) link.kind = kind;
-    const queues = kind === 'tun' ? parseAttrs(info.get(IFLA_INFO.DATA) ?? Buffer.alloc(0)).get(IFLA_TUN_NUM_QUEUES) : undefined;
-    if (queues && queues.length >= 4) link.tunQueues = queues.readUInt32LE(0);
     const master = a.get(IFLA.MASTER)?.readUInt32LE(0);
     if (master) masters.set(link, master);
     const bus = attrString(a.get(IFLA.PARENT_DEV_BUS_NAME));

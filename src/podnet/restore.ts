@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { RecoverPayload } from '../protocol/payloads.js';
 import { Phase, type PodRecord } from '../state/record.js';
-import { observeNetns, tunQueues } from './exec.js';
+import { observeNetns } from './exec.js';
 import { undoRecord } from './steps.js';
 import { isBusy, openFds } from './fds.js';
 import { checkRecoverCsn, checkSameCsn, recoverRecord } from './recover.js';
@@ -16,23 +16,18 @@ import type { PodEnv, PodNetworkState } from './podenv.js';
 export type RestoreOutcome = 'restored' | 'rolledBack' | 'netnsMissing' | 'quarantined' | 'kept' | 'none';
 
 /**
- * The state of a ready record, taps reopened (a VF's fd is /dev/null again: the VF is not touched). A tap that has
- * queues attached is held by a running VM (started before a restart): the pod is attached without fds if
- * `tolerateBusy` (restore, recover: DHCP and release work, get says the tap is in use), else that is the error. A
- * multi-queue tap would take our open as one more queue, which nobody reads and which takes its share of the VM's
- * packets; a single-queue tap answers EBUSY, which the rtnetlink check only says first.
+ * The state of a ready record, taps reopened (a VF's fd is /dev/null again: the VF is not touched). A tap with queues
+ * attached is held by a running VM (openFds exclusive: EBUSY; a single-queue tap takes one open file at a time anyway,
+ * and on a multi-queue tap ours would be one more queue, which nobody reads and which takes its share of the VM's
+ * packets): the pod is attached without fds if `tolerateBusy` (restore, recover: DHCP and release work, get says the
+ * tap is in use).
  */
 export async function attach(env: PodEnv, rec: PodRecord, tolerateBusy = false): Promise<PodNetworkState> {
   let fds: number[] = [];
   try {
-    const queues = await tunQueues(rec.nsPath);
-    const held = rec.interfaces.filter((i) => i.type === 'tap' && (queues.get(i.tapName) ?? 0) > 0).map((i) => i.tapName);
-    if (held.length > 0) {
-      throw new VmpodError(ErrorCode.Conflict, `get ${rec.key}: a tap of the pod is in use (${held.join(', ')} has queues attached): the VM holds it already`, { key: rec.key, op: 'get' });
-    }
-    fds = await openFds(rec.nsPath, rec.interfaces, env.log);
+    fds = await openFds(rec.nsPath, rec.interfaces, env.log, { exclusive: true });
   } catch (e) {
-    if (!(tolerateBusy && (isBusy(e) || (e instanceof VmpodError && e.code === ErrorCode.Conflict)))) throw e;
+    if (!(tolerateBusy && isBusy(e))) throw e;
     env.log.warn({ key: rec.key, op: 'attach', err: e }, 'a tap is in use (a running VM holds it): attached without fds');
   }
   return { key: rec.key, nsPath: rec.nsPath, csn: rec.csn!, interfaces: rec.interfaces, fds, desc: rec.desc };

@@ -27,8 +27,6 @@ export interface ObservedLink {
   mtu: number;
   up: boolean;
   master?: string;
-  /** a tun/tap: linkinfo.info_data.numqueues, the queues attached (open and not detached) */
-  tunQueues?: number;
   /** "pci" for a PCI network device (a VF moved into the netns) */
   parentBus?: string;
   parentDev?: string;

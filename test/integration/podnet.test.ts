@@ -9,7 +9,7 @@ import { PodNetwork, type PodNetworkState } from '../../src/podnet/index.js';
 import { StateStore } from '../../src/state/store.js';
 import { CniClient, loadConfList } from '../../src/cni/index.js';
 import { silentLogger } from '../../src/log.js';
-import { isVmpodError } from '../../src/errors.js';
+import { errorChain, isVmpodError } from '../../src/errors.js';
 import { macToBase64 } from '../../src/protocol/mac.js';
 import { netnsStep, cniAddStep, planContainerSide, randomLaaMac } from '../../src/podnet/plan.js';
 import { parseObserved } from '../helpers/ipjson.js';
@@ -409,7 +409,11 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const pn2 = ctx.make();
     expect(await pn2.restore()).toEqual({ restored: [ctx.key], rolledBack: [], netnsMissing: [], quarantined: [] });
     expect(pn2.state(ctx.key)!.fds).toEqual([]);
-    await expect(pn2.ensureFds(ctx.key)).rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('in use (tap0 has queues attached)') });
+    const busy = await pn2.ensureFds(ctx.key).catch((e: unknown) => e as Error);
+    expect(busy).toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('in use (EBUSY)') });
+    // the addon asked the tap's queues before it opened anything: pn1's one queue
+    expect(errorChain(busy)).toContain('tap tap0 in /var/run/netns/');
+    expect(errorChain(busy)).toContain('has 1 queue attached');
     pn1.closeAll();
     const st2 = await pn2.ensureFds(ctx.key);
     expect(fdinfo(st2.fds[0]!)).toContain('iff:\ttap0');
