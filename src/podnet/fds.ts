@@ -13,7 +13,10 @@ export interface OpenFdsOptions {
   justMade?: boolean;
   /** on a libuv pool thread: TUNSETIFF may wait for rtnl_lock behind other pods' plugins and link changes */
   offLoop?: boolean;
-  /** EBUSY, without an open, for a tap that has queues attached: a running VM's (restore, recover, get's reopen) */
+  /**
+   * EBUSY, without an open, for a tap that has queues attached: a running VM's (restore, recover, get's reopen); a tap
+   * that is gone is ENODEV (a plain TUNSETIFF would make a new, unbridged one)
+   */
   exclusive?: boolean;
 }
 

@@ -405,6 +405,49 @@ describe('openTap', () => {
     expect(await ip('-n', nsName, 'link', 'show', mq)).toContain(mq);
   });
 
+  it('openTapQueues: more queues of a multi-queue tap at once, on the loop or a pool thread, all or none', async () => {
+    const mq = `vq${rand()}`;
+    const opts = { multiQueue: true, vnetHdr: true };
+    fds.push(await n.openTap(nsPath, mq, opts));
+    const three = await n.openTapQueues(nsPath, mq, 3, opts);
+    fds.push(...three);
+    const two = await n.openTapQueues(nsPath, mq, 2, { ...opts, offLoop: true });
+    fds.push(...two);
+    expect(new Set([...three, ...two]).size).toBe(5);
+    for (const fd of [...three, ...two]) {
+      expect(fdinfo(fd)).toContain(`iff:\t${mq}`);
+      expect(isCloexec(fd)).toBe(true);
+    }
+    const info = JSON.parse(await ip('-n', nsName, '-j', '-d', 'link', 'show', mq)) as { linkinfo: { info_data: { numqueues: number } } }[];
+    expect(info[0]!.linkinfo.info_data.numqueues).toBe(6);
+    // past the kernel's 256 queues: E2BIG, and none of this call's opens is left
+    await expect(n.openTapQueues(nsPath, mq, 251, opts)).rejects.toMatchObject({ code: 'E2BIG' });
+    const after = JSON.parse(await ip('-n', nsName, '-j', '-d', 'link', 'show', mq)) as { linkinfo: { info_data: { numqueues: number } } }[];
+    expect(after[0]!.linkinfo.info_data.numqueues).toBe(6);
+    expect(() => n.openTapQueues(nsPath, mq, 0, opts)).toThrow(/count/);
+    expect(() => n.openTapQueues(nsPath, mq, 257, opts)).toThrow(/count/);
+  });
+
+  it('exclusive: EBUSY, without an open, when the tap has queues attached; a free tap opens', async () => {
+    const mq = `vq${rand()}`;
+    const opts = { multiQueue: true, vnetHdr: true };
+    // persistent, as tapmanager's taps are: it stays when the last fd goes
+    await ip('-n', nsName, 'tuntap', 'add', 'dev', mq, 'mode', 'tap', 'vnet_hdr', 'multi_queue');
+    const held = await n.openTap(nsPath, mq, opts);
+    fds.push(held);
+    await expect(n.openTap(nsPath, mq, { ...opts, exclusive: true })).rejects.toMatchObject({
+      code: 'EBUSY',
+      message: `tap ${mq} in ${nsPath} has 1 queue attached: EBUSY (Device or resource busy)`,
+    });
+    fds.splice(fds.indexOf(held), 1);
+    n.close(held);
+    const fd = await n.openTap(nsPath, mq, { ...opts, exclusive: true, offLoop: true });
+    fds.push(fd);
+    expect(fdinfo(fd)).toContain(`iff:\t${mq}`);
+    // a link that is not there: RTM_GETLINK's ENODEV (without exclusive, TUNSETIFF would make a new tap)
+    await expect(n.openTap(nsPath, `vx${rand()}`, { ...opts, exclusive: true })).rejects.toMatchObject({ code: 'ENODEV' });
+  });
+
   it('a missing nsPath gives ENOENT and the thread stays in its netns', async () => {
     const before = fs.readlinkSync('/proc/thread-self/ns/net');
     await expect(n.openTap(`/var/run/netns/vmpt-missing-${rand()}`, tapName)).rejects.toMatchObject({ code: 'ENOENT' });
