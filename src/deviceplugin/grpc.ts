@@ -2,6 +2,7 @@
 // the Register call to kubelet's Registration service, both on kubelet's device plugin API v1beta1
 // (proto/kubelet/deviceplugin/v1beta1/api.proto, loaded with @grpc/proto-loader as the PodResources one is).
 import { lstatSync, rmSync } from 'node:fs';
+import { createConnection } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import * as loader from '@grpc/proto-loader';
 import { protoPath } from '../devices/kubelet.js';
@@ -48,6 +49,26 @@ export class GrpcFailure extends Error {
   }
 }
 
+export class SocketTakenError extends Error {
+  constructor(readonly socket: string) {
+    super(`another process serves on ${socket} (another vfio-device-plugin with a resource of the same name?): stop it, or rename the resource`);
+  }
+}
+
+/** Something accepts connections on the Unix socket `path` (a stale file refuses them: ECONNREFUSED). */
+export function isServed(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const c = createConnection(path);
+    const done = (served: boolean) => {
+      c.destroy();
+      resolve(served);
+    };
+    c.setTimeout(2000, () => done(true)); // accepted but silent is still served
+    c.once('connect', () => done(true));
+    c.once('error', () => done(false));
+  });
+}
+
 /** A socket file's identity (inode and change time): a file made again under the same name has another. */
 export function fileIdentity(path: string): string | undefined {
   try {
@@ -83,8 +104,12 @@ export class ResourceServer {
     private readonly handlers: DevicePluginHandlers,
   ) {}
 
-  /** Listens on a fresh socket (a stale file of an earlier run is removed first). */
+  /**
+   * Listens on a fresh socket. A stale file of an earlier run is removed first; a socket another process still
+   * serves on is not: SocketTakenError (two plugins on one socket would take it from each other every tick).
+   */
   async start(): Promise<void> {
+    if (await isServed(this.socket)) throw new SocketTakenError(this.socket);
     rmSync(this.socket, { force: true });
     const server = new grpc.Server();
     server.addService(devicePluginApi().v1beta1.DevicePlugin.service, {

@@ -7,7 +7,7 @@
 //   should exit, as the API asks.
 import type { Logger } from '../log.js';
 import { errorChain } from '../errors.js';
-import { fileIdentity, isRetryable, register, type ResourceServer } from './grpc.js';
+import { fileIdentity, isRetryable, register, SocketTakenError, type ResourceServer } from './grpc.js';
 
 export const BACKOFF_FIRST_MS = 500;
 export const BACKOFF_MAX_MS = 10_000;
@@ -92,6 +92,7 @@ export class Registrar {
       try {
         await r.server.start();
       } catch (e) {
+        if (e instanceof SocketTakenError && !st.made) throw e; // at start: the plugin does not start
         return this.#failed(r, st, kid, 'listen', `cannot listen on ${r.server.socket}: ${errorChain(e)}`);
       }
       st.made = true;

@@ -329,6 +329,19 @@ describe('kubelet and the plugin die', { timeout: 180_000 }, () => {
     expect(fs.readdirSync(kubelet.dir).filter((f) => f !== 'kubelet.sock')).toEqual([]);
   });
 
+  it('a second plugin on the same sockets does not start, and takes nothing from the first', async () => {
+    const { kubelet: k, node: n } = await setup();
+    const [first] = await k.registered(QAT);
+    await k.registered(CX7);
+    const socketId = fs.statSync(path.join(k.dir, first!.endpoint)).ino;
+    const second = startPlugin({ args: ['--config', path.join(n.dir, 'dp.yaml'), '--kubelet-dir', k.dir, '--cdi-dir', ''], env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: n.host.root } });
+    expect((await second.exited).code).toBe(1);
+    expect(second.stderr.trim().split('\n').pop()).toBe(`vfio-device-plugin: another process serves on ${path.join(k.dir, first!.endpoint)} (another vfio-device-plugin with a resource of the same name?): stop it, or rename the resource`);
+    expect(fs.statSync(path.join(k.dir, first!.endpoint)).ino).toBe(socketId);
+    expect(k.registrations.filter((r) => r.resource_name === QAT)).toHaveLength(1);
+    expect(await (await k.plugin(QAT)).allocate([['0000:3d:02.1']])).toHaveLength(1);
+  });
+
   it('SIGTERM: sockets removed, exit 0', async () => {
     const { kubelet: k, plugin: p } = await setup();
     await k.registered(QAT);
