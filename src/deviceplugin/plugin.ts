@@ -51,6 +51,8 @@ export class VfioDevicePlugin {
   #tick: NodeJS.Timeout | undefined;
   #watcher: FSWatcher | undefined;
   #scanFailure: string | undefined;
+  /** resource -> the errno (or message) of its last failed CDI write */
+  #cdiFailures = new Map<string, string>();
 
   constructor(
     readonly options: PluginOptions,
@@ -126,11 +128,17 @@ export class VfioDevicePlugin {
     }
   }
 
+  /** Writes the resource's CDI spec where it changed; a failure is logged once (it is tried again every tick). */
   #writeCdi(r: ResourceInventory): void {
+    const name = r.resource.resourceName;
+    const fields = { resource: name, dir: this.#cdi!.dir };
     try {
-      if (this.#cdi!.update(r.resource.resourceName, cdiSpec(r, this.inventory.iommufd))) this.log.debug({ resource: r.resource.resourceName, dir: this.#cdi!.dir }, 'CDI spec written');
+      if (this.#cdi!.update(name, cdiSpec(r, this.inventory.iommufd))) this.log.debug(fields, 'CDI spec written');
+      if (this.#cdiFailures.delete(name)) this.log.info(fields, 'CDI spec written again');
     } catch (e) {
-      this.log.error({ err: e, resource: r.resource.resourceName, dir: this.#cdi!.dir }, 'CDI spec not written');
+      const code = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
+      if (this.#cdiFailures.get(name) !== code) this.log.error({ ...fields, err: e }, 'CDI spec not written: Allocate names CDI devices the runtime will not find; tried again every second');
+      this.#cdiFailures.set(name, code);
     }
   }
 

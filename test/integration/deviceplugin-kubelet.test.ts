@@ -369,6 +369,19 @@ describe('the config', { timeout: 180_000 }, () => {
     expect(kubelet.registrations).toEqual([]);
   });
 
+  it('a CDI dir that cannot be written: logged once per resource, the plugin serves on', async () => {
+    const n = makeDpNodeWith(() => undefined);
+    fs.writeFileSync(path.join(n.dir, 'file'), '');
+    const { kubelet: k, plugin: p } = await setupOn(n, { args: ['--cdi-dir', path.join(n.dir, 'file', 'cdi')] });
+    const c = await k.plugin(QAT);
+    await c.nextList((l) => l.length === 4);
+    // ticks pass: a change is seen
+    n.tree.setDriver('0000:3d:02.2', undefined);
+    await c.nextList((l) => healthOf(l, '0000:3d:02.2') === 'Unhealthy');
+    const failed = p.linesMatching(/^CDI spec not written/);
+    expect(failed.map((l) => l['resource']).sort()).toEqual([CX7, QAT]);
+  });
+
   it('CDI off (--cdi-dir ""): no cdi_devices, no spec file', async () => {
     const { kubelet: k, cdiDir } = await setup({ args: ['--cdi-dir', ''] });
     const c = await k.plugin(QAT);
@@ -386,10 +399,10 @@ function makeDpNodeWith(change: (t: DpNode['tree']) => void): DpNode {
   return node;
 }
 
-async function setupOn(n: DpNode, o: { config?: string; configName?: string; devRoot?: string } = {}) {
+async function setupOn(n: DpNode, o: { config?: string; configName?: string; devRoot?: string; args?: string[] } = {}) {
   kubelet = await startFakeDpKubelet();
   const cfg = writeConfig(n.dir, o.configName ?? 'dp.yaml', o.config ?? CONFIG);
   const cdiDir = path.join(n.dir, 'cdi');
-  plugin = startPlugin({ args: ['--config', cfg, '--kubelet-dir', kubelet.dir, '--cdi-dir', cdiDir], env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: o.devRoot ?? n.host.root } });
+  plugin = startPlugin({ args: ['--config', cfg, '--kubelet-dir', kubelet.dir, '--cdi-dir', cdiDir, ...(o.args ?? [])], env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: o.devRoot ?? n.host.root } });
   return { node: n, kubelet, plugin, cdiDir };
 }
