@@ -266,6 +266,21 @@ describe('preparedSteps: what add makes while the CNI plugins run', () => {
     const vf = dropped('virtlet-eth0', new Set(['virtlet-eth0']));
     expect(vf.map((s) => s.name)).toEqual(['ipv6-off', 'drop-prepared', 'vf-setup']);
   });
+
+  it('says whether DHCP may start while it is applied: only when every tap is on the prepared bridge and none has IPv6', () => {
+    const plan = (o: { prepared?: string; v6?: boolean }) => {
+      const r = bridgeResult();
+      if (o.v6) r.ips.push({ address: 'fd00:10:1::5/64', gateway: 'fd00:10:1::1', interface: 2 });
+      return planContainerSide({ observed: observedWithPrepared(), result: r, newMac: () => '02:11:22:33:44:55', ...(o.prepared ? { prepared: o.prepared } : {}) });
+    };
+    expect(plan({ prepared: 'virtlet-eth0' }).dhcpEarly).toBe(true);
+    // RA and DHCPv6 read the tap through a packet socket, which a link still down fails
+    expect(plan({ prepared: 'virtlet-eth0', v6: true }).dhcpEarly).toBe(false);
+    // the prepared links deleted first: the bridge the server binds to does not exist yet
+    expect(plan({ prepared: 'eth0' }).dhcpEarly).toBe(false);
+    // nothing prepared (recover's plan)
+    expect(planContainerSide({ observed: observedAfterBridge(), result: bridgeResult(), newMac: () => '02:11:22:33:44:55' }).dhcpEarly).toBe(false);
+  });
 });
 
 function randomLaaMacFn(): string {
