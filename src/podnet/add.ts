@@ -139,7 +139,10 @@ function spareNetns(fd: number): NetnsSource {
   return {
     made: 'spare netns bound',
     // bound under the key; bindNetns closes the fd (the mount holds the netns)
-    make: (deps, rec, steps) => ((held = false), bindNetns(deps, rec, steps[0]!, rec.key, fd)),
+    make: (deps, rec, steps) => {
+      held = false;
+      return bindNetns(deps, rec, steps[0]!, rec.key, fd);
+    },
     // made with them (sparens.ts)
     prepare: async () => {},
     discard: () => {
