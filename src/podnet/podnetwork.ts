@@ -115,8 +115,10 @@ export class PodNetwork {
   private async makeSpare(): Promise<number> {
     const fd = await native().netnsMake(POD_NETNS_SYSCTLS);
     try {
-      const rec = newRecord({ key: 'spare', desc: { podId: '', podNs: '', podName: '' }, nsPath: `/proc/self/fd/${fd}`, phase: Phase.Adding, steps: [], cniIfNames: [this.env.ifName] });
-      await runSteps(this.env.deps, rec, preparedSteps(this.env.ifName));
+      // a record of its own, never written: the add that takes the spare records these steps under its key
+      const steps = preparedSteps(this.env.ifName);
+      const rec = newRecord({ key: 'spare', desc: { podId: '', podNs: '', podName: '' }, nsPath: `/proc/self/fd/${fd}`, phase: Phase.Adding, steps, cniIfNames: [this.env.ifName] });
+      await runSteps(this.env.deps, rec, steps);
     } catch (e) {
       native().close(fd);
       throw e;

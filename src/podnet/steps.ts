@@ -128,6 +128,9 @@ const OUTLIVES_REBOOT: ReadonlySet<string> = new Set(['cni-add', 'vf-bind', 'vf-
  * later steps, so that one durable write covers them all).
  */
 export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void> {
+  // the rule the undo relies on, kept by the engine: no step runs that is not in the record
+  const unrecorded = steps.find((s) => !rec.steps.includes(s));
+  if (unrecorded) throw stepError(unrecorded.name, unrecorded.target, new VmpodError(ErrorCode.Internal, 'applied before it was recorded'));
   const sig = signal ? { signal } : {};
   for (const run of runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))))) {
     if (run.kind === 'netns') await addNetnsWithSysctls(deps, rec, run);

@@ -52,6 +52,15 @@ async function inNetns(key: string, argv: string[]): Promise<string> {
 
 const rpFilters = async (key: string, devs: string[]) => (await inNetns(key, ['sysctl', '-n', ...devs.map((d) => `net.ipv4.conf.${d}.rp_filter`)])).split('\n');
 
+describe('step engine: record before apply', () => {
+  it('refuses to run a step that is not in the record, and runs nothing', async () => {
+    const { key, deps, rec } = setup();
+    const [netns] = podNetnsSteps(key);
+    await expect(runSteps(deps, rec, [netns!])).rejects.toMatchObject({ op: 'netns', message: expect.stringMatching(/^step "netns" on .* failed: applied before it was recorded/) });
+    expect(await listNetns()).not.toContain(key);
+  });
+});
+
 describe('step engine: rp-filter', () => {
   it('sets all and default to 0 in a netns that had 2, so a bridge made after has 0; the undo run leaves nothing', async () => {
     const { key, deps, rec } = setup();
