@@ -213,7 +213,8 @@ static bool fg_serve(fg_conn *c) {
   fg_server *s = c->srv;
   const uint8_t *b = c->buf;
   char key[FG_KEY + 1];
-  // a get without payload or fds, of a key JS registered; JS says what is wrong with anything else
+  // a get without payload or fds, of a key JS registered. Anything else goes to JS: a get with a payload asks for more
+  // queues ({"queues": N}), which the daemon opens in the pod netns; JS says what is wrong with the rest
   if (fg_be32(b + PROTO_OFF_MAGIC) != PROTO_MAGIC || b[PROTO_OFF_COMMAND] != PROTO_CMD_GET ||
       fg_be32(b + PROTO_OFF_DATA_SIZE) != 0 || fg_be32(b + PROTO_OFF_OOB_SIZE) != 0 || !fg_header_key(b + PROTO_OFF_KEY, key))
     return false;
