@@ -126,7 +126,6 @@ napi_value js_lockExclusive(napi_env env, napi_callback_info info);
 napi_value js_exchangePaths(napi_env env, napi_callback_info info);
 // exec.c
 napi_value js_close(napi_env env, napi_callback_info info);
-napi_value js_setInheritable(napi_env env, napi_callback_info info);
 napi_value js_dupCloexec(napi_env env, napi_callback_info info);
 napi_value js_inheritableFds(napi_env env, napi_callback_info info);
 napi_value js_execve(napi_env env, napi_callback_info info);
@@ -140,8 +139,6 @@ napi_value js_netnsDel(napi_env env, napi_callback_info info);
 // tap.c
 napi_value js_openTap(napi_env env, napi_callback_info info);
 napi_value js_openTapQueues(napi_env env, napi_callback_info info);
-// sysctl.c
-napi_value js_sysctlInNetns(napi_env env, napi_callback_info info);
 // netsock.c
 napi_value js_udpSocketInNetns(napi_env env, napi_callback_info info);
 napi_value js_packetSocketInNetns(napi_env env, napi_callback_info info);

@@ -1,4 +1,4 @@
-// fds and processes: close, close-on-exec flags (setInheritable, dupCloexec), the scan of inherited fds
+// fds and processes: close, dup close-on-exec (dupCloexec), the scan of inherited fds
 // (inheritableFds), and execve in place with the fds to keep (what vmwrapper does to become qemu).
 
 #include "common.h"
@@ -21,19 +21,6 @@ static int set_cloexec(int fd, bool on) {
   int nfl = on ? (fl | FD_CLOEXEC) : (fl & ~FD_CLOEXEC);
   if (nfl != fl && fcntl(fd, F_SETFD, nfl) < 0) return -1;
   return 0;
-}
-
-napi_value js_setInheritable(napi_env env, napi_callback_info info) {
-  napi_value argv[2];
-  int fd;
-  bool inheritable;
-  if (!get_args(env, info, 2, argv, "setInheritable") ||
-      !get_fd(env, argv[0], "setInheritable", &fd) ||
-      !get_bool(env, argv[1], "setInheritable", "inheritable", &inheritable))
-    return NULL;
-  if (set_cloexec(fd, !inheritable) < 0)
-    return throw_errno(env, errno, "fcntl F_SETFD fd %d", fd);
-  return make_undefined(env);
 }
 
 napi_value js_dupCloexec(napi_env env, napi_callback_info info) {

@@ -16,7 +16,7 @@
 //   kind 1, a persistent tap: char name[16]; u32 flags (IFF_*): TUNSETIFF, then TUNSETPERSIST, as `ip tuntap add`.
 //   kind 2, an nf_tables transaction: the messages from NFNL_MSG_BATCH_BEGIN to NFNL_MSG_BATCH_END, sent at once
 //           on a NETLINK_NETFILTER socket in the netns (all of it is committed, or none).
-//   kind 3, sysctls: "name=value" lines (16 at most), written to /proc/sys in the netns, as sysctlInNetns does.
+//   kind 3, sysctls: "name=value" lines (16 at most), written to /proc/sys in the netns (sysctl.c).
 // The answer, per request that ran: i32 errno (0: done), u32 data length, u32 text length, the data (a dump's
 // messages), the text (on a failure: strerror, then the kernel's extended ack or what failed). Without force the batch stops at the first
 // failure, as `ip -batch` does; with force every request runs, as `ip -force -batch`.
@@ -154,7 +154,7 @@ static int nl_netfilter(int *nfsock, uint8_t *body, size_t len, uint8_t *buf, ch
   }
 }
 
-// Sysctls (kind 3): "name=value" lines, as sysctlInNetns takes them, written in this thread's netns (the pod's).
+// Sysctls (kind 3): "name=value" lines, as netnsMake takes them, written in this thread's netns (the pod's).
 static int nl_sysctl(const uint8_t *body, size_t len, char *text, size_t tcap) {
   char copy[4096];
   char *settings[17];

@@ -196,7 +196,7 @@ static void netns_make_complete(napi_env env, napi_status status, void *data) {
   netns_work_free(w);
 }
 
-// netnsMake(sysctls?: string[]) -> Promise<fd>: a new netns on a pool thread, the sysctls (as sysctlInNetns takes them)
+// netnsMake(sysctls?: string[]) -> Promise<fd>: a new netns on a pool thread, the sysctls ("name=value")
 // written inside it, held by the fd it resolves with (close it to let it go; netnsBind mounts it under a name).
 napi_value js_netnsMake(napi_env env, napi_callback_info info) {
   size_t argc = 1;

@@ -1,5 +1,5 @@
-// sysctls: name=value settings checked and written to /proc/sys inside a netns (sysctlInNetns); the writer is shared
-// with netnsMake and the netlink batch.
+// sysctls: name=value settings checked and written to /proc/sys in the calling thread's netns, for netnsMake and the
+// netlink batch (both run on a pool thread inside the netns).
 
 #include "common.h"
 
@@ -46,36 +46,4 @@ int sysctl_write_all(char **settings, const char **failed) {
     }
   }
   return 0;
-}
-
-// sysctlInNetns(nsPath, ["net.ipv4.conf.all.rp_filter=0", ...]): writes each setting to /proc/sys inside the
-// netns. /proc/sys/net shows the netns of the thread that opens the file, so the files are opened inside;
-// the netns is left before returning, also on an error. Names are checked before anything is entered.
-napi_value js_sysctlInNetns(napi_env env, napi_callback_info info) {
-  napi_value argv[2];
-  if (!get_args(env, info, 2, argv, "sysctlInNetns")) return NULL;
-  char *ns_path = get_string(env, argv[0], "sysctlInNetns", "nsPath");
-  if (!ns_path) return NULL;
-  char **settings = get_string_array(env, argv[1], "sysctlInNetns", "settings");
-  napi_value ret = NULL;
-  if (!settings) goto out;
-  const char *bad = sysctl_bad_setting(settings);
-  if (bad) {
-    throw_type(env, "sysctlInNetns: setting \"%s\" is not name=value with a name of [a-z0-9_.-]", bad);
-    goto out;
-  }
-  netns_guard_t g;
-  if (!netns_enter(env, "sysctlInNetns", ns_path, &g)) goto out;
-  const char *failed = NULL;
-  int err = sysctl_write_all(settings, &failed);
-  netns_leave(&g, ns_path);
-  if (err) {
-    throw_errno(env, err, "sysctl %s in %s", failed, ns_path);
-    goto out;
-  }
-  napi_get_undefined(env, &ret);
-out:
-  free(ns_path);
-  if (settings) free_strv(settings);
-  return ret;
 }

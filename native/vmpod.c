@@ -8,7 +8,7 @@
 //   spawn.c     spawnChild, killGroup
 //   netns.c     entering a netns for one call; named netns (netnsMake, netnsBind, netnsDel)
 //   tap.c       openTap, openTapQueues (on the loop's thread or a pool thread)
-//   sysctl.c    sysctlInNetns and the /proc/sys writer
+//   sysctl.c    the /proc/sys writer of netnsMake and netlinkInNetns
 //   netsock.c   the DHCP UDP and IPv6 packet sockets in a pod netns, recvFrom, recvFrame, sendTo
 //   netlink.c   netlinkInNetns: rtnetlink, persistent taps, nf_tables, sysctls in one batch
 //   common.c    errors, argument helpers, promises of pool-thread work (declared in common.h)
@@ -43,7 +43,6 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"writeAll", js_writeAll},
       {"recvMsg", js_recvMsg},
       {"setTimeouts", js_setTimeouts},
-      {"setInheritable", js_setInheritable},
       {"dupCloexec", js_dupCloexec},
       {"execve", js_execve},
       {"inheritableFds", js_inheritableFds},
@@ -51,7 +50,6 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"openTapQueues", js_openTapQueues},
       {"udpSocketInNetns", js_udpSocketInNetns},
       {"packetSocketInNetns", js_packetSocketInNetns},
-      {"sysctlInNetns", js_sysctlInNetns},
       {"recvFrom", js_recvFrom},
       {"recvFrame", js_recvFrame},
       {"sendTo", js_sendTo},

@@ -162,8 +162,6 @@ export interface Native {
   setTimeouts(fd: number, ms: number): void;
 
   // ---- fds and processes ----
-  /** clear (inheritable=true) or set FD_CLOEXEC. */
-  setInheritable(fd: number, inheritable: boolean): void;
   /** dup with F_DUPFD_CLOEXEC at or above minFd. */
   dupCloexec(fd: number, minFd: number): number;
   /**
@@ -178,7 +176,7 @@ export interface Native {
   // ---- named netns (the files `ip netns` makes and reads): made by netnsMake, named by netnsBind (netnsAdd: both) ----
   /**
    * A new netns, on a libuv pool thread (unshare moves that thread only, and it goes back at once), with the sysctls
-   * (as sysctlInNetns takes them) written inside it, mounted nowhere: resolves with an fd (close-on-exec) that holds
+   * ("name=value", e.g. "net.ipv4.conf.all.rp_filter=0", name [a-z0-9_.-]) written inside it, mounted nowhere: resolves with an fd (close-on-exec) that holds
    * it; closing the fd lets it go. `/proc/self/fd/<fd>` names it for the calls that take a netns path. A sysctl that
    * fails rejects with its errno, the message saying `sysctl -w <setting>`, and leaves nothing.
    */
@@ -218,11 +216,6 @@ export interface Native {
    * SO_BINDTODEVICE(ifname), bound to 0.0.0.0:port.
    */
   udpSocketInNetns(nsPath: string, ifname: string, port: number): number;
-  /**
-   * write each "name=value" (sysctl names, e.g. "net.ipv4.conf.all.rp_filter=0") to /proc/sys inside the netns
-   * at nsPath: /proc/sys/net shows the netns of the thread that opens it.
-   */
-  sysctlInNetns(nsPath: string, settings: string[]): void;
   /**
    * an AF_PACKET socket (SOCK_RAW, bound with ETH_P_ALL: on a bridge port that is the only way to see received
    * frames) made inside the netns at nsPath and bound to ifname there, NONBLOCK|CLOEXEC, PACKET_IGNORE_OUTGOING,
