@@ -80,7 +80,7 @@ export async function guestOnTap(podTapFd: number, mac: string, mtu = 1500): Pro
   try {
     await run(['ip', '-n', ns, 'link', 'add', 'eth0', 'address', mac, 'mtu', String(mtu), 'type', 'veth', 'peer', 'name', 'vr0', 'mtu', String(mtu)]);
     // the relay's end is no host: it sends nothing of its own (no DAD, no MLD, no RS) and answers nothing
-    native().sysctlInNetns(nsPath, ['net.ipv6.conf.vr0.disable_ipv6=1', 'net.ipv4.conf.vr0.arp_ignore=8']);
+    await run(['ip', 'netns', 'exec', ns, 'sysctl', '-q', '-w', 'net.ipv6.conf.vr0.disable_ipv6=1', 'net.ipv4.conf.vr0.arp_ignore=8']);
     await run(['ip', '-n', ns, 'link', 'set', 'dev', 'vr0', 'up']);
     // bound once vr0 is up: a packet socket bound to a link that is down holds ENETDOWN as a pending error, and
     // the poll that sees it (POLLERR) stops
