@@ -118,7 +118,7 @@ export const FLAGS = {
     env: 'VIRTLET_SRIOV_SUPPORT',
     def: 'false',
     kind: 'bool',
-    help: 'bind SR-IOV VFs found in the pod netns to vfio-pci (otherwise a VF is an error)',
+    help: 'bind SR-IOV VFs found in the pod netns to vfio-pci (otherwise a VF is an error); --enable-sriov=false turns it off',
   },
   defaultDns: {
     flag: '--default-dns',

@@ -296,6 +296,9 @@ describe('deploy/ under podman kube play', () => {
     const docs: KubeDoc[] = await kustomize('deploy');
     // (images.sh builds the device plugin's image too; deploy/device-plugin/ has its own DaemonSet)
     expect(images).toEqual(expect.arrayContaining(Object.values(containerImages(docs))));
+    // the tapmanager image stays under 200 MB (podman's Size, decimal)
+    const tmImage = containerImages(docs)['tapmanager']!;
+    expect(Number((await podman(['image', 'inspect', '--format', '{{.Size}}', tmImage])).trim())).toBeLessThan(200_000_000);
 
     podName = `vmpod-kp-${randomBytes(3).toString('hex')}`;
     const httpPort = 20_000 + (randomBytes(2).readUInt16BE() % 20_000);
