@@ -173,7 +173,7 @@ describe('deploy/ manifests', () => {
     expect(lv.securityContext?.privileged).toBe(true);
     expect(lv.command).toBeUndefined(); // the image's tini + libvirtd
     expect(lv.resources?.requests).toMatchObject({ cpu: expect.any(String), memory: expect.any(String) });
-    expect(lv.resources?.limits).toBeUndefined(); // qemu counts against it until VMs have their own cgroup
+    expect(lv.resources?.limits).toBeUndefined(); // qemu counts against it until vmwrapper moves it out
     expect(hostMounts(spec, lv)).toMatchObject({
       '/var/lib/virtlet': { host: '/var/lib/virtlet' }, // vmwrapper reaches tapmanager's socket here
       '/var/run/libvirt': { host: '/var/run/libvirt' },
