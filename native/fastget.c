@@ -315,11 +315,12 @@ static void fg_settle_cb(uv_timer_t *t) {
   }
 }
 
+// src/protocol/peer.ts allowedByCred: the part of the peer rule the credentials decide.
 static bool fg_peer_allowed(fg_server *s, const struct ucred *cr) {
   if (cr->uid == 0) return true;
   for (int i = 0; i < s->ngids; i++)
     if (s->gids[i] == cr->gid) return true;
-  return false;  // JS looks at the supplementary groups, and refuses
+  return false;  // JS reads the supplementary groups: it serves or refuses
 }
 
 static void fg_accept_cb(uv_poll_t *h, int status, int events) {
