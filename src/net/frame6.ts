@@ -168,20 +168,24 @@ function insn(code: number, jt: number, jf: number, k: number): Buffer {
 }
 
 /**
- * A filter that passes IPv6 frames whose next header (no extension header) is ICMPv6 of type `icmpType`, or UDP to
- * `udpPort`; everything else (the VM's ordinary traffic) never reaches the socket.
+ * A filter that passes IPv6 frames whose next header (no extension header) is ICMPv6 of one of `icmpTypes` (1 to 8),
+ * or UDP to `udpPort`; everything else (the VM's ordinary traffic) never reaches the socket.
  */
-export function bpfIpv6Filter(want: { icmpType: number } | { udpPort: number }): Buffer {
+export function bpfIpv6Filter(want: { icmpTypes: readonly number[] } | { udpPort: number }): Buffer {
   const accept = insn(BPF.RET_K, 0, 0, 0x40000);
   const reject = insn(BPF.RET_K, 0, 0, 0);
-  if ('icmpType' in want) {
+  if ('icmpTypes' in want) {
+    const types = want.icmpTypes;
+    if (types.length < 1 || types.length > 8) throw new RangeError(`${types.length} ICMPv6 types: 1 to 8`);
+    // each type test jumps to accept (past the remaining tests and the reject) or falls through to the next
+    const tests = types.map((t, i) => insn(BPF.JEQ_K, types.length - i, 0, t));
     return Buffer.concat([
       insn(BPF.LD_H_ABS, 0, 0, 12),
-      insn(BPF.JEQ_K, 0, 4, ETHERTYPE_IPV6),
+      insn(BPF.JEQ_K, 0, 3 + types.length, ETHERTYPE_IPV6),
       insn(BPF.LD_B_ABS, 0, 0, ETH_HLEN + 6),
-      insn(BPF.JEQ_K, 0, 2, NH_ICMPV6),
+      insn(BPF.JEQ_K, 0, 1 + types.length, NH_ICMPV6),
       insn(BPF.LD_B_ABS, 0, 0, ETH_HLEN + IP6_HLEN),
-      insn(BPF.JEQ_K, 1, 0, want.icmpType),
+      ...tests,
       reject,
       accept,
     ]);

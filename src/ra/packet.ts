@@ -1,10 +1,13 @@
-// Router Solicitation and Router Advertisement messages (RFC 4861 4.1, 4.2, 4.6; RFC 8106 5.1, 5.2), the ICMPv6
-// body only (frame6.ts adds the headers and checksum). Pure. Option lengths are checked against the message.
+// Router Solicitation and Router Advertisement messages (RFC 4861 4.1, 4.2, 4.6; RFC 8106 5.1, 5.2), Neighbor
+// Solicitation and Advertisement (4.3, 4.4), the ICMPv6 body only (frame6.ts adds the headers and checksum). Pure.
+// Option lengths are checked against the message.
 import { formatIpv6, macBytes, parseIpv6 } from '../net/ipv6.js';
 import { encodeDomainList } from '../dhcp6/packet.js';
 
 export const ICMP6_RS = 133;
 export const ICMP6_RA = 134;
+export const ICMP6_NS = 135;
+export const ICMP6_NA = 136;
 export const ALL_NODES = 'ff02::1';
 export const ALL_ROUTERS = 'ff02::2';
 
@@ -58,6 +61,33 @@ export function decodeRs(msg: Buffer, src: string): RouterSolicitation {
   if (slla && src === '::') throw new RangeError('RS from :: with a source link-layer address option');
   if (slla && slla.body.length < 6) throw new RangeError('RS source link-layer address option shorter than 6 bytes');
   return slla ? { sourceMac: [...slla.body.subarray(0, 6)].map((x) => x.toString(16).padStart(2, '0')).join(':') } : {};
+}
+
+export interface NeighborSolicitation {
+  /** the address asked for, canonical text */
+  target: string;
+}
+
+/** An NS's ICMPv6 message; RFC 4861 7.1.1 checks (code 0, length, target not multicast, options). Throws RangeError. */
+export function decodeNs(msg: Buffer, src: string): NeighborSolicitation {
+  if (msg.length < 24) throw new RangeError(`NS of ${msg.length} bytes is shorter than 24`);
+  if (msg[0] !== ICMP6_NS) throw new RangeError(`ICMPv6 type ${msg[0]} is not NS`);
+  if (msg[1] !== 0) throw new RangeError(`NS code ${msg[1]} is not 0`);
+  if (msg[8] === 0xff) throw new RangeError('NS for a multicast target');
+  const opts = decodeNdOptions(msg.subarray(24));
+  if (src === '::' && opts.some((o) => o.type === NdOpt.SourceLinkAddr)) throw new RangeError('NS from :: with a source link-layer address option');
+  return { target: formatIpv6(msg.subarray(8, 24)) };
+}
+
+/** A solicited Neighbor Advertisement for `target` at `targetMac` (R and O set: a router answering for its own address). */
+export function encodeNa(target: string, targetMac: string): Buffer {
+  const t = parseIpv6(target);
+  if (!t) throw new RangeError(`not an IPv6 address: ${target}`);
+  const h = Buffer.alloc(24);
+  h[0] = ICMP6_NA;
+  h[4] = 0x80 | 0x40 | 0x20; // Router, Solicited, Override (RFC 4861 4.4)
+  t.copy(h, 8);
+  return Buffer.concat([h, encodeNdOption(NdOpt.TargetLinkAddr, macBytes(targetMac))]);
 }
 
 export interface RouterAdvertisement {

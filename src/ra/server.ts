@@ -8,6 +8,10 @@
 // with the Router flag set (RFC 4861 7.2.5: else guests drop the default route at the first NUD probe), and routes
 // what the guest sends to it on to the CNI result's gateway (`::/0 via <gateway> dev br<i>`): the gateway's own
 // link-local address is never needed, whether or not it derives from its MAC.
+// Where no link of the pod netns holds that address (the tc-redirect binding: no bridge, and the tap makes no
+// link-local), nothing would answer the guest's neighbour solicitations for it, so a guest could never send it a
+// unicast (udhcpc6's renewals and releases go to the DHCPv6 server, the same address): with answerNs the server
+// answers them itself, from the same socket, as a router (R, S and O set, the router MAC as target link-layer address).
 //
 // WHEN. At start, then MAX_INITIAL_RTR_ADVERTISEMENTS at most 16 s apart, then every MinRtrAdvInterval ..
 // MaxRtrAdvInterval (200 .. 600 s, uniformly random); a Router Solicitation is answered at once, unicast to its
@@ -19,17 +23,19 @@ import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
 import { native, type RecvFrameResult } from '../native.js';
 import { SocketWatch } from '../net/watch.js';
-import { bpfIpv6Filter, decodeFrame6, encodeIcmp6Frame, NH_ICMPV6 } from '../net/frame6.js';
+import { bpfIpv6Filter, decodeFrame6, encodeIcmp6Frame, ETH_HLEN, IP6_HLEN, NH_ICMPV6 } from '../net/frame6.js';
 import { normaliseIpv6 } from '../net/ipv6.js';
 import { type PacketIo, RateLimit } from '../net/packetio.js';
 import { MAX_INITIAL_RTR_ADVERT_INTERVAL, MAX_INITIAL_RTR_ADVERTISEMENTS, MAX_RTR_ADV_INTERVAL, MIN_RTR_ADV_INTERVAL, raFromLease } from './options.js';
-import { ALL_NODES, ALL_ROUTERS, decodeRs, encodeRa, ICMP6_RS } from './packet.js';
+import { ALL_NODES, ALL_ROUTERS, decodeNs, decodeRs, encodeNa, encodeRa, ICMP6_NS, ICMP6_RS } from './packet.js';
 
 export interface RaStats {
   /** unsolicited, multicast */
   periodic: number;
   /** answers to solicitations */
   solicited: number;
+  /** neighbour advertisements for the router's address (answerNs) */
+  neighbour: number;
   dropped: number;
   ignored: number;
   limited: number;
@@ -50,6 +56,8 @@ export interface RaServerOptions {
   intervals?: { min: number; max: number; initial: number };
   burst?: number;
   perSecond?: number;
+  /** answer neighbour solicitations for routerIp (no link of the pod netns holds it) */
+  answerNs?: boolean;
 }
 
 export type RsDecision = { kind: 'answer'; dst: string; dstMac: string } | { kind: 'ignore'; why: string } | { kind: 'drop'; why: string };
@@ -78,10 +86,35 @@ export function answerRs(frameBuf: Buffer, vmMac: string, routerIp: string, csum
   return f.src === '::' ? { kind: 'answer', dst: ALL_NODES, dstMac: '33:33:00:00:00:01' } : { kind: 'answer', dst: f.src, dstMac: f.srcMac };
 }
 
+/**
+ * What to do with one frame that may be a neighbour solicitation for the router's address (pure): RFC 4861 7.1.1's
+ * checks, then an answer to the solicitation's source (from :: it is a duplicate address check by someone else: none).
+ */
+export function answerNs(frameBuf: Buffer, vmMac: string, routerIp: string, csumNotReady = false): RsDecision {
+  let f;
+  try {
+    f = decodeFrame6(frameBuf, csumNotReady);
+  } catch (e) {
+    return { kind: 'drop', why: errorChain(e) };
+  }
+  if (f.proto !== NH_ICMPV6 || f.payload[0] !== ICMP6_NS) return { kind: 'ignore', why: `not a neighbour solicitation (next header ${f.proto})` };
+  if (f.srcMac !== vmMac) return { kind: 'ignore', why: `NS from ${f.srcMac}, we serve ${vmMac}` };
+  if (f.hopLimit !== 255) return { kind: 'drop', why: `NS with hop limit ${f.hopLimit}, not 255 (RFC 4861 7.1.1)` };
+  let target: string;
+  try {
+    target = decodeNs(f.payload, f.src).target;
+  } catch (e) {
+    return { kind: 'drop', why: errorChain(e) };
+  }
+  if (target !== routerIp) return { kind: 'ignore', why: `NS for ${target}` };
+  if (f.src === '::') return { kind: 'ignore', why: `duplicate address detection of ${target} from ${f.srcMac}` };
+  return { kind: 'answer', dst: f.src, dstMac: f.srcMac };
+}
+
 const RECV_MAX = 65536;
 
 export class RaServer {
-  readonly stats: RaStats = { periodic: 0, solicited: 0, dropped: 0, ignored: 0, limited: 0 };
+  readonly stats: RaStats = { periodic: 0, solicited: 0, neighbour: 0, dropped: 0, ignored: 0, limited: 0 };
   private readonly watch: SocketWatch<RecvFrameResult>;
   private timer: NodeJS.Timeout | undefined;
   private sentInitial = 0;
@@ -93,6 +126,7 @@ export class RaServer {
   private readonly vmMac: string;
   private readonly intervals: { min: number; max: number; initial: number };
   private readonly limit: RateLimit;
+  private readonly na: Buffer | undefined;
 
   /** Encodes the advertisement (VmpodError/RangeError on a lease it cannot carry, before any socket), then listens. */
   static start(opts: RaServerOptions): RaServer {
@@ -104,11 +138,12 @@ export class RaServer {
     this.routerMac = opts.routerMac.toLowerCase();
     this.vmMac = opts.lease.mac;
     this.ra = encodeRa(raFromLease(opts.lease, this.routerMac));
+    this.na = opts.answerNs === true ? encodeNa(this.routerIp, this.routerMac) : undefined;
     this.io = opts.io ?? native();
     this.intervals = opts.intervals ?? { min: MIN_RTR_ADV_INTERVAL, max: MAX_RTR_ADV_INTERVAL, initial: MAX_INITIAL_RTR_ADVERT_INTERVAL };
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'ra', tap: opts.tap, mac: this.vmMac });
-    const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ icmpType: ICMP6_RS }));
+    const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ icmpTypes: this.na ? [ICMP6_RS, ICMP6_NS] : [ICMP6_RS] }));
     this.watch = new SocketWatch(this.io, fd, (f) => this.io.recvFrame(f, RECV_MAX), (r) => this.handle(r.data, r.csumNotReady), this.log, 'ra');
     this.log[opts.quiet === true ? 'debug' : 'info']({ router: this.routerIp, prefix: `${opts.lease.prefix}/${opts.lease.prefixLength}`, defaultRouter: opts.lease.defaultRoute, mtu: opts.lease.mtu }, 'router advertisements on');
     this.advertise();
@@ -138,9 +173,9 @@ export class RaServer {
     this.timer.unref();
   }
 
-  private send(dst: string, dstMac: string): boolean {
+  private send(dst: string, dstMac: string, msg = this.ra): boolean {
     try {
-      this.io.writeAll(this.watch.fd, encodeIcmp6Frame({ srcMac: this.routerMac, dstMac, src: this.routerIp, dst, hopLimit: 255 }, this.ra));
+      this.io.writeAll(this.watch.fd, encodeIcmp6Frame({ srcMac: this.routerMac, dstMac, src: this.routerIp, dst, hopLimit: 255 }, msg));
       return true;
     } catch (e) {
       // a tap nobody holds, or a full queue: the next one goes later, the guest's RS gets its own answer
@@ -151,9 +186,11 @@ export class RaServer {
 
   /** One frame (csumNotReady: its checksum is still to be filled in); never throws. */
   handle(frameBuf: Buffer, csumNotReady = false): void {
+    // the socket's filter passes ICMPv6 right after the IPv6 header only: its type is the byte after both headers
+    const ns = this.na !== undefined && frameBuf[ETH_HLEN + IP6_HLEN] === ICMP6_NS;
     let d: RsDecision;
     try {
-      d = answerRs(frameBuf, this.vmMac, this.routerIp, csumNotReady);
+      d = ns ? answerNs(frameBuf, this.vmMac, this.routerIp, csumNotReady) : answerRs(frameBuf, this.vmMac, this.routerIp, csumNotReady);
     } catch (e) {
       d = { kind: 'drop', why: `internal: ${errorChain(e)}` };
     }
@@ -170,6 +207,10 @@ export class RaServer {
     if (!this.limit.take()) {
       this.stats.limited++;
       this.log.debug({ dst: d.dst }, 'ra: solicitation over the rate limit, not answered');
+      return;
+    }
+    if (ns) {
+      if (this.send(d.dst, d.dstMac, this.na)) this.stats.neighbour++;
       return;
     }
     if (this.send(d.dst, d.dstMac)) {

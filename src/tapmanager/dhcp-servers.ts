@@ -57,7 +57,9 @@ export class DhcpServers {
           // tc-redirect: the pod netns routes nothing for the VM, which is on the CNI network's link: our RA gives the
           // prefix, DNS and the DHCPv6 flag but no default route (that network's own routers advertise theirs)
           const ra = tcRedirect ? { ...guest.v6, defaultRoute: false } : guest.v6;
-          servers.push(RaServer.start({ nsPath: st.nsPath, tap: iface.tapName, routerMac: mac, routerIp: ip6, lease: ra, log, quiet }));
+          // tc-redirect: no link of the pod netns holds the servers' link-local, so the RA server answers the guest's
+          // neighbour solicitations for it (else no unicast to the DHCPv6 server: renewals, releases)
+          servers.push(RaServer.start({ nsPath: st.nsPath, tap: iface.tapName, routerMac: mac, routerIp: ip6, lease: ra, log, quiet, answerNs: tcRedirect }));
           servers.push(Dhcp6Server.start({ nsPath: st.nsPath, tap: iface.tapName, serverMac: mac, serverIp: ip6, lease: guest.v6, log, quiet }));
         }
       }

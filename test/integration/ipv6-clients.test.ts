@@ -364,3 +364,70 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
   }, 90_000);
 });
 
+describe('IPv6 pod with the tc-redirect binding (no bridge: nothing in the pod netns holds the servers\' link-local)', () => {
+  let net: CniTestNet;
+  let d: Daemon;
+  let client: FdClient;
+  let work: string;
+  let guest: GuestNetns | undefined;
+  let u: ResultPromise | undefined;
+  const fds: number[] = [];
+  const key = `vmp6t-${rand()}`;
+
+  beforeAll(async () => {
+    net = await makeCniConf({ ipv6: 'dual' });
+    d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, env: { VMPOD_BINDING: 'tc-redirect' } });
+    client = new FdClient(d.socket, { timeoutMs: 60_000 });
+    work = mkdtempSync(join(tmpdir(), 'vmpod-v6t-'));
+  }, 60_000);
+
+  afterAll(async () => {
+    u?.kill('SIGKILL');
+    await guest?.close();
+    for (const fd of fds) native().close(fd);
+    try {
+      client.release(key);
+    } catch {
+      // not added
+    }
+    expect(await d?.stop()).toBe(0);
+    expect((await net.leftovers()).allocations).toEqual([]);
+    await net?.cleanup();
+    removeDir(d.dir);
+    rmSync(work, { recursive: true, force: true });
+  }, 60_000);
+
+  it('udhcpc6 renews and releases by unicast to the server\'s link-local: its neighbour solicitation is answered, then the REQUEST and the RELEASE', async () => {
+    const csn = client.add(key, { podId: key, podNs: 'default', podName: 'vm-six-tc' });
+    const ip6 = (csn.Result!.ips ?? []).find((i) => i.version === '6')!.address.split('/')[0]!;
+    const { fds: got } = client.get(key);
+    fds.push(...got);
+    guest = await guestOnTap(got[0]!, csn.Interfaces[0]!.mac!);
+    const dir = mkdtempSync(join(work, 'udhcpc6-'));
+    const script = hook(dir, `case "$1" in bound|renew) ip -6 addr replace "$ipv6/128" dev "$interface" nodad ;; esac`);
+    u = execa('ip', ['netns', 'exec', guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 60_000 });
+    await waitFor('udhcpc6 bound', () => events(dir).some((e) => e.event === 'bound'), 30_000);
+    expect(ipv6Of(events(dir).find((e) => e.event === 'bound')!)).toBe(ip6);
+    const fromLease = (request: string) => d.lines().some((l) => l.msg === 'dhcp6: REPLY' && l.request === request && String(l.from).startsWith(`[${ip6}]`));
+    // the RA's source link-layer address option put the server's MAC in the guest's neighbour table; a guest whose
+    // entry expired (NUD probes unanswered, then failed) must solicit it again: start from there
+    const forget = () => execa('ip', ['-n', guest!.ns, '-6', 'neigh', 'flush', 'dev', 'eth0']);
+    await forget();
+    const before = events(dir).length;
+    u.kill('SIGUSR1');
+    await waitFor('udhcpc6 renewed', () => events(dir).slice(before).some((e) => e.event === 'renew'), 20_000);
+    expect(afterBound(dir)).not.toContain('deconfig');
+    // the renewal went by unicast, from the leased address: the guest had resolved the server's link-local
+    expect(fromLease('REQUEST')).toBe(true);
+    await forget();
+    u.kill('SIGUSR2');
+    await waitFor('the RELEASE answered', () => fromLease('RELEASE'), 20_000).catch((e: Error) => {
+      throw new Error(`${e.message}\n${d.logs().split('\n').filter((l) => l.includes('dhcp6') || l.includes('"ra"')).slice(-10).join('\n')}`);
+    });
+    // the guest's neighbour entry for the server: the RA server's answer (the router MAC, a router)
+    const neigh = (await execa('ip', ['-n', guest.ns, '-6', 'neigh', 'show', 'dev', 'eth0'])).stdout;
+    const server = d.lines().find((l) => l.msg === 'dhcp6 server listening')!;
+    expect(neigh).toMatch(new RegExp(`^${String(server.serverIp)} lladdr \\S+ router`, 'm'));
+    u.kill('SIGTERM');
+  }, 90_000);
+});

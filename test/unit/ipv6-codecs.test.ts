@@ -11,10 +11,10 @@ import { decodeIaNa, decodeMessage6, decodeStatus, duidLl, encodeDomainList, enc
 import { answer6, Dhcp6Server, warmUpMessages6 } from '../../src/dhcp6/server.js';
 import { checksum6, decodeFrame6, decodeUdp6, encodeIcmp6Frame, encodeUdp6Frame } from '../../src/net/frame6.js';
 import { ipFamily } from '../../src/net/ip.js';
-import { formatIpv6, linkLocalFromMac, parseIpv6 } from '../../src/net/ipv6.js';
+import { formatIpv6, linkLocalFromMac, multicastMac, parseIpv6 } from '../../src/net/ipv6.js';
 import { raFromLease } from '../../src/ra/options.js';
-import { answerRs, RaServer } from '../../src/ra/server.js';
-import { decodeRa, encodeRa } from '../../src/ra/packet.js';
+import { answerNs, answerRs, RaServer } from '../../src/ra/server.js';
+import { decodeRa, encodeNa, encodeRa } from '../../src/ra/packet.js';
 
 const VM_MAC = '52:54:00:12:34:56';
 const BR_MAC = '02:00:00:aa:bb:cc';
@@ -214,6 +214,60 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
     expect(answerRs(rs(VM_MAC, 64), VM_MAC, router).kind).toBe('drop');
     // option with length 0 (RFC 4861 4.6: invalid)
     expect(answerRs(rs(VM_MAC, 255, 'fe80::1', Buffer.from('85000000000000000100', 'hex')), VM_MAC, router).kind).toBe('drop');
+  });
+
+  /** an NS from `srcMac` at `src` for `target`, with a source link-layer address option unless from :: */
+  const ns = (srcMac: string, target: string, src = 'fe80::5054:ff:fe12:3456', hopLimit = 255) => {
+    const body = Buffer.alloc(24);
+    body[0] = 135;
+    parseIpv6(target)!.copy(body, 8);
+    const slla = Buffer.from(`0101${srcMac.replace(/:/g, '')}`, 'hex');
+    const t = parseIpv6(target)!;
+    const dst = `ff02::1:ff${t[13]!.toString(16).padStart(2, '0')}:${t.readUInt16BE(14).toString(16)}`;
+    return encodeIcmp6Frame({ srcMac, dstMac: formatMac(multicastMac(parseIpv6(dst)!)), src, dst, hopLimit }, src === '::' ? body : Buffer.concat([body, slla]));
+  };
+  const formatMac = (b: Buffer) => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+
+  it('answers an NS for the router address from the VM (answerNs), nothing else', () => {
+    const router = formatIpv6(linkLocalFromMac(BR_MAC));
+    expect(answerNs(ns(VM_MAC, router), VM_MAC, router)).toEqual({ kind: 'answer', dst: 'fe80::5054:ff:fe12:3456', dstMac: VM_MAC });
+    expect(answerNs(ns(VM_MAC, 'fe80::99'), VM_MAC, router).kind).toBe('ignore');
+    expect(answerNs(ns('52:54:00:99:99:99', router), VM_MAC, router).kind).toBe('ignore');
+    expect(answerNs(ns(VM_MAC, router, '::'), VM_MAC, router).kind).toBe('ignore');
+    expect(answerNs(ns(VM_MAC, router, 'fe80::1', 64), VM_MAC, router).kind).toBe('drop');
+    expect(answerNs(rs(VM_MAC), VM_MAC, router).kind).toBe('ignore');
+    // the NA: R, S, O; target; target link-layer address option (RFC 4861 4.4)
+    expect(encodeNa(router, BR_MAC).toString('hex')).toBe('88000000' + 'e0000000' + parseIpv6(router)!.toString('hex') + '0201' + '020000aabbcc');
+  });
+
+  it('RA server with answerNs: an NS for its address gets an NA into the tap; without it, NS is not its business', () => {
+    const router = formatIpv6(linkLocalFromMac(BR_MAC));
+    const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
+    for (const answer of [true, false]) {
+      const sent: Buffer[] = [];
+      const filters: Buffer[] = [];
+      const io = {
+        packetSocketInNetns: (_n: string, _t: string, filter: Buffer) => (filters.push(filter), 3),
+        pollReadable: () => ({ stop() {} }),
+        recvFrame: () => null,
+        writeAll: (_fd: number, b: Buffer) => void sent.push(b),
+        close: () => {},
+      };
+      const s = RaServer.start({ nsPath: '/x', tap: 'tap0', routerMac: BR_MAC, routerIp: router, lease, log: silent, io, answerNs: answer });
+      const initial = sent.length;
+      s.handle(ns(VM_MAC, router));
+      // the socket's filter: 5 instructions + one test per ICMPv6 type + reject + accept
+      expect(filters[0]!.length / 8).toBe(answer ? 9 : 8);
+      if (answer) {
+        expect(s.stats.neighbour).toBe(1);
+        const f = decodeFrame6(sent[initial]!);
+        expect({ src: f.src, dst: f.dst, dstMac: f.dstMac, hopLimit: f.hopLimit, type: f.payload[0] }).toEqual({ src: router, dst: 'fe80::5054:ff:fe12:3456', dstMac: VM_MAC, hopLimit: 255, type: 136 });
+      } else {
+        expect(sent.length).toBe(initial);
+        expect(s.stats.ignored).toBe(1);
+      }
+      s.stop();
+    }
   });
 
   it('frames carry a correct ICMPv6 checksum', () => {
