@@ -119,7 +119,7 @@ napi_value js_setTimeouts(napi_env env, napi_callback_info info);
 napi_value js_notifyDatagram(napi_env env, napi_callback_info info);
 // poller.c
 napi_value js_pollReadable(napi_env env, napi_callback_info info);
-// fastget.c
+// fastget_js.c
 napi_value js_fastGetServer(napi_env env, napi_callback_info info);
 // files.c
 napi_value js_lockExclusive(napi_env env, napi_callback_info info);

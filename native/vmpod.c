@@ -2,7 +2,8 @@
 // has its own file:
 //   sockets.c   Unix sockets of the daemon and the client, SCM_RIGHTS, sd_notify
 //   poller.c    pollReadable: an fd watched on the event loop
-//   fastget.c   the fast get server: answers gets on the fd protocol without JS
+//   fastget.c   the fast get server's loop: answers gets on the fd protocol without JS
+//   fastget_js.c  its JS object (fastGetServer) and methods
 //   files.c     lockExclusive, exchangePaths
 //   exec.c      close, close-on-exec flags, the inherited-fd scan, execve
 //   spawn.c     spawnChild, killGroup
