@@ -1,7 +1,7 @@
 // Writes native/protocol.h, the fd protocol's constants for the addon, from their one definition in src/protocol
 // (commands.ts, header.ts; built to dist/ first). `npm run build` runs it; test/unit/protocol-h.test.ts fails when
 // the checked-in header is not what this renders (the addon is compiled from it before any build).
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const snake = (name) => name.replace(/([a-z])([A-Z])/g, '$1_$2').toUpperCase();
@@ -33,5 +33,12 @@ export function renderProtocolH(p) {
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const commands = await import('../dist/protocol/commands.js');
   const header = await import('../dist/protocol/header.js');
-  writeFileSync(fileURLToPath(new URL('../native/protocol.h', import.meta.url)), renderProtocolH({ ...commands, ...header }));
+  // written only when it changes: a newer header means the addon must be rebuilt (scripts/setup.sh checks mtimes)
+  const file = fileURLToPath(new URL('../native/protocol.h', import.meta.url));
+  const text = renderProtocolH({ ...commands, ...header });
+  let old = '';
+  try {
+    old = readFileSync(file, 'utf8');
+  } catch {}
+  if (old !== text) writeFileSync(file, text);
 }

@@ -70,5 +70,8 @@ if [ ! -f build/Release/vmpod_native.node ] || [ ! -d node_modules ] || [ packag
    || [ "$(cat "$stamp" 2>/dev/null)" != "$NODE_VERSION" ]; then
   npm ci --no-audit --no-fund
   echo "$NODE_VERSION" > "$stamp"
+elif [ -n "$(find native binding.gyp -newer build/Release/vmpod_native.node -print -quit)" ]; then
+  # the addon's source changed since it was built (a pull): rebuild it alone
+  npm run install --silent
 fi
 npm run build --silent
