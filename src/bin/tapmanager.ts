@@ -72,16 +72,23 @@ export async function runTapmanager(config: TapmanagerConfig, log: Logger, notif
   }
 }
 
-/** The start once the paths are checked and the state and cache dirs exist: runTapmanager's rest. */
-async function startChecked(config: TapmanagerConfig, log: Logger, notifier: SystemdNotifier): Promise<Running> {
-  lockStateDir(config.stateDir); // the fd stays open (CLOEXEC) until the process ends
-  // kill -9 leftovers, before anything runs a plugin or reads a record: plugin process groups the dead daemon
-  // left running (they would go on changing pod networks), and temporary files of the CNI cache
+/**
+ * kill -9 leftovers, before anything runs a plugin or reads a record: plugin process groups the dead daemon left
+ * running (they would go on changing pod networks), and temporary files of the CNI cache. Returns the pgid dir.
+ */
+function sweepKilledDaemon(config: TapmanagerConfig, log: Logger): string {
   const pgidDir = join(config.stateDir, PLUGIN_PGID_DIR);
   const orphans = killOrphanPlugins(pgidDir);
   if (orphans.length > 0) log.warn({ plugins: orphans }, 'killed CNI plugins a previous daemon left running');
   const temps = sweepCacheTemps(config.cniCacheDir);
   if (temps.length > 0) log.info({ files: temps }, 'removed temporary CNI cache files a killed daemon left');
+  return pgidDir;
+}
+
+/** The start once the paths are checked and the state and cache dirs exist: runTapmanager's rest. */
+async function startChecked(config: TapmanagerConfig, log: Logger, notifier: SystemdNotifier): Promise<Running> {
+  lockStateDir(config.stateDir); // the fd stays open (CLOEXEC) until the process ends
+  const pgidDir = sweepKilledDaemon(config, log);
   // metrics (prom-client) only with --http-listen, the one place they are read: loaded on demand
   const metrics = config.httpListen ? (await import('../tapmanager/metrics.js')).createMetrics((): Record<string, number> => service.podsByState(), (): number => server.fastGetsAnswered) : undefined;
   const plugins = spawnPluginExec({ pgidDir });
