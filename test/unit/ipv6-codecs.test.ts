@@ -345,6 +345,30 @@ describe('fuzz: random and mutated messages never throw and are never answered w
     }
   });
 
+  it('DHCPv6 server handle() of mutated frames, checksum checked or not (offload): never throws, every answer a whole frame', () => {
+    const sent: Buffer[] = [];
+    const io = {
+      packetSocketInNetns: () => 3,
+      pollReadable: () => ({ stop() {} }),
+      recvFrame: () => null,
+      writeAll: (_fd: number, b: Buffer) => void sent.push(b),
+      close: () => {},
+    };
+    const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
+    const s = Dhcp6Server.start({ nsPath: '/x', tap: 'tap0', serverMac: BR_MAC, serverIp: formatIpv6(linkLocalFromMac(BR_MAC)), lease, log: silent, io, burst: 1e9, perSecond: 1e9 });
+    const good = encodeUdp6Frame({ srcMac: VM_MAC, dstMac: '33:33:00:01:00:02', src: 'fe80::5054:ff:fe12:3456', dst: 'ff02::1:2', hopLimit: 1 }, 546, 547, solicit());
+    for (let i = 0; i < 2000; i++) {
+      let b = Buffer.from(good);
+      // mutate anywhere after the Ethernet header: lengths, next header, ports, the message
+      for (let k = 0; k < 1 + (i % 3); k++) b[14 + Math.floor(Math.random() * (b.length - 14))] = Math.floor(Math.random() * 256);
+      if (i % 5 === 0) b = b.subarray(0, Math.floor(Math.random() * b.length));
+      s.handle(b, i % 2 === 0);
+    }
+    for (const f of sent) expect(decodeMessage6(decodeUdp6(decodeFrame6(f).payload).data).type).toBeOneOf([Msg.Advertise, Msg.Reply]);
+    expect(s.stats.dropped + s.stats.ignored + s.stats.advertises + s.stats.replies).toBe(2000);
+    s.stop();
+  });
+
   it('RA server handle(): garbage frames are dropped, nothing sent', () => {
     const sent: Buffer[] = [];
     const io = {
@@ -361,7 +385,7 @@ describe('fuzz: random and mutated messages never throw and are never answered w
     for (let i = 0; i < 2000; i++) {
       const b = Buffer.from(good);
       for (let k = 0; k < 1 + (i % 4); k++) b[14 + Math.floor(Math.random() * (b.length - 14))] = Math.floor(Math.random() * 256);
-      s.handle(i % 2 ? b : randomBytes(Math.floor(Math.random() * 100)));
+      s.handle(i % 2 ? b : randomBytes(Math.floor(Math.random() * 100)), i % 3 === 0);
     }
     // every sent frame answers something that decoded as a valid RS from the VM
     expect(sent.length - initial).toBeLessThanOrEqual(s.stats.solicited);
