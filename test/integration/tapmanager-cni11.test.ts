@@ -5,12 +5,12 @@
 import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BIN, startDaemon, type Daemon } from '../helpers/daemon.js';
-import { delNetns, listNetns } from '../helpers/netns.js';
+import { delNetns, listLinks, listNetns } from '../helpers/netns.js';
 
 const FAKE = join(import.meta.dirname, '../fixtures/cni/fake11');
 
@@ -88,15 +88,21 @@ beforeEach(() => {
   subnetByte = 1 + Math.floor(Math.random() * 250);
 });
 
+/** The host end of the veth fake11 makes for a pod (its script's rule). */
+const hostVeth = (k: string): string => `vf${createHash('sha1').update(`${k}net11-${id}`).digest('hex').slice(0, 11)}`;
+
 afterEach(async () => {
   for (const k of keys) await tapctl('release', '--force', k);
   await daemon?.stop();
   daemon = undefined;
   const left = (await listNetns()).filter((n) => keys.includes(n));
   for (const n of left) await delNetns(n);
+  const links = await listLinks();
+  const veths = keys.map(hostVeth).filter((v) => links.includes(v));
   keys.length = 0;
   rmSync(root, { recursive: true, force: true });
   expect(left).toEqual([]);
+  expect(veths).toEqual([]);
 });
 
 describe('STATUS', () => {
