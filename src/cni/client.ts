@@ -160,18 +160,24 @@ export class CniClient {
    * GC (CNI 1.1.0; libcni GCNetworkList). First, every attachment the cache holds for this network that `valid`
    * does not name gets a DEL with the config and prevResult its record holds (libcni DELs with the list it is
    * given; the record's config is what the ADD ran with). `ifNames` narrows that to attachments of these
-   * interface names (the runtime's own, in a cache dir other runtimes share). Then, with `plugins` and a list of
-   * 1.1.0 or later, every plugin gets GC with `cni.dev/valid-attachments` (and the older `cni.dev/attachments`,
-   * which libcni sends too) naming exactly `valid`. A list with disableGC gets neither. A failure stops nothing:
-   * every one is in `errors`.
+   * interface names (the runtime's own, in a cache dir other runtimes share); `stillHeld` spares an attachment the
+   * runtime still holds though `valid` does not name it (tapmanager: a pod netns whose record was lost, which
+   * recover re-attaches), and adds it to the valid ones. Then, with `plugins` and a list of 1.1.0 or later, every
+   * plugin gets GC with `cni.dev/valid-attachments` (and the older `cni.dev/attachments`, which libcni sends too)
+   * naming exactly those. A list with disableGC gets neither. A failure stops nothing: every one is in `errors`.
    */
-  async gc(list: NetworkConfigList, valid: readonly GcAttachment[], opts: { plugins: boolean; ifNames?: readonly string[]; signal?: AbortSignal }): Promise<GcReport> {
+  async gc(list: NetworkConfigList, valid: readonly GcAttachment[], opts: GcOptions): Promise<GcReport> {
     validateNetworkName(list.name);
     const report: GcReport = { network: list.name, removed: [], pluginsAsked: [], errors: [] };
     if (list.disableGC === true) return { ...report, disabled: true };
     const keep = new Set(valid.map((a) => `${a.containerId}\0${a.ifName}`));
+    const live = [...valid];
     for (const rec of await cachedAttachments(this.#cacheDir, list.name)) {
       if (keep.has(`${rec.containerId}\0${rec.ifName}`) || (opts.ifNames !== undefined && !opts.ifNames.includes(rec.ifName))) continue;
+      if (opts.stillHeld?.({ containerId: rec.containerId, ifName: rec.ifName }) === true) {
+        live.push({ containerId: rec.containerId, ifName: rec.ifName });
+        continue;
+      }
       try {
         await this.del(this.#recordList(rec, list), recordRuntime(rec), opts.signal);
         report.removed.push({ containerId: rec.containerId, ifName: rec.ifName });
@@ -180,7 +186,7 @@ export class CniClient {
       }
     }
     if (!opts.plugins || !supportsStatusAndGc(list)) return report;
-    const attachments = valid.map((a) => ({ containerID: a.containerId, ifname: a.ifName }));
+    const attachments = live.map((a) => ({ containerID: a.containerId, ifname: a.ifName }));
     for (const plugin of list.plugins) {
       const conf = { ...buildOneConfig(list, plugin, undefined), 'cni.dev/valid-attachments': attachments, 'cni.dev/attachments': attachments };
       report.pluginsAsked.push(plugin.type);
@@ -391,6 +397,16 @@ export interface PluginStatus {
 export interface GcAttachment {
   containerId: string;
   ifName: string;
+}
+
+export interface GcOptions {
+  /** send GC to the plugins too (1.1.0 and later) */
+  plugins: boolean;
+  /** only attachments of these interface names are the runtime's to DEL */
+  ifNames?: readonly string[];
+  /** an attachment `valid` does not name that the runtime still holds: not stale */
+  stillHeld?: (a: GcAttachment) => boolean;
+  signal?: AbortSignal;
 }
 
 /** What a GC did: the stale attachments DEL'd, the plugins sent GC, and every failure. */

@@ -33,6 +33,7 @@ export {
   supportsStatusAndGc,
   type CniClientOptions,
   type GcAttachment,
+  type GcOptions,
   type GcReport,
   type PluginStatus,
 } from './client.js';

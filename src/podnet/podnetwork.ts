@@ -3,6 +3,7 @@
 // Each step is written to the record BEFORE it is applied (steps.ts); teardown, failed-ADD rollback and restart
 // recovery all run the recorded undo ops in reverse. SR-IOV VFs (enableSriov): bound to vfio-pci and configured on
 // their PF in the host netns (vf.ts, src/devices).
+import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -194,6 +195,16 @@ export class PodNetwork {
       dhcp,
       exec: this.env.deps.exec,
     });
+  }
+
+  /** A pod netns exists for `key` (false for a string that is not a valid key). */
+  netnsExists(key: string): boolean {
+    try {
+      validateKey(key);
+    } catch {
+      return false;
+    }
+    return existsSync(this.nsPathOf(key));
   }
 
   /** CNI_IFNAME of the pods this network adds (the attachments in the CNI cache that are tapmanager's). */

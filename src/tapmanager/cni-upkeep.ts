@@ -35,7 +35,7 @@ export function cniUpkeep(d: CniUpkeepDeps): CniUpkeep {
   // a GC must know every pod the state dir holds: it waits for the restore
   const gcOnce = () =>
     restored.then(() =>
-      runGc({ gc: (l, v, o) => d.cni.gc(l, v, o), loadConfList: d.loadConfList, liveKeys: () => d.pods.keys(), ifName: d.pods.cniIfName, plugins: d.config.cniGcPlugins, lock: d.service.ops, log: d.log }),
+      runGc({ gc: (l, v, o) => d.cni.gc(l, v, o), loadConfList: d.loadConfList, liveKeys: () => d.pods.keys(), netnsExists: (key) => d.pods.netnsExists(key), ifName: d.pods.cniIfName, plugins: d.config.cniGcPlugins, lock: d.service.ops, log: d.log }),
     );
   d.service.hooks.admitAdd = () => status.admitAdd();
   d.service.hooks.gc = gcOnce;

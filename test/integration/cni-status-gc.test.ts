@@ -27,6 +27,7 @@ interface LogLine {
   stdin?: Record<string, unknown>;
 }
 
+const begins = (verb: string): LogLine[] => runs().filter((l) => l.verb === verb);
 const runs = (): LogLine[] =>
   existsSync(logFile)
     ? readFileSync(logFile, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as LogLine).filter((l) => l.phase === 'begin')
@@ -126,6 +127,16 @@ describe('GC', () => {
     expect(existsSync(cacheFilePath(cacheDir, 'net11', 'podB', 'virtlet-eth0'))).toBe(false);
     expect(existsSync(cacheFilePath(cacheDir, 'net11', 'podA', 'virtlet-eth0'))).toBe(true);
     expect(existsSync(cacheFilePath(cacheDir, 'net11', 'podC', 'eth0'))).toBe(true);
+  });
+
+  it('spares an attachment the runtime still holds, and names it valid to the plugins', async () => {
+    const c = client();
+    await attachments(c);
+    const report = await c.gc(net(), [{ containerId: 'podA', ifName: 'virtlet-eth0' }], { plugins: true, ifNames: ['virtlet-eth0'], stillHeld: (a) => a.containerId === 'podB' });
+    expect(report.removed).toEqual([]);
+    expect(begins('DEL')).toEqual([]);
+    const valid = [{ containerID: 'podA', ifname: 'virtlet-eth0' }, { containerID: 'podB', ifname: 'virtlet-eth0' }];
+    for (const g of begins('GC')) expect(g.stdin).toMatchObject({ 'cni.dev/valid-attachments': valid, 'cni.dev/attachments': valid });
   });
 
   it('sends GC to every plugin with exactly the valid attachments under both keys, when asked', async () => {

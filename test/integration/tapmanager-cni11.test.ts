@@ -172,13 +172,17 @@ describe('GC', () => {
     daemon = await startDaemon({ confDir, binDirs: [bin], cacheDir, extraArgs: ['--check-interval', '0'] });
     const live = key();
     const lost = key();
+    const orphan = key();
     await addOk(live);
     await addOk(lost);
+    await addOk(orphan);
     const reuse = { socket: daemon.socket, stateDir: daemon.stateDir, cacheDir: daemon.cacheDir, dir: daemon.dir };
     expect(await daemon.stop()).toBe(0);
     // the record of one pod is lost (its netns too): only the CNI cache remembers its attachment
     unlinkSync(join(reuse.stateDir, `${lost}.json`));
     await delNetns(lost);
+    // another lost its record only: its netns is a pod network still (recover re-attaches it), not stale
+    unlinkSync(join(reuse.stateDir, `${orphan}.json`));
     conflist({}, 'two');
     rmSync(logFile, { force: true });
     answer('fake11', { GC: { code: 100, msg: 'cannot list the allocations' } });
@@ -187,13 +191,17 @@ describe('GC', () => {
     const dels = begins('DEL');
     expect(dels.map((l) => `${l.type} ${l.env.CNI_CONTAINERID} ${l.env.CNI_IFNAME}`)).toEqual([`fake11b ${lost} virtlet-eth0`, `fake11 ${lost} virtlet-eth0`]);
     expect(dels[0]!.stdin).toMatchObject({ marker: 'one', prevResult: { ips: [{ address: `10.251.${subnetByte}.5/24` }] } });
-    const valid = [{ containerID: live, ifname: 'virtlet-eth0' }];
+    const valid = [{ containerID: live, ifname: 'virtlet-eth0' }, { containerID: orphan, ifname: 'virtlet-eth0' }];
     const gcs = begins('GC');
     expect(gcs.map((l) => l.type)).toEqual(['fake11', 'fake11b']);
     for (const g of gcs) expect(g.stdin).toMatchObject({ marker: 'two', 'cni.dev/valid-attachments': valid, 'cni.dev/attachments': valid });
     expect(daemon.lines().some((l) => l.msg === 'CNI GC: a part failed' && String(l.error).includes('cannot list the allocations'))).toBe(true);
     expect(existsSync(join(cacheDir, 'results', `net11-${id}-${lost}-virtlet-eth0`))).toBe(false);
     expect(existsSync(join(cacheDir, 'results', `net11-${id}-${live}-virtlet-eth0`))).toBe(true);
+    expect(existsSync(join(cacheDir, 'results', `net11-${id}-${orphan}-virtlet-eth0`))).toBe(true);
+    // its release (by convention: CNI DEL with the cached config, the netns removed) frees it
+    expect((await tapctl('release', orphan)).exitCode).toBe(0);
+    expect(existsSync(join(cacheDir, 'results', `net11-${id}-${orphan}-virtlet-eth0`))).toBe(false);
   });
 
   it('sends no plugin GC without --cni-gc plugins, and nothing at all with disableGC', async () => {

@@ -68,6 +68,7 @@ describe('runGc', () => {
       gc: async (l, valid, opts) => (calls.push({ network: l.name, valid, opts }), { network: l.name, removed: [], pluginsAsked: [], errors: ['x failed'] }),
       loadConfList: async () => list(),
       liveKeys: () => live,
+      netnsExists: (key) => key === 'orphan',
       ifName: 'virtlet-eth0',
       plugins: true,
       lock,
@@ -80,8 +81,10 @@ describe('runGc', () => {
     await adding;
     expect((await gc).errors).toEqual(['x failed']);
     expect(calls).toEqual([
-      { network: 'net', valid: [{ containerId: 'p1', ifName: 'virtlet-eth0' }, { containerId: 'p2', ifName: 'virtlet-eth0' }], opts: { plugins: true, ifNames: ['virtlet-eth0'] } },
+      { network: 'net', valid: [{ containerId: 'p1', ifName: 'virtlet-eth0' }, { containerId: 'p2', ifName: 'virtlet-eth0' }], opts: { plugins: true, ifNames: ['virtlet-eth0'], stillHeld: expect.any(Function) } },
     ]);
+    const { stillHeld } = (calls[0] as { opts: { stillHeld: (a: { containerId: string; ifName: string }) => boolean } }).opts;
+    expect([stillHeld({ containerId: 'orphan', ifName: 'virtlet-eth0' }), stillHeld({ containerId: 'gone', ifName: 'virtlet-eth0' })]).toEqual([true, false]);
   });
 });
 
