@@ -23,7 +23,7 @@ export {
   type RuntimeConf,
 } from './config.js';
 export { spawnPluginExec, findInPath, DEFAULT_PLUGIN_OUTPUT_BYTES, type SpawnPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
-export { killOrphanPlugins, readPgidRecord, type PgidRecord } from './pgid.js';
+export { killOrphanPlugins, readPgidRecords, type PgidRecord } from './pgid.js';
 export {
   CniClient,
   parsePluginResult,

@@ -66,26 +66,45 @@ export function killOrphanPlugins(pgidDir: string): (PgidRecord & { pids: number
   const killed: (PgidRecord & { pids: number[] })[] = [];
   for (const name of listDir(pgidDir)) {
     const path = join(pgidDir, name);
-    const rec = readPgidRecord(path);
-    const leader = rec ? procStat(rec.pgid) : undefined;
-    // a plugin of a daemon that is still alive (another tapmanager on this state dir) is not ours to kill
-    if (rec && leader && rec.daemonPid !== undefined && leader.ppid === rec.daemonPid && rec.daemonPid !== process.pid) continue;
-    if (rec && rec.pgid !== process.pid) {
+    let othersLive = false;
+    for (const rec of readPgidRecords(path)) {
+      const leader = procStat(rec.pgid);
+      // a plugin of a daemon that is still alive (another tapmanager on this state dir) is not ours to kill
+      if (leader && rec.daemonPid !== undefined && leader.ppid === rec.daemonPid && rec.daemonPid !== process.pid) {
+        othersLive = true;
+        continue;
+      }
+      if (rec.pgid === process.pid) continue;
       const pids = groupMembers(rec.pgid, rec.startTicks);
       if (pids.length > 0) {
         killGroup(rec.pgid, 'SIGKILL');
         killed.push({ ...rec, pids });
       }
     }
-    rmSync(path, { force: true });
+    if (!othersLive) rmSync(path, { force: true });
   }
   return killed;
 }
 
-/** The record in a slot file; undefined for a free slot (blank), a torn or a foreign file: nothing to kill by it. */
-export function readPgidRecord(path: string): PgidRecord | undefined {
+/** The records in a slot file, slot by slot; blank, torn or foreign slots hold nothing to kill by. */
+export function readPgidRecords(path: string): PgidRecord[] {
+  let buf: Buffer;
   try {
-    const v = JSON.parse(readFileSync(path, 'utf8')) as PgidRecord;
+    buf = readFileSync(path);
+  } catch {
+    return [];
+  }
+  const out: PgidRecord[] = [];
+  for (let off = 0; off < buf.length; off += SLOT_BYTES) {
+    const rec = parseSlot(buf.subarray(off, off + SLOT_BYTES).toString('utf8'));
+    if (rec) out.push(rec);
+  }
+  return out;
+}
+
+function parseSlot(text: string): PgidRecord | undefined {
+  try {
+    const v = JSON.parse(text) as PgidRecord;
     if (Number.isSafeInteger(v.pgid) && v.pgid > 1 && Number.isSafeInteger(v.startTicks)) return v;
   } catch {
     // blank, torn or foreign
@@ -98,17 +117,21 @@ const SLOT_BYTES = 512;
 const BLANK = Buffer.alloc(SLOT_BYTES, 0x20);
 
 /**
- * The PID records of the running plugins: files `<dir>/<n>`, one slot per plugin running at once, made when a plugin
- * starts and removed when its run ends, so that the dir holds the running plugins' records only. The writes are
- * synchronous: creating and writing 512 bytes costs less than a hop to the pool. Bookkeeping only: a slot that cannot
- * be written leaves the run unrecorded.
+ * The PID records of the running plugins: one file per daemon, `<dir>/<daemon pid>`, with a slot of SLOT_BYTES per
+ * plugin running at once, written when a plugin starts and blanked when its run ends, so that it holds the running
+ * plugins' records only. Slots in one file, not a file per run: creating an inode right after many were freed is slow
+ * on some filesystems (docs/performance.md), and a plugin runs per add and per release. The writes are synchronous:
+ * opening an existing file and writing 512 bytes costs less than a hop to the pool. Bookkeeping only: a slot that
+ * cannot be written leaves the run unrecorded.
  */
 export class PgidSlots {
   #slots = 0;
   readonly #free: number[] = [];
+  readonly #path: string;
 
   constructor(readonly dir: string) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
+    this.#path = join(dir, String(process.pid));
   }
 
   /** Writes the record into a free slot (a new one when none is free); the slot, or undefined when it could not. */
@@ -124,17 +147,17 @@ export class PgidSlots {
     return undefined;
   }
 
-  /** Removes the slot's file and frees the slot (a record left behind names a group whose members are gone, or are told apart by start time). */
+  /** Blanks the slot and frees it (a record left behind names a group whose members are gone, or are told apart by start time). */
   clear(slot: number): void {
-    rmSync(join(this.dir, String(slot)), { force: true });
+    this.#write(slot, BLANK);
     this.#free.push(slot);
   }
 
   #write(slot: number, buf: Buffer): boolean {
     try {
-      const fd = openSync(join(this.dir, String(slot)), constants.O_WRONLY | constants.O_CREAT, 0o600);
+      const fd = openSync(this.#path, constants.O_WRONLY | constants.O_CREAT, 0o600);
       try {
-        writeSync(fd, buf, 0, SLOT_BYTES, 0);
+        writeSync(fd, buf, 0, SLOT_BYTES, slot * SLOT_BYTES);
       } finally {
         closeSync(fd);
       }

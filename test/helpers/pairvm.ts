@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { ErrorCode, VmpodError } from '../../src/errors.js';
 import { base64ToMac } from '../../src/protocol/mac.js';
+import { readPgidRecords } from '../../src/cni/index.js';
 import type { ContainerSideNetwork, PodNetworkDesc } from '../../src/protocol/payloads.js';
 import { BIN, removeDir, type Daemon } from './daemon.js';
 import type { FdClient } from '../../src/client/fdclient.js';
@@ -260,12 +261,13 @@ export async function stopVmsAndRelease(vms: PairVmBase[], pods: Set<string>, cl
 
 /**
  * A pair test's afterAll: tapmanager stopped, what its state dir still holds (no pod record and no plugin record
- * may be left; the empty plugins dir stays), then its dir, the CNI network and the scratch dir removed. The caller asserts on the exit code and what
+ * may be left; the plugins dir stays, its slot file blank), then its dir, the CNI network and the scratch dir removed. The caller asserts on the exit code and what
  * was left.
  */
 export async function endPairDaemon(d: Daemon | undefined, net: CniTestNet | undefined, dir: string | undefined): Promise<{ code: number | null | undefined; stateLeft: string[] }> {
   const code = await d?.stop();
-  const kept = (n: string) => n === 'plugins';
+  // the plugins dir and its slot file stay, with no record in any slot
+  const kept = (n: string) => n === 'plugins' || (n.startsWith('plugins/') && readPgidRecords(join(d!.stateDir, n)).length === 0);
   const stateLeft = d ? readdirSync(d.stateDir, { recursive: true }).map(String).filter((n) => !kept(n)) : [];
   if (d) removeDir(d.dir);
   await net?.cleanup();

@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
 import { PodNetwork } from '../../src/podnet/index.js';
 import { StateStore } from '../../src/state/store.js';
-import { CniClient, spawnPluginExec, loadConfList, readPgidRecord } from '../../src/cni/index.js';
+import { CniClient, spawnPluginExec, loadConfList, readPgidRecords } from '../../src/cni/index.js';
 import { silentLogger } from '../../src/log.js';
 import { makeCniConf, type CniConfOptions, type CniTestNet } from '../helpers/cniconf.js';
 import { processAlive } from '../helpers/baseline.js';
@@ -75,9 +75,10 @@ async function expectNothingLeft(ctx: Ctx) {
   expect(left).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   expect(new StateStore(ctx.stateDir).keys(), 'records').toEqual([]);
   expect(ctx.net.faultyRuns().filter((r) => processAlive(r.pid)), 'plugin processes still running').toEqual([]);
-  // no plugin record (a slot file goes when its plugin's run ends), and no file of the pod in the state dir
-  expect(existsSync(ctx.pgidDir) ? readdirSync(ctx.pgidDir).flatMap((n) => readPgidRecord(join(ctx.pgidDir, n)) ?? []) : [], 'pgid records').toEqual([]);
-  expect(readdirSync(ctx.stateDir, { recursive: true }).map(String).filter((n) => n !== 'plugins'), 'state dir').toEqual([]);
+  // no plugin record (a slot is blanked when its plugin's run ends), and no file of the pod in the state dir (the
+  // daemon's slot file, all blank, stays under plugins/)
+  expect(existsSync(ctx.pgidDir) ? readdirSync(ctx.pgidDir).flatMap((n) => readPgidRecords(join(ctx.pgidDir, n))) : [], 'pgid records').toEqual([]);
+  expect(readdirSync(ctx.stateDir, { recursive: true }).map(String).filter((n) => n !== 'plugins' && !n.startsWith('plugins/')), 'state dir').toEqual([]);
 }
 
 async function errorOf(p: Promise<unknown>): Promise<Error & { code?: string }> {

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
 import { makeCniConf } from '../helpers/cniconf.js';
-import { readPgidRecord } from '../../src/cni/index.js';
+import { readPgidRecords } from '../../src/cni/index.js';
 import { BIN, startDaemon, stopDaemonAndNet } from '../helpers/daemon.js';
 import { processAlive } from '../helpers/baseline.js';
 
@@ -21,7 +21,7 @@ async function waitFor(what: string, cond: () => boolean | Promise<boolean>, ms 
 }
 
 /** The PID records in a plugins dir: the slots that hold one. */
-const pidRecords = (dir: string) => readdirSync(dir).flatMap((n) => readPgidRecord(join(dir, n)) ?? []);
+const pidRecords = (dir: string) => readdirSync(dir).flatMap((n) => readPgidRecords(join(dir, n)));
 
 const tapctl = (socket: string, ...args: string[]) => execa(process.execPath, [BIN.tapctl, '--socket', socket, ...args], { reject: false, timeout: 120_000 });
 
