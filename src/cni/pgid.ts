@@ -112,7 +112,7 @@ function parseSlot(text: string): PgidRecord | undefined {
   return undefined;
 }
 
-/** A slot file's size: a record is written over the whole of it, padded with spaces (JSON ignores them). */
+/** A slot's size: a record is written over the whole of it, padded with spaces (JSON ignores them). */
 const SLOT_BYTES = 512;
 const BLANK = Buffer.alloc(SLOT_BYTES, 0x20);
 
