@@ -7,7 +7,7 @@
 // Synchronous on purpose: records are small, and a record must be written before the step it announces runs (a
 // durable one may finish its fsyncs on the pool while what does not outlive a reboot goes on: writeThenSync).
 import { closeSync, existsSync, fsync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
 import { ErrorCode, VmpodError } from '../errors.js';
@@ -136,7 +136,9 @@ export class StateStore {
     const path = this.pathOf(key);
     try {
       this.#scratches.delete(key);
-      await Promise.all([path, this.scratchOf(key)].map((p) => rm(p, { force: true })));
+      // unlink, not rm: rm stats each path first (it could be a dir); these are files, and may be missing
+      const gone = (p: string): Promise<void> => unlink(p).catch((e: unknown) => (errno(e) === 'ENOENT' ? undefined : Promise.reject(e)));
+      await Promise.all([gone(path), gone(this.scratchOf(key))]);
     } catch (e) {
       throw new VmpodError(ErrorCode.State, `remove state record ${path}`, { cause: e, key, op: 'state-remove' });
     }
