@@ -169,8 +169,18 @@ function discover(pkt, mac, xid) {
   hw.copy(chaddr);
   const u16 = (n) => Buffer.from([n >> 8, n & 0xff]);
   return pkt.encodePacket({
-    op: 1, htype: 1, hlen: 6, hops: 0, xid, secs: 0, flags: pkt.BROADCAST_FLAG,
-    ciaddr: '0.0.0.0', yiaddr: '0.0.0.0', siaddr: '0.0.0.0', giaddr: '0.0.0.0', chaddr,
+    op: 1,
+    htype: 1,
+    hlen: 6,
+    hops: 0,
+    xid,
+    secs: 0,
+    flags: pkt.BROADCAST_FLAG,
+    ciaddr: '0.0.0.0',
+    yiaddr: '0.0.0.0',
+    siaddr: '0.0.0.0',
+    giaddr: '0.0.0.0',
+    chaddr,
     options: [
       { code: Opt.MessageType, data: Buffer.from([MessageType.Discover]) },
       { code: Opt.ClientId, data: Buffer.concat([Buffer.from([1]), hw]) },
@@ -204,7 +214,8 @@ async function measure(set, probe, pkt, lease, count, warmup) {
     const r = await one(EXCHANGE_TIMEOUT_MS);
     if (!r) {
       lost++;
-      if (lost > count / 20) throw new Error(`${set}: ${lost} of ${i + 1} DISCOVERs got no OFFER within ${EXCHANGE_TIMEOUT_MS} ms`);
+      if (lost > count / 20)
+        throw new Error(`${set}: ${lost} of ${i + 1} DISCOVERs got no OFFER within ${EXCHANGE_TIMEOUT_MS} ms`);
       continue;
     }
     if (r.reply.yiaddr !== lease.ip || pkt.optionIp(r.reply, Opt.ServerId) !== SERVER_IP) bad++;
@@ -223,7 +234,19 @@ async function measure(set, probe, pkt, lease, count, warmup) {
 
 function report(set, what, m, extra = {}) {
   samplesOf[set] = m.samplesUs;
-  const line = { bench: BENCH, set, what, unit: 'us', ...summarize(m.samplesUs), firstUs: Number(m.firstUs.toFixed(1)), lost: m.lost, badOffers: m.bad, offerBytes: m.offerBytes, offerOptions: m.options, ...extra };
+  const line = {
+    bench: BENCH,
+    set,
+    what,
+    unit: 'us',
+    ...summarize(m.samplesUs),
+    firstUs: Number(m.firstUs.toFixed(1)),
+    lost: m.lost,
+    badOffers: m.bad,
+    offerBytes: m.offerBytes,
+    offerOptions: m.options,
+    ...extra,
+  };
   console.log(JSON.stringify(line));
   return line;
 }
@@ -241,7 +264,10 @@ async function startChildServer(cleanup, cfg, logFile) {
   let ready = () => {};
   await new Promise((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`DhcpServer child: not ready after 10 s; log ${tail(logFile)}`)), 10_000);
+    const timer = setTimeout(
+      () => reject(new Error(`DhcpServer child: not ready after 10 s; log ${tail(logFile)}`)),
+      10_000,
+    );
     child.stdout.on('data', (b) => {
       out += b;
       if (out.includes('ready')) {
@@ -271,10 +297,22 @@ async function startDnsmasq(cleanup, topo, lease, built, dir) {
   const router = built.options.some((o) => o.code === 3) ? [`--dhcp-option=option:router,${lease.gateway}`] : [];
   const routes121 = built.routes.flatMap((r) => [`${r.dst}/${r.prefix}`, r.gw]).join(',');
   const args = [
-    'netns', 'exec', topo.pod,
-    'dnsmasq', '--no-daemon', '--conf-file=/dev/null', '--port=0', '--no-resolv', '--no-hosts',
-    `--log-facility=${join(dir, 'dnsmasq.log')}`, `--pid-file=${join(dir, 'dnsmasq.pid')}`, '--leasefile-ro', '--no-ping',
-    `--interface=${BRIDGE}`, '--bind-interfaces', '--except-interface=lo',
+    'netns',
+    'exec',
+    topo.pod,
+    'dnsmasq',
+    '--no-daemon',
+    '--conf-file=/dev/null',
+    '--port=0',
+    '--no-resolv',
+    '--no-hosts',
+    `--log-facility=${join(dir, 'dnsmasq.log')}`,
+    `--pid-file=${join(dir, 'dnsmasq.pid')}`,
+    '--leasefile-ro',
+    '--no-ping',
+    `--interface=${BRIDGE}`,
+    '--bind-interfaces',
+    '--except-interface=lo',
     // the bridge only has 169.254.254.2/24 (the server id, as for our server): shared-network lets dnsmasq serve
     // the pod's subnet from it
     `--shared-network=${BRIDGE},${net}`,
@@ -305,7 +343,8 @@ function compareOffers(a, b) {
   if (a.yiaddr !== b.yiaddr) differ.push(`yiaddr ${a.yiaddr} vs ${b.yiaddr}`);
   for (const o of a.options) {
     const other = b.options.find((x) => x.code === o.code);
-    if (other && !other.data.equals(o.data) && o.code !== 119) differ.push(`option ${o.code}: ${o.data.toString('hex')} vs ${other.data.toString('hex')}`);
+    if (other && !other.data.equals(o.data) && o.code !== 119)
+      differ.push(`option ${o.code}: ${o.data.toString('hex')} vs ${other.data.toString('hex')}`);
   }
   const onlyOurs = a.options.filter((o) => !b.options.some((x) => x.code === o.code)).map((o) => o.code);
   const onlyTheirs = b.options.filter((o) => !a.options.some((x) => x.code === o.code)).map((o) => o.code);
@@ -339,8 +378,10 @@ async function main() {
   });
   const count = Number(values.count);
   const warmup = Number(values.warmup);
-  if (!Number.isInteger(count) || count < 10 || count > 5000) throw new Error(`--count ${values.count}: expected 10 to 5000`);
-  if (!Number.isInteger(warmup) || warmup < 0 || warmup > 1000) throw new Error(`--warmup ${values.warmup}: expected 0 to 1000`);
+  if (!Number.isInteger(count) || count < 10 || count > 5000)
+    throw new Error(`--count ${values.count}: expected 10 to 5000`);
+  if (!Number.isInteger(warmup) || warmup < 0 || warmup > 1000)
+    throw new Error(`--warmup ${values.warmup}: expected 0 to 1000`);
   const logLevel = values['log-level'];
   if (process.getuid?.() !== 0) throw new Error('needs root (network namespaces, veth, bridge)');
 
@@ -365,7 +406,14 @@ async function main() {
     const mac = '0a:58:0a:f4:07:05';
     const topo = await makeTopology(cleanup, sfx, mac);
     const fx = cniFixture(topo.podPath, mac);
-    const lease = dhcp.leaseFromCni({ result: fx.result, ifIndex: 2, podDns: fx.podDns, podName: fx.podName, mtu: MTU, mac });
+    const lease = dhcp.leaseFromCni({
+      result: fx.result,
+      ifIndex: 2,
+      podDns: fx.podDns,
+      podName: fx.podName,
+      mtu: MTU,
+      mac,
+    });
     const built = dhcp.buildOptions(lease, SERVER_IP);
 
     const probe = new Probe(addon, pkt, topo.guestPath);
@@ -377,14 +425,28 @@ async function main() {
     names.pids.push(child.pid);
     const mv = await measure('vmpod', probe, pkt, lease, count, warmup);
     const vmpodReply = mv.firstReply;
-    lines.vmpod = report('vmpod', 'DhcpServer (dist/) in a child node process, tapmanager logger at ' + logLevel, mv);
+    lines.vmpod = report('vmpod', `DhcpServer (dist/) in a child node process, tapmanager logger at ${logLevel}`, mv);
     await stopChild(child);
 
     // 2. our server in this process
-    const inLog = pino({ name: 'tapmanager', level: logLevel, base: { pid: process.pid }, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination({ dest: join(dir, 'inprocess.log'), sync: true }));
-    const server = dhcp.DhcpServer.start({ nsPath: topo.podPath, bridge: BRIDGE, serverIp: SERVER_IP, lease, log: inLog });
+    const inLog = pino(
+      { name: 'tapmanager', level: logLevel, base: { pid: process.pid }, timestamp: pino.stdTimeFunctions.isoTime },
+      pino.destination({ dest: join(dir, 'inprocess.log'), sync: true }),
+    );
+    const server = dhcp.DhcpServer.start({
+      nsPath: topo.podPath,
+      bridge: BRIDGE,
+      serverIp: SERVER_IP,
+      lease,
+      log: inLog,
+    });
     cleanup.push('stop the in-process DhcpServer', () => server.stop());
-    lines.inprocess = report('vmpod-inprocess', 'DhcpServer (dist/) in the client\'s process and event loop', await measure('vmpod-inprocess', probe, pkt, lease, count, warmup), { stats: { ...server.stats } });
+    lines.inprocess = report(
+      'vmpod-inprocess',
+      "DhcpServer (dist/) in the client's process and event loop",
+      await measure('vmpod-inprocess', probe, pkt, lease, count, warmup),
+      { stats: { ...server.stats } },
+    );
     server.stop();
 
     // 3. dnsmasq, the same lease, on the same bridge, with our server stopped
@@ -395,14 +457,17 @@ async function main() {
     try {
       m = await Promise.race([
         measure('dnsmasq', probe, pkt, lease, count, warmup),
-        dm.exited.then((c) => Promise.reject(new Error(`dnsmasq exited (${c}): ${dm.stderr()} ${tail(join(dir, 'dnsmasq.log'))}`))),
+        dm.exited.then((c) =>
+          Promise.reject(new Error(`dnsmasq exited (${c}): ${dm.stderr()} ${tail(join(dir, 'dnsmasq.log'))}`)),
+        ),
       ]);
     } catch (e) {
       throw new Error(`${e.message}; dnsmasq ${dm.args.join(' ')}`, { cause: e });
     }
     const pidFile = join(dir, 'dnsmasq.pid');
     const filePid = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) : undefined;
-    if (filePid !== undefined && filePid !== dm.child.pid) console.error(`${BENCH}: warning: dnsmasq's pid file says ${filePid}, we spawned ${dm.child.pid}`);
+    if (filePid !== undefined && filePid !== dm.child.pid)
+      console.error(`${BENCH}: warning: dnsmasq's pid file says ${filePid}, we spawned ${dm.child.pid}`);
     lines.dnsmasq = report('dnsmasq', `${dmVersion}, --no-ping, default DHCP logging to a file`, m);
     lines.sameLease = compareOffers(vmpodReply, m.firstReply);
     await stopChild(dm.child);
@@ -418,7 +483,13 @@ async function main() {
       pure.push(Number(process.hrtime.bigint() - a) / 1000);
       if (d.kind !== 'reply') throw new Error(`answer-only: answer() said ${d.kind}: ${d.why}`);
     }
-    lines.pure = { bench: BENCH, set: 'answer-only', what: 'dhcp answer(): decode DISCOVER, order options, encode OFFER; no sockets', unit: 'us', ...summarize(pure, 2) };
+    lines.pure = {
+      bench: BENCH,
+      set: 'answer-only',
+      what: 'dhcp answer(): decode DISCOVER, order options, encode OFFER; no sockets',
+      unit: 'us',
+      ...summarize(pure, 2),
+    };
     console.log(JSON.stringify(lines.pure));
   } finally {
     const failures = await cleanup.run();
@@ -461,8 +532,12 @@ async function main() {
     wallMs: Math.round(performance.now() - t0),
   };
   console.log(JSON.stringify(summary));
-  figure('dhcp-exchange', 'us', samplesOf.vmpod, samplesOf.dnsmasq, { what: 'DISCOVER -> OFFER, warm, our server in a child process', baselineWhat: 'dnsmasq on the same bridge' });
-  const us = (l) => `median ${l.median} us, p99 ${l.p99} (min ${l.min}, max ${l.max}, mean ${l.mean}; first, cold: ${l.firstUs})`;
+  figure('dhcp-exchange', 'us', samplesOf.vmpod, samplesOf.dnsmasq, {
+    what: 'DISCOVER -> OFFER, warm, our server in a child process',
+    baselineWhat: 'dnsmasq on the same bridge',
+  });
+  const us = (l) =>
+    `median ${l.median} us, p99 ${l.p99} (min ${l.min}, max ${l.max}, mean ${l.mean}; first, cold: ${l.firstUs})`;
   console.log(
     [
       `${BENCH}: DISCOVER -> OFFER over a veth + bridge, ${count} exchanges per server after ${warmup} warm-up, ${summary.cpus} CPUs, node ${process.version}`,

@@ -33,7 +33,10 @@ async function main() {
   for (let i = 0; i < runs; i++) {
     const [key] = w.keys(1, 'd');
     const addJson = join(w.dir, 'dhcp-add.json');
-    writeFileSync(addJson, JSON.stringify({ podNetworkDesc: { podId: key, podNs: 'bench', podName: 'bench-vm', DNS: null } }));
+    writeFileSync(
+      addJson,
+      JSON.stringify({ podNetworkDesc: { podId: key, podNs: 'bench', podName: 'bench-vm', DNS: null } }),
+    );
     w.ours.add(key);
     const r = await run(probe, ['vmpod', w.socket, key, addJson], { timeoutMs: 180_000 });
     if (r.code !== 0) throw new Error(`dhcp-first vmpod: ${r.stderr}`);
@@ -50,14 +53,25 @@ async function main() {
       throw new Error(`dhcp-first dnsmasq: ${b.stderr} dnsmasq.log: ${log}`);
     }
     const d = JSON.parse(b.stdout);
-    for (const [side, x] of [[ours, a], [base, d]]) {
+    for (const [side, x] of [
+      [ours, a],
+      [base, d],
+    ]) {
       side.ready.push(x.readyToAnswerUs / 1000);
       side.exchange.push(x.requestToAnswerUs / 1000);
       side.attempts.push(x.attempts);
     }
   }
-  figure('dhcp-first-offer', 'ms', ours.ready, base.ready, { goal: 1.0, what: 'add reply -> first OFFER read from the tap', baselineWhat: 'dnsmasq exec\'d on a hand-made pod -> first OFFER', extra: { attempts: { ours: ours.attempts, baseline: base.attempts } } });
-  figure('dhcp-first-exchange', 'ms', ours.exchange, base.exchange, { what: 'the answered DISCOVER -> its OFFER (first exchange of a fresh pod)', baselineWhat: 'the same, dnsmasq' });
+  figure('dhcp-first-offer', 'ms', ours.ready, base.ready, {
+    goal: 1.0,
+    what: 'add reply -> first OFFER read from the tap',
+    baselineWhat: "dnsmasq exec'd on a hand-made pod -> first OFFER",
+    extra: { attempts: { ours: ours.attempts, baseline: base.attempts } },
+  });
+  figure('dhcp-first-exchange', 'ms', ours.exchange, base.exchange, {
+    what: 'the answered DISCOVER -> its OFFER (first exchange of a fresh pod)',
+    baselineWhat: 'the same, dnsmasq',
+  });
   await cleanup.run();
 }
 

@@ -22,7 +22,9 @@ import { figure } from './lib/figure.mjs';
 import { helper } from './lib/cc.mjs';
 import { handMadePod, POD_DNS } from './lib/handpod.mjs';
 
-const { values: o } = parseArgs({ options: { runs: { type: 'string', default: '10' }, stack: { type: 'string', default: 'dual' } } });
+const { values: o } = parseArgs({
+  options: { runs: { type: 'string', default: '10' }, stack: { type: 'string', default: 'dual' } },
+});
 const runs = Number(o.runs);
 if (!['dual', 'only'].includes(o.stack)) throw new Error(`--stack ${o.stack}: dual or only`);
 if (process.getuid?.() !== 0) throw new Error('needs root (netns, bridge, tap)');
@@ -31,9 +33,24 @@ cleanup.installGuards('dhcp6-first', 1_200_000);
 
 /** the questions: --ask of the helper, the figure's name and words */
 const ASKS = [
-  { ask: 'rs', name: 'ra-first', what: 'RS every 2 ms from the add reply -> first RA read from the tap', exchange: 'the latest RS -> the RA' },
-  { ask: 'solicit-rapid', name: 'dhcp6-first-reply', what: 'SOLICIT + Rapid Commit every 2 ms from the add reply -> first REPLY', exchange: 'the answered SOLICIT (rapid commit) -> its REPLY' },
-  { ask: 'solicit', name: 'dhcp6-first-advertise', what: 'SOLICIT every 2 ms from the add reply -> first ADVERTISE', exchange: 'the answered SOLICIT -> its ADVERTISE' },
+  {
+    ask: 'rs',
+    name: 'ra-first',
+    what: 'RS every 2 ms from the add reply -> first RA read from the tap',
+    exchange: 'the latest RS -> the RA',
+  },
+  {
+    ask: 'solicit-rapid',
+    name: 'dhcp6-first-reply',
+    what: 'SOLICIT + Rapid Commit every 2 ms from the add reply -> first REPLY',
+    exchange: 'the answered SOLICIT (rapid commit) -> its REPLY',
+  },
+  {
+    ask: 'solicit',
+    name: 'dhcp6-first-advertise',
+    what: 'SOLICIT every 2 ms from the add reply -> first ADVERTISE',
+    exchange: 'the answered SOLICIT -> its ADVERTISE',
+  },
 ];
 
 async function main() {
@@ -46,12 +63,17 @@ async function main() {
   for (let i = 0; i < runs; i++) {
     for (const { ask } of ASKS) {
       const [key] = w.keys(1, 's');
-      writeFileSync(addJson, JSON.stringify({ podNetworkDesc: { podId: key, podNs: 'bench', podName: 'bench-vm', DNS: POD_DNS } }));
+      writeFileSync(
+        addJson,
+        JSON.stringify({ podNetworkDesc: { podId: key, podNs: 'bench', podName: 'bench-vm', DNS: POD_DNS } }),
+      );
       w.ours.add(key);
       const r = await run(probe, ['--ask', ask, 'vmpod', w.socket, key, addJson], { timeoutMs: 180_000 });
       if (r.code !== 0) throw new Error(`dhcp-first --ask ${ask} vmpod: ${r.stderr}`);
       await w.release([key]);
-      const b = await run(probe, ['--ask', ask, 'dnsmasq', pod.nsPath, 'tap0', pod.mac, '--', ...pod.argv], { timeoutMs: 180_000 });
+      const b = await run(probe, ['--ask', ask, 'dnsmasq', pod.nsPath, 'tap0', pod.mac, '--', ...pod.argv], {
+        timeoutMs: 180_000,
+      });
       if (b.code !== 0) {
         let log = '';
         try {
@@ -72,12 +94,33 @@ async function main() {
     const { ours, base } = samples[a.ask];
     // run 1 apart: our first IPv6 pod since tapmanager started (V8 compiles the RA / DHCPv6 code on its first packet)
     const first = { ours: ms(ours, 'readyToAnswerUs')[0], baseline: ms(base, 'readyToAnswerUs')[0] };
-    const extra = { first, attempts: { ours: col(ours, 'attempts'), baseline: col(base, 'attempts') }, answers: { ours: [...new Set(col(ours, 'answer'))], baseline: [...new Set(col(base, 'answer'))] } };
+    const extra = {
+      first,
+      attempts: { ours: col(ours, 'attempts'), baseline: col(base, 'attempts') },
+      answers: { ours: [...new Set(col(ours, 'answer'))], baseline: [...new Set(col(base, 'answer'))] },
+    };
     // Neighbour Solicitations the helper answered for the guest's link-local (dnsmasq's kernel resolving the client)
-    extra.nsAnswered = { ours: col(ours, 'nsAnswered').reduce((x, y) => x + y, 0), baseline: col(base, 'nsAnswered').reduce((x, y) => x + y, 0) };
-    if (a.ask === 'rs') extra.solicited = { ours: col(ours, 'solicited').filter(Boolean).length, baseline: col(base, 'solicited').filter(Boolean).length, of: runs };
-    figure(`${a.name}${stack}`, 'ms', ms(ours, 'readyToAnswerUs'), ms(base, 'readyToAnswerUs'), { goal: 1.0, what: a.what, baselineWhat: 'dnsmasq exec\'d on a hand-made pod -> the same', extra });
-    figure(`${a.name}${stack}-exchange`, 'ms', ms(ours, 'requestToAnswerUs'), ms(base, 'requestToAnswerUs'), { what: a.exchange, baselineWhat: 'the same, dnsmasq', extra: { first: { ours: ms(ours, 'requestToAnswerUs')[0], baseline: ms(base, 'requestToAnswerUs')[0] } } });
+    extra.nsAnswered = {
+      ours: col(ours, 'nsAnswered').reduce((x, y) => x + y, 0),
+      baseline: col(base, 'nsAnswered').reduce((x, y) => x + y, 0),
+    };
+    if (a.ask === 'rs')
+      extra.solicited = {
+        ours: col(ours, 'solicited').filter(Boolean).length,
+        baseline: col(base, 'solicited').filter(Boolean).length,
+        of: runs,
+      };
+    figure(`${a.name}${stack}`, 'ms', ms(ours, 'readyToAnswerUs'), ms(base, 'readyToAnswerUs'), {
+      goal: 1.0,
+      what: a.what,
+      baselineWhat: "dnsmasq exec'd on a hand-made pod -> the same",
+      extra,
+    });
+    figure(`${a.name}${stack}-exchange`, 'ms', ms(ours, 'requestToAnswerUs'), ms(base, 'requestToAnswerUs'), {
+      what: a.exchange,
+      baselineWhat: 'the same, dnsmasq',
+      extra: { first: { ours: ms(ours, 'requestToAnswerUs')[0], baseline: ms(base, 'requestToAnswerUs')[0] } },
+    });
   }
   await cleanup.run();
 }

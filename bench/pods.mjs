@@ -85,8 +85,17 @@ async function addRelease(w, label, n) {
     await sleep(SETTLE_MS);
   }
   const syscalls = o.strace && label === '' ? await straceAdds(w) : undefined;
-  figure(`add${label}`, 'ms', ours.add, bare.add, { ...(syscalls ? { extra: { syscallsPerAdd: syscalls } } : {}), goal: 1.2, what: 'add over the socket (C client)', baselineWhat: 'ip netns add + bridge ADD, exec\'d by a C program' });
-  figure(`release${label}`, 'ms', ours.release, bare.release, { goal: 1.05, what: 'release over the socket', baselineWhat: 'bridge DEL + ip netns del, exec\'d by a C program' });
+  figure(`add${label}`, 'ms', ours.add, bare.add, {
+    ...(syscalls ? { extra: { syscallsPerAdd: syscalls } } : {}),
+    goal: 1.2,
+    what: 'add over the socket (C client)',
+    baselineWhat: "ip netns add + bridge ADD, exec'd by a C program",
+  });
+  figure(`release${label}`, 'ms', ours.release, bare.release, {
+    goal: 1.05,
+    what: 'release over the socket',
+    baselineWhat: "bridge DEL + ip netns del, exec'd by a C program",
+  });
 }
 
 /** what one add costs tapmanager in syscalls (all its threads, children not followed) and which programs it execs */
@@ -96,7 +105,10 @@ async function straceAdds(w, n = 3) {
   // every thread of the daemon (libuv's pool does the async fs work), its children not followed
   const tids = readdirSync(`/proc/${w.daemon.pid}/task`).flatMap((t) => ['-p', t]);
   // a thread takes one tracer: counts in one pass, the programs exec'd (children followed) in a second
-  for (const args of [['-c', '-o', out, ...tids], ['-f', '-e', 'trace=execve', '-e', 'signal=none', '-qq', '-o', outf, '-p', String(w.daemon.pid)]]) {
+  for (const args of [
+    ['-c', '-o', out, ...tids],
+    ['-f', '-e', 'trace=execve', '-e', 'signal=none', '-qq', '-o', outf, '-p', String(w.daemon.pid)],
+  ]) {
     const t = tracer(args);
     await sleep(1000);
     const ks = w.keys(n, 's');
@@ -107,21 +119,33 @@ async function straceAdds(w, n = 3) {
     }
     await w.release(ks);
   }
-  const rows = readFileSync(out, 'utf8').split('\n').filter((l) => /^\s*\d/.test(l)).map((l) => l.trim().split(/\s+/));
+  const rows = readFileSync(out, 'utf8')
+    .split('\n')
+    .filter((l) => /^\s*\d/.test(l))
+    .map((l) => l.trim().split(/\s+/));
   const per = {};
   for (const r of rows) {
     const name = r[r.length - 1];
     const calls = Number(r[3]);
     if (name !== 'total' && Number.isFinite(calls)) per[name] = Math.round((calls / n) * 10) / 10;
   }
-  const execs = readFileSync(outf, 'utf8').split('\n').filter((l) => l.includes('execve(') && !l.includes('ENOENT'));
+  const execs = readFileSync(outf, 'utf8')
+    .split('\n')
+    .filter((l) => l.includes('execve(') && !l.includes('ENOENT'));
   const programs = {};
   for (const l of execs) {
     const m = /execve\("([^"]+)"/.exec(l);
     if (m) programs[m[1]] = (programs[m[1]] ?? 0) + 1 / n;
   }
-  const top = Object.entries(per).sort((a, b) => b[1] - a[1]).slice(0, 12);
-  return { daemonCallsPerAdd: Math.round(Object.values(per).reduce((a, b) => a + b, 0)), fsyncPerAdd: (per.fsync ?? 0) + (per.fdatasync ?? 0), top: Object.fromEntries(top), execsPerAdd: Object.fromEntries(Object.entries(programs).map(([k, v]) => [k, Math.round(v * 10) / 10])) };
+  const top = Object.entries(per)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 12);
+  return {
+    daemonCallsPerAdd: Math.round(Object.values(per).reduce((a, b) => a + b, 0)),
+    fsyncPerAdd: (per.fsync ?? 0) + (per.fdatasync ?? 0),
+    top: Object.fromEntries(top),
+    execsPerAdd: Object.fromEntries(Object.entries(programs).map(([k, v]) => [k, Math.round(v * 10) / 10])),
+  };
 }
 
 /** strace attached to the daemon; stop() ends it (SIGINT) and resolves when it has written its output */
@@ -134,7 +158,8 @@ function tracer(args) {
     async stop() {
       if (c.exitCode === null && c.signalCode === null) c.kill('SIGINT');
       const r = await exited;
-      if (r.code !== 0 && r.sig !== 'SIGINT') throw new Error(`strace ${args.join(' ')}: exit ${r.code ?? r.sig}: ${err.trim()}`);
+      if (r.code !== 0 && r.sig !== 'SIGINT')
+        throw new Error(`strace ${args.join(' ')}: exit ${r.code ?? r.sig}: ${err.trim()}`);
     },
   };
 }
@@ -177,8 +202,21 @@ async function burst(w) {
   const med = (xs) => pick(xs, 50);
   measure('memory@0', 'MB/fds', mem0);
   measure(`memory@${burstN}`, 'MB/fds', mem1, { goalRssMb: 100 });
-  figure(`add-burst-${burstN}x${PAR}`, 'ms', ours.add, bare.add, { goal: 1.3, what: `${burstN} adds, ${PAR} clients at once: wall time`, baselineWhat: `the same ${burstN} bare adds, ${PAR} at once`, extra: { daemonCpuMsPerAdd: Math.round(med(ours.cpu) * 10) / 10, oursAddP50: med(ours.p50), bareAddP50: med(bare.p50) } });
-  figure(`release-burst-${burstN}x${PAR}`, 'ms', ours.release, bare.release, { goal: 1.5, what: `${burstN} releases, ${PAR} at once: wall time`, baselineWhat: `the same ${burstN} bare DELs, ${PAR} at once` });
+  figure(`add-burst-${burstN}x${PAR}`, 'ms', ours.add, bare.add, {
+    goal: 1.3,
+    what: `${burstN} adds, ${PAR} clients at once: wall time`,
+    baselineWhat: `the same ${burstN} bare adds, ${PAR} at once`,
+    extra: {
+      daemonCpuMsPerAdd: Math.round(med(ours.cpu) * 10) / 10,
+      oursAddP50: med(ours.p50),
+      bareAddP50: med(bare.p50),
+    },
+  });
+  figure(`release-burst-${burstN}x${PAR}`, 'ms', ours.release, bare.release, {
+    goal: 1.5,
+    what: `${burstN} releases, ${PAR} at once: wall time`,
+    baselineWhat: `the same ${burstN} bare DELs, ${PAR} at once`,
+  });
 }
 
 function pick(xs, p) {
@@ -189,7 +227,9 @@ function pick(xs, p) {
 /** CLIENTS processes of `vmpod-client loop` at once against socket; latencies (us) */
 async function getRound(w, socket, key, tag) {
   const outs = Array.from({ length: CLIENTS }, (_, i) => join(w.dir, `get-${tag}-${i}`));
-  const rs = await Promise.all(outs.map((out) => run(w.client, ['loop', socket, key, String(gets), out], { timeoutMs: 300_000 })));
+  const rs = await Promise.all(
+    outs.map((out) => run(w.client, ['loop', socket, key, String(gets), out], { timeoutMs: 300_000 })),
+  );
   const bad = rs.find((r) => r.code !== 0);
   if (bad) throw new Error(`get client: ${bad.stderr}`);
   return outs.flatMap((f) => readFileSync(f, 'utf8').trim().split('\n').map(Number));
@@ -235,7 +275,11 @@ async function getFigure(w, n) {
     for (const side of r % 2 ? [...sides].reverse() : sides) await side();
   }
   let syscalls;
-  if (o.strace) syscalls = { ours: await straceGets(w, w.daemon.pid, w.socket, key), baseline: await straceGets(w, echo.pid, echo.sock, key) };
+  if (o.strace)
+    syscalls = {
+      ours: await straceGets(w, w.daemon.pid, w.socket, key),
+      baseline: await straceGets(w, echo.pid, echo.sock, key),
+    };
   echo.stop();
   const total = rounds * CLIENTS * gets;
   figure(`get@${n}`, 'us', ours, base, {
@@ -243,7 +287,10 @@ async function getFigure(w, n) {
     goalP99: 2,
     what: `get, ${CLIENTS} client processes at once, ${n} pods present`,
     baselineWhat: 'a C server answering the same bytes and fd',
-    extra: { cpuUsPerGet: { ours: Math.round((cpuOurs / total) * 1e6), baseline: Math.round((cpuBase / total) * 1e6) }, ...(syscalls ? { syscallsPerGet: syscalls } : {}) },
+    extra: {
+      cpuUsPerGet: { ours: Math.round((cpuOurs / total) * 1e6), baseline: Math.round((cpuBase / total) * 1e6) },
+      ...(syscalls ? { syscallsPerGet: syscalls } : {}),
+    },
   });
 }
 
@@ -262,7 +309,15 @@ async function straceGets(w, pid, socket, key) {
   const text = readFileSync(out, 'utf8');
   const total = /\s(\d+)\s+(\d+)?\s*total/.exec(text);
   const calls = Number(text.trim().split('\n').pop().trim().split(/\s+/)[3]);
-  return { perGet: Math.round((calls / 200) * 10) / 10, table: text.split('\n').slice(2, 14).map((l) => l.trim()).filter((l) => !l.startsWith('--')), total: total?.[0] };
+  return {
+    perGet: Math.round((calls / 200) * 10) / 10,
+    table: text
+      .split('\n')
+      .slice(2, 14)
+      .map((l) => l.trim())
+      .filter((l) => !l.startsWith('--')),
+    total: total?.[0],
+  };
 }
 
 async function restartFigure(w, n) {
@@ -274,20 +329,33 @@ async function restartFigure(w, n) {
   const base = [];
   for (let r = 0; r < rounds; r++) {
     await w.stop();
-    const x = await run(w.client, ['restart', w.socket, ...w.ours, '--', ...w.daemonArgs(w.stateDir, w.socket)], { timeoutMs: 120_000, env: { ...process.env, VMPOD_BENCH_LOG: join(w.dir, 'tapmanager.log') } });
+    const x = await run(w.client, ['restart', w.socket, ...w.ours, '--', ...w.daemonArgs(w.stateDir, w.socket)], {
+      timeoutMs: 120_000,
+      env: { ...process.env, VMPOD_BENCH_LOG: join(w.dir, 'tapmanager.log') },
+    });
     if (x.code !== 0) throw new Error(`restart: ${x.stderr}`);
     const j = JSON.parse(x.stdout);
     w.daemon = { pid: j.pid };
     ours.push(j.firstAnswerUs / 1000);
     all.push(j.allAnsweredUs / 1000);
-    const y = await run(w.client, ['restart', emptySock, '--', ...w.daemonArgs(emptyState, emptySock)], { timeoutMs: 120_000 });
+    const y = await run(w.client, ['restart', emptySock, '--', ...w.daemonArgs(emptyState, emptySock)], {
+      timeoutMs: 120_000,
+    });
     if (y.code !== 0) throw new Error(`restart empty: ${y.stderr}`);
     const e = JSON.parse(y.stdout);
     base.push(e.firstAnswerUs / 1000);
     await w.stop({ pid: e.pid });
   }
-  figure(`restart@${n}`, 'ms', ours, base, { goal: 1.2, what: `spawn -> first answer, ${n} pods recorded`, baselineWhat: 'an empty tapmanager: spawn -> first answer' });
-  figure(`restart-all@${n}`, 'ms', all, base, { goal: 2, what: `spawn -> every one of ${n} pods answered get`, baselineWhat: 'an empty tapmanager: spawn -> first answer' });
+  figure(`restart@${n}`, 'ms', ours, base, {
+    goal: 1.2,
+    what: `spawn -> first answer, ${n} pods recorded`,
+    baselineWhat: 'an empty tapmanager: spawn -> first answer',
+  });
+  figure(`restart-all@${n}`, 'ms', all, base, {
+    goal: 2,
+    what: `spawn -> every one of ${n} pods answered get`,
+    baselineWhat: 'an empty tapmanager: spawn -> first answer',
+  });
 }
 
 async function main() {

@@ -24,11 +24,13 @@ if (unknown.length) {
   console.error(`unknown benchmark(s): ${unknown.join(', ')}; choose from ${ALL.join(', ')}`);
   process.exit(2);
 }
-const say = json ? (s) => process.stderr.write(s + '\n') : (s) => process.stdout.write(s + '\n');
+const say = json ? (s) => process.stderr.write(`${s}\n`) : (s) => process.stdout.write(`${s}\n`);
 
 function runOne(name) {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(here, `${name}.mjs`), ...pass], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [join(here, `${name}.mjs`), ...pass], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     const figures = [];
     let buf = '';
     child.stdout.on('data', (b) => {
@@ -57,12 +59,12 @@ for (const b of chosen.length ? chosen : ALL) {
   }
   all.push(...r.figures);
 }
-if (json) process.stdout.write(JSON.stringify(all, null, 1) + '\n');
+if (json) process.stdout.write(`${JSON.stringify(all, null, 1)}\n`);
 else {
   say('\n== figures (ours | same-run baseline | ratio; median / p90 / p99)');
   for (const f of all) {
     if (f.value) {
-      say(`${f.figure.padEnd(32)} ${JSON.stringify(f.value)}${f.extra ? ' ' + JSON.stringify(f.extra) : ''}`);
+      say(`${f.figure.padEnd(32)} ${JSON.stringify(f.value)}${f.extra ? ` ${JSON.stringify(f.extra)}` : ''}`);
       continue;
     }
     const d = (x) => `${fmt(x.median)} / ${fmt(x.p90)} / ${fmt(x.p99)}`;

@@ -9,13 +9,12 @@ import { parseArgs } from 'node:util';
 import { loadTs } from './lib/ts.mjs';
 import { median } from './lib/stats.mjs';
 
-
 const r1 = (x) => Math.round(x * 10) / 10;
 
 const loadHelpers = () =>
   loadTs('baseline-helpers', [
-        "export * from './test/helpers/baseline.ts';",
-        "export { ensureGuest, detectAccel } from './test/helpers/guest.ts';",
+    "export * from './test/helpers/baseline.ts';",
+    "export { ensureGuest, detectAccel } from './test/helpers/guest.ts';",
   ]);
 
 async function main() {

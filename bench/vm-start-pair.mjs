@@ -23,12 +23,12 @@ const r2 = (x) => Math.round(x * 100) / 100;
 
 const loadHelpers = () =>
   loadTs('pair-helpers', [
-        "export * from './test/helpers/pairvm.ts';",
-        "export { setupBaselineNet, bootBaselineVm, baselineLeftovers } from './test/helpers/baseline.ts';",
-        "export { makeCniConf } from './test/helpers/cniconf.ts';",
-        "export { startDaemon, removeDir, BIN } from './test/helpers/daemon.ts';",
-        "export { ensureGuest, detectAccel } from './test/helpers/guest.ts';",
-        "export { FdClient } from './src/client/fdclient.ts';",
+    "export * from './test/helpers/pairvm.ts';",
+    "export { setupBaselineNet, bootBaselineVm, baselineLeftovers } from './test/helpers/baseline.ts';",
+    "export { makeCniConf } from './test/helpers/cniconf.ts';",
+    "export { startDaemon, removeDir, BIN } from './test/helpers/daemon.ts';",
+    "export { ensureGuest, detectAccel } from './test/helpers/guest.ts';",
+    "export { FdClient } from './src/client/fdclient.ts';",
   ]);
 
 /** One pair run: add, boot through vmwrapper, stop, release; returns the timings and what was left. */
@@ -41,7 +41,14 @@ async function pairRun(h, ctx, i) {
   let vm;
   let teardownMs;
   try {
-    vm = await h.bootPairVm({ socket: ctx.daemon.socket, key, guest: ctx.guest, dir: ctx.dir, name: `pair-${i}.serial.log`, timeoutMs: 60_000 });
+    vm = await h.bootPairVm({
+      socket: ctx.daemon.socket,
+      key,
+      guest: ctx.guest,
+      dir: ctx.dir,
+      name: `pair-${i}.serial.log`,
+      timeoutMs: 60_000,
+    });
     const a = h.podAddress(csn);
     if (vm.lease.ip !== a.ip || vm.lease.mac !== a.mac) {
       throw new Error(`pair run ${i}: guest leased ${vm.lease.ip} ${vm.lease.mac}, pod is ${a.ip} ${a.mac}`);
@@ -120,7 +127,12 @@ async function main() {
   const pair = [];
   const baseline = [];
   try {
-    daemon = await h.startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--log-level', 'warn'] });
+    daemon = await h.startDaemon({
+      confDir: net.confDir,
+      binDirs: net.binDirs,
+      cacheDir: net.cacheDir,
+      extraArgs: ['--log-level', 'warn'],
+    });
     const ctx = { guest, net, daemon, dir };
     for (let i = 1; i <= runs; i++) {
       const order = i % 2 === 1 ? ['pair', 'baseline'] : ['baseline', 'pair'];
@@ -150,7 +162,16 @@ async function main() {
     ratioTotal: r2(p.medianTotalMs / b.medianTotalMs),
   };
   console.log(JSON.stringify(summary));
-  figure('vm-start-to-lease', 'ms', pair.map((r) => r.startToLeaseMs), baseline.map((r) => r.startToLeaseMs), { what: 'tapmanager add + vmwrapper + qemu: start -> guest lease', baselineWhat: 'netns, bridge, tap by hand, dnsmasq, qemu started directly' });
+  figure(
+    'vm-start-to-lease',
+    'ms',
+    pair.map((r) => r.startToLeaseMs),
+    baseline.map((r) => r.startToLeaseMs),
+    {
+      what: 'tapmanager add + vmwrapper + qemu: start -> guest lease',
+      baselineWhat: 'netns, bridge, tap by hand, dnsmasq, qemu started directly',
+    },
+  );
   console.log(
     `vm-start-pair: ${runs} interleaved runs each (${accel}). Start to DHCP lease, median: pair (vmwrapper -> qemu) ` +
       `${p.medianStartToLeaseMs} ms, baseline (qemu) ${b.medianStartToLeaseMs} ms, ratio ${summary.ratioStartToLease} ` +

@@ -57,7 +57,12 @@ async function main() {
     const base = { PATH: process.env.PATH, VMPOD_LOG_LEVEL: 'silent' };
     const stamp = helper('exec-stamp');
     const sets = { true: [], node: [], probe: [], start: [], 'start-mq8': [], 'start-at': [], 'start-mq8-at': [] };
-    const startEnv = { ...base, VIRTLET_EMULATOR: '/bin/true', VIRTLET_NET_KEY: key, VIRTLET_FD_SERVER_SOCKET_PATH: w.socket };
+    const startEnv = {
+      ...base,
+      VIRTLET_EMULATOR: '/bin/true',
+      VIRTLET_NET_KEY: key,
+      VIRTLET_FD_SERVER_SOCKET_PATH: w.socket,
+    };
     for (let i = 0; i < runs; i++) {
       sets.true.push(timeOnce('/bin/true', [], base));
       sets.node.push(timeOnce(process.execPath, ['-e', '0'], base));
@@ -68,14 +73,44 @@ async function main() {
       sets['start-mq8'].push(timeOnce(vmwrapper, ['-S', '-smp', '8'], { ...startEnv, VMPOD_NET_QUEUES: '8' }));
       sets['start-at'].push(timeToExec(vmwrapper, ['-S'], { ...startEnv, VIRTLET_EMULATOR: stamp }));
       sets.node.push(timeOnce(process.execPath, ['-e', '0'], base));
-      sets['start-mq8-at'].push(timeToExec(vmwrapper, ['-S', '-smp', '8'], { ...startEnv, VIRTLET_EMULATOR: stamp, VMPOD_NET_QUEUES: '8' }));
+      sets['start-mq8-at'].push(
+        timeToExec(vmwrapper, ['-S', '-smp', '8'], { ...startEnv, VIRTLET_EMULATOR: stamp, VMPOD_NET_QUEUES: '8' }),
+      );
     }
-    for (const [k, v] of Object.entries(sets)) console.log(JSON.stringify({ bench: 'vmwrapper-start', set: k, runs: v.length, medianMs: r1(median(v)), minMs: r1(Math.min(...v)), maxMs: r1(Math.max(...v)) }));
-    figure('vmwrapper-start', 'ms', sets.start, sets.node, { goal: 1.3, what: 'vmwrapper start: get (1 tap) + argv + execve /bin/true', baselineWhat: 'node -e 0' });
-    figure('vmwrapper-start-mq8', 'ms', sets['start-mq8-at'], sets.node, { goal: 1.3, what: 'vmwrapper start, 8 queues: spawn -> the emulator runs (get of 8 queues of 1 tap, argv, execve)', baselineWhat: 'node -e 0' });
-    figure('vmwrapper-start-mq8-exit', 'ms', sets['start-mq8'], sets.node, { what: 'the same to the exit of /bin/true, which detaches the 7 extra queues', baselineWhat: 'node -e 0' });
-    figure('vmwrapper-start-at', 'ms', sets['start-at'], sets.node, { what: 'vmwrapper start, 1 queue: spawn -> the emulator runs', baselineWhat: 'node -e 0' });
-    figure('vmwrapper-probe', 'ms', sets.probe, sets.node, { goal: 1.1, what: 'vmwrapper probe path: execve /bin/true', baselineWhat: 'node -e 0' });
+    for (const [k, v] of Object.entries(sets))
+      console.log(
+        JSON.stringify({
+          bench: 'vmwrapper-start',
+          set: k,
+          runs: v.length,
+          medianMs: r1(median(v)),
+          minMs: r1(Math.min(...v)),
+          maxMs: r1(Math.max(...v)),
+        }),
+      );
+    figure('vmwrapper-start', 'ms', sets.start, sets.node, {
+      goal: 1.3,
+      what: 'vmwrapper start: get (1 tap) + argv + execve /bin/true',
+      baselineWhat: 'node -e 0',
+    });
+    figure('vmwrapper-start-mq8', 'ms', sets['start-mq8-at'], sets.node, {
+      goal: 1.3,
+      what: 'vmwrapper start, 8 queues: spawn -> the emulator runs (get of 8 queues of 1 tap, argv, execve)',
+      baselineWhat: 'node -e 0',
+    });
+    figure('vmwrapper-start-mq8-exit', 'ms', sets['start-mq8'], sets.node, {
+      what: 'the same to the exit of /bin/true, which detaches the 7 extra queues',
+      baselineWhat: 'node -e 0',
+    });
+    figure('vmwrapper-start-at', 'ms', sets['start-at'], sets.node, {
+      what: 'vmwrapper start, 1 queue: spawn -> the emulator runs',
+      baselineWhat: 'node -e 0',
+    });
+    figure('vmwrapper-probe', 'ms', sets.probe, sets.node, {
+      goal: 1.1,
+      what: 'vmwrapper probe path: execve /bin/true',
+      baselineWhat: 'node -e 0',
+    });
   } finally {
     await cleanup.run();
   }

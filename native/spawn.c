@@ -1,8 +1,8 @@
 // spawnChild: a program run to completion without holding the event loop (declared in common.h; typed in
 // src/native.ts). The daemon runs every CNI plugin through it.
 //
-// libuv's spawn forks the whole daemon (page tables of 60-100 MB, then copy-on-write faults in the parent) and
-// blocks the loop until the child has exec'd: 1.5-2 ms per plugin run. posix_spawn clones with CLONE_VM|CLONE_VFORK
+// libuv's spawn forks the whole daemon (its page tables, then copy-on-write faults in the parent) and
+// blocks the loop until the child has exec'd, on every plugin run. posix_spawn clones with CLONE_VM|CLONE_VFORK
 // instead: nothing is copied, and the loop waits only for the exec itself. The child is then watched on the loop:
 // its exit through a pidfd (Linux 5.3; waitid P_PIDFD 5.4), stdout and stderr through non-blocking pipes, stdin
 // written as the pipe takes it. The child is reaped here; libuv only waits for the pids it spawned itself.

@@ -1,5 +1,5 @@
 // Bundles each entry point into dist/bundle/. vmwrapper runs at every VM start and every libvirt probe: CommonJS
-// (no ESM loader, no module resolution at start-up; bundling cut start-up from ~190 ms to ~110 ms), in two files:
+// (no ESM loader, no module resolution at start-up: docs/performance.md), in two files:
 // dist/bundle/vmwrapper.cjs, the entry and the probe path, and dist/bundle/vmwrapper-start.cjs, the start path
 // (src/vmwrapper/run.ts: the client, the qemu argv builder, the device scan), which the entry require()s only on a
 // start, so a probe neither reads nor parses it. vmwrapper.cjs is executable (a shebang): libvirt runs it as it is.
@@ -12,12 +12,12 @@ import { build } from 'esbuild';
 const external = ['@grpc/grpc-js', '@grpc/proto-loader', 'yaml'];
 // vmwrapper.cjs's interpreter: the node that builds it, by absolute path (the image's build and runtime stages both
 // have it at /usr/local/bin/node); `#!/usr/bin/env node` would cost every start and probe an exec of env and its
-// PATH search, 0.5 ms. A path a shebang cannot carry (whitespace, too long) falls back to env.
+// PATH search. A path a shebang cannot carry (whitespace, too long) falls back to env.
 const SHEBANG_NODE = /^\/\S{1,200}$/.test(process.execPath) ? process.execPath : '/usr/bin/env node';
 const common = { bundle: true, platform: 'node', target: 'node24', sourcemap: true, logLevel: 'warning', external };
 /**
  * A CommonJS module's wrapper, as node:module's wrap() puts it around a file's source (the loader does it by hand:
- * loading node:module cost every start 0.2 ms); the code cache below is made of the same string.
+ * loading node:module cost every start measurably); the code cache below is made of the same string.
  */
 const WRAP = ['(function (exports, require, module, __filename, __dirname) { ', '\n});'];
 
@@ -44,7 +44,9 @@ module.exports = m.exports;
 const startPathApart = {
   name: 'vmwrapper-start-apart',
   setup(b) {
-    b.onResolve({ filter: /\/vmwrapper\/run\.js$/ }, (a) => (a.importer.endsWith('src/bin/vmwrapper.ts') ? { path: 'vmwrapper-start-loader', namespace: 'vmpod' } : undefined));
+    b.onResolve({ filter: /\/vmwrapper\/run\.js$/ }, (a) =>
+      a.importer.endsWith('src/bin/vmwrapper.ts') ? { path: 'vmwrapper-start-loader', namespace: 'vmpod' } : undefined,
+    );
     b.onLoad({ filter: /.*/, namespace: 'vmpod' }, () => ({ contents: START_LOADER, loader: 'js' }));
   },
 };
@@ -56,7 +58,9 @@ await Promise.all([
       outfile: `dist/bundle/${name}.js`,
       format: 'esm',
       // CommonJS dependencies (pino) call require(): give the ESM bundle one
-      banner: { js: "import { createRequire as __vmpodCreateRequire } from 'node:module'; const require = __vmpodCreateRequire(import.meta.url);" },
+      banner: {
+        js: "import { createRequire as __vmpodCreateRequire } from 'node:module'; const require = __vmpodCreateRequire(import.meta.url);",
+      },
     }),
   ),
   ...[
@@ -72,11 +76,13 @@ await Promise.all([
       supported: { 'dynamic-import': false },
       plugins: [startPathApart],
       // the sources are ESM: import.meta.url becomes a file: URL of the bundle, made when first read (pathToFileURL's
-      // first call costs 0.2-0.3 ms; native.ts takes __dirname instead, and a start reads none)
+      // first call is not free; native.ts takes __dirname instead, and a start reads none)
       define: { 'import.meta.url': '__vmpodMeta.url' },
       // vmwrapper.cjs is the program itself (libvirt's <emulator> links to it): its own shebang, no launcher file
-      // in between (a launcher's require() of the bundle cost a start 0.5-0.9 ms)
-      banner: { js: `${out === 'vmwrapper.cjs' ? `#!${SHEBANG_NODE}\n` : ''}const __vmpodMeta = { get url() { return require('node:url').pathToFileURL(__filename).href; } };` },
+      // in between (a launcher's require() of the bundle would cost every start)
+      banner: {
+        js: `${out === 'vmwrapper.cjs' ? `#!${SHEBANG_NODE}\n` : ''}const __vmpodMeta = { get url() { return require('node:url').pathToFileURL(__filename).href; } };`,
+      },
     }),
   ),
 ]);
@@ -84,7 +90,7 @@ await Promise.all([
 
 // The code cache of the start path: every function of vmwrapper-start.cjs compiled eagerly (V8's --no-lazy for this
 // one compile, then back, so the cache's flag hash is a plain start's), written beside it; START_LOADER hands it to V8.
-// A lazy cache (the top level only) left each function a start calls to be compiled on its first call: 2 ms more.
+// A lazy cache (the top level only) left each function a start calls to be compiled on its first call.
 // Made by the Node that builds; checked here the way a start will read it.
 {
   const { readFileSync, writeFileSync } = await import('node:fs');
@@ -97,5 +103,6 @@ await Promise.all([
   v8.setFlagsFromString('--lazy');
   const cachedData = script.createCachedData();
   writeFileSync(`${file}.cache`, cachedData);
-  if (new Script(source, { filename: file, cachedData }).cachedDataRejected) console.warn(`bundle: V8 rejects the code cache of ${file}: a start compiles it instead`);
+  if (new Script(source, { filename: file, cachedData }).cachedDataRejected)
+    console.warn(`bundle: V8 rejects the code cache of ${file}: a start compiles it instead`);
 }

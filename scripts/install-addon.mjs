@@ -11,12 +11,19 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const ownPrefix = dirname(dirname(process.execPath));
-const nodedir = existsSync(join(ownPrefix, 'include/node/node_api.h')) ? ownPrefix : process.env.npm_config_nodedir || undefined;
+const nodedir = existsSync(join(ownPrefix, 'include/node/node_api.h'))
+  ? ownPrefix
+  : process.env.npm_config_nodedir || undefined;
 
 // node-gyp is on PATH in npm's lifecycle scripts (npm ships it)
-const r = spawnSync('node-gyp', ['rebuild', ...(nodedir ? [`--nodedir=${nodedir}`] : [])], { cwd: root, stdio: 'inherit' });
+const r = spawnSync('node-gyp', ['rebuild', ...(nodedir ? [`--nodedir=${nodedir}`] : [])], {
+  cwd: root,
+  stdio: 'inherit',
+});
 if (r.error) {
-  console.error(`install-addon: cannot run node-gyp: ${r.error.message} (run the install through npm, which puts node-gyp on PATH)`);
+  console.error(
+    `install-addon: cannot run node-gyp: ${r.error.message} (run the install through npm, which puts node-gyp on PATH)`,
+  );
   process.exit(1);
 }
 if (r.status !== 0) process.exit(r.status ?? 1);

@@ -43,10 +43,12 @@ export function parseCli(argv: string[], options: Record<string, OptionSpec>, al
     const spec = Object.hasOwn(options, t.name) ? options[t.name] : undefined;
     if (!spec) out.errors.push(`unknown argument ${JSON.stringify(argv[t.index])}`);
     else if (spec.type === 'string' && t.value === undefined) out.errors.push(`${t.rawName} needs a value`);
-    else if (spec.type === 'boolean' && t.value !== undefined && !(spec.inlineValue && t.inlineValue)) out.errors.push(`${t.rawName} takes no value`);
+    else if (spec.type === 'boolean' && t.value !== undefined && !(spec.inlineValue && t.inlineValue))
+      out.errors.push(`${t.rawName} takes no value`);
     else {
       out.values.set(t.name, t.value ?? true);
-      if (spec.multiple === true && t.value !== undefined) out.lists.set(t.name, [...(out.lists.get(t.name) ?? []), t.value]);
+      if (spec.multiple === true && t.value !== undefined)
+        out.lists.set(t.name, [...(out.lists.get(t.name) ?? []), t.value]);
     }
   }
   return out;

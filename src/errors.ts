@@ -40,7 +40,10 @@ export function isVmpodError(e: unknown): e is VmpodError {
 }
 
 /** Client input through a codec that throws on anything malformed: the value, or why it is dropped. */
-export function tryDecode<T>(decode: (buf: Buffer) => T, buf: Buffer): { ok: true; value: T } | { ok: false; why: string } {
+export function tryDecode<T>(
+  decode: (buf: Buffer) => T,
+  buf: Buffer,
+): { ok: true; value: T } | { ok: false; why: string } {
   try {
     return { ok: true, value: decode(buf) };
   } catch (e) {

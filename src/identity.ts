@@ -31,7 +31,8 @@ export function keyProblems(key: string): string[] {
   const bytes = Buffer.byteLength(key, 'utf8');
   if (bytes === 0) return ['is empty'];
   if (bytes > MAX_KEY_BYTES) problems.push(`is ${bytes} bytes, at most ${MAX_KEY_BYTES} fit in the header`);
-  if (/[^A-Za-z0-9_.-]/.test(key)) problems.push(`has characters outside [A-Za-z0-9_.-]: ${outside(key, /[A-Za-z0-9_.-]/)}`);
+  if (/[^A-Za-z0-9_.-]/.test(key))
+    problems.push(`has characters outside [A-Za-z0-9_.-]: ${outside(key, /[A-Za-z0-9_.-]/)}`);
   // libcni refuses a leading '.', '-' or '_'; this also keeps "." and ".." (the netns dir, its parent) out
   if (!/^[A-Za-z0-9]/.test(key)) problems.push('does not start with a letter or digit');
   return problems;
@@ -41,7 +42,11 @@ export function keyProblems(key: string): string[] {
 export function validateKey(key: string): string {
   const problems = keyProblems(key);
   if (problems.length > 0) {
-    throw new VmpodError(ErrorCode.BadKey, `bad key ${JSON.stringify(key)}: ${problems.join('; ')} (libcni's container ID rule: ${CNI_VALID_NAME.source}, 1..${MAX_KEY_BYTES} bytes)`, { key });
+    throw new VmpodError(
+      ErrorCode.BadKey,
+      `bad key ${JSON.stringify(key)}: ${problems.join('; ')} (libcni's container ID rule: ${CNI_VALID_NAME.source}, 1..${MAX_KEY_BYTES} bytes)`,
+      { key },
+    );
   }
   return key;
 }
@@ -50,7 +55,10 @@ function dnsNameProblems(s: string, re: RegExp, max: number, what: string): stri
   if (s === '') return [];
   const problems: string[] = [];
   if (s.length > max) problems.push(`is ${s.length} characters, at most ${max}`);
-  if (!re.test(s)) problems.push(`is not a ${what} (lower-case letters, digits and '-'${what.includes('subdomain') ? ", dot-separated" : ''}, starting and ending with a letter or digit)`);
+  if (!re.test(s))
+    problems.push(
+      `is not a ${what} (lower-case letters, digits and '-'${what.includes('subdomain') ? ', dot-separated' : ''}, starting and ending with a letter or digit)`,
+    );
   return problems;
 }
 
@@ -69,7 +77,8 @@ export function podIdProblems(id: string): string[] {
   if (id === '') return [];
   const problems: string[] = [];
   if (Buffer.byteLength(id) > MAX_POD_ID) problems.push(`is ${Buffer.byteLength(id)} bytes, at most ${MAX_POD_ID}`);
-  if (/[^A-Za-z0-9._:-]/.test(id)) problems.push(`has characters outside [A-Za-z0-9._:-]: ${outside(id, /[A-Za-z0-9._:-]/)}`);
+  if (/[^A-Za-z0-9._:-]/.test(id))
+    problems.push(`has characters outside [A-Za-z0-9._:-]: ${outside(id, /[A-Za-z0-9._:-]/)}`);
   if (!/^[A-Za-z0-9]/.test(id)) problems.push('does not start with a letter or digit');
   return problems;
 }
@@ -78,14 +87,21 @@ export function podIdProblems(id: string): string[] {
 export function cniArgProblems(value: string): string[] {
   // eslint-disable-next-line no-control-regex
   const bad = /[\u0000-\u001f\u007f-\u009f;=]/;
-  return bad.test(value) ? [`holds characters CNI_ARGS cannot carry: ${outside(value, /[^\u0000-\u001f\u007f-\u009f;=]/)}`] : [];
+  return bad.test(value)
+    ? [`holds characters CNI_ARGS cannot carry: ${outside(value, /[^\u0000-\u001f\u007f-\u009f;=]/)}`]
+    : [];
 }
 
 /** Every problem of a pod's identity, field by field ("podName: is not ..."); empty when all are good. */
-export function podDescProblems(d: { podId: string; podNs: string; podName: string }): { field: 'podId' | 'podNs' | 'podName'; problem: string }[] {
+export function podDescProblems(d: {
+  podId: string;
+  podNs: string;
+  podName: string;
+}): { field: 'podId' | 'podNs' | 'podName'; problem: string }[] {
   const out: { field: 'podId' | 'podNs' | 'podName'; problem: string }[] = [];
   for (const problem of podIdProblems(d.podId)) out.push({ field: 'podId', problem });
   for (const problem of [...podNsProblems(d.podNs), ...cniArgProblems(d.podNs)]) out.push({ field: 'podNs', problem });
-  for (const problem of [...podNameProblems(d.podName), ...cniArgProblems(d.podName)]) out.push({ field: 'podName', problem });
+  for (const problem of [...podNameProblems(d.podName), ...cniArgProblems(d.podName)])
+    out.push({ field: 'podName', problem });
   return out;
 }

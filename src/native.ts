@@ -135,7 +135,13 @@ export interface Native {
    * cb(ChildEvent.Done, result) once it has exited and both pipes are at EOF. The child is watched with a pidfd and
    * reaped here. Returns its pid; an exec that fails throws its errno (ENOENT, EACCES, ENOEXEC, ETXTBSY).
    */
-  spawnChild(path: string, env: string[], stdin: Uint8Array, maxOutputBytes: number, cb: (event: number, result?: ChildResult) => void): number;
+  spawnChild(
+    path: string,
+    env: string[],
+    stdin: Uint8Array,
+    maxOutputBytes: number,
+    cb: (event: number, result?: ChildResult) => void,
+  ): number;
   /** kill(-pgid, signal): 0, or the errno (ESRCH: the group is gone) without an exception. pgid >= 2. */
   killGroup(pgid: number, signal: number): number;
   /** open(path) and flock(LOCK_EX|LOCK_NB): the lock lives as long as the returned fd (CLOEXEC). Held elsewhere: throws code EAGAIN. */
@@ -253,7 +259,7 @@ function addonPath(): string {
   const env = process.env.VMPOD_NATIVE_ADDON;
   if (env) return env;
   // this module's dir: __dirname in vmwrapper's CommonJS bundles, where parsing import.meta.url (a file: URL made
-  // from __filename, then read back) cost every VM start and probe 0.3-0.4 ms
+  // from __filename, then read back) is measurable on every VM start and probe (docs/performance.md)
   const here = typeof __dirname === 'string' ? __dirname : dirname(fileURLToPath(import.meta.url));
   // src/native.ts -> ../build, dist/native.js -> ../build, bin bundle (dist/bundle/x.js) -> ../../build
   for (const rel of ['../build/Release/vmpod_native.node', '../../build/Release/vmpod_native.node']) {

@@ -52,7 +52,10 @@ export class Cleanup {
 /** Run a command (argument array, no shell) with a timeout; resolves { code, stdout, stderr }, rejects on spawn failure or timeout. */
 export function run(cmd, args, { timeoutMs = 10_000, input, env } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'], ...(env ? { env } : {}) });
+    const child = spawn(cmd, args, {
+      stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      ...(env ? { env } : {}),
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (b) => (stdout += b));

@@ -11,7 +11,13 @@ const { DhcpServer } = await importDist('dhcp/index.js');
 const { createLogger } = await importDist('log.js');
 
 const log = createLogger('tapmanager', cfg.logLevel ?? 'info');
-const server = DhcpServer.start({ nsPath: cfg.nsPath, bridge: cfg.bridge, serverIp: cfg.serverIp, lease: cfg.lease, log });
+const server = DhcpServer.start({
+  nsPath: cfg.nsPath,
+  bridge: cfg.bridge,
+  serverIp: cfg.serverIp,
+  lease: cfg.lease,
+  log,
+});
 
 let stopping = false;
 function stop() {

@@ -8,6 +8,7 @@ export const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..')
 /** import dist/<rel> (e.g. "dhcp/index.js"), with a clear message when the build is missing */
 export async function importDist(rel) {
   const file = join(repo, 'dist', rel);
-  if (!existsSync(file)) throw new Error(`${file} does not exist: run "npm run build" first (benchmarks use the built output)`);
+  if (!existsSync(file))
+    throw new Error(`${file} does not exist: run "npm run build" first (benchmarks use the built output)`);
   return import(pathToFileURL(file).href);
 }

@@ -7,7 +7,12 @@ const round = (x, d = 2) => (Number.isFinite(x) ? Number(x.toFixed(d)) : null);
 /** { n, median, p90, p99 } of the samples (nearest-rank percentiles) */
 export function dist(samples) {
   const s = [...samples].sort((a, b) => a - b);
-  return { n: s.length, median: round(median(s), 3), p90: round(percentile(s, 90), 3), p99: round(percentile(s, 99), 3) };
+  return {
+    n: s.length,
+    median: round(median(s), 3),
+    p90: round(percentile(s, 90), 3),
+    p99: round(percentile(s, 99), 3),
+  };
 }
 
 /**
@@ -18,7 +23,18 @@ export function figure(name, unit, ours, baseline, { goal, goalP99, what, baseli
   const o = dist(ours);
   const b = dist(baseline);
   const ratio = { median: round(o.median / b.median), p90: round(o.p90 / b.p90), p99: round(o.p99 / b.p99) };
-  const line = { figure: name, unit, what, baselineWhat, ours: o, baseline: b, ratio, goal: goal ?? null, goalP99: goalP99 ?? null, ...(extra ? { extra } : {}) };
+  const line = {
+    figure: name,
+    unit,
+    what,
+    baselineWhat,
+    ours: o,
+    baseline: b,
+    ratio,
+    goal: goal ?? null,
+    goalP99: goalP99 ?? null,
+    ...(extra ? { extra } : {}),
+  };
   console.log(JSON.stringify(line));
   return line;
 }

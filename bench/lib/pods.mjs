@@ -3,7 +3,16 @@
 // (bench/c/vmpod-client.c) for our side and bare-cni (bench/c/bare-cni.c) for the baseline. Every netns, link,
 // file and process made here has a unique name or a PID we keep, and goes in cleanup(), also on error or Ctrl-C.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, readFileSync, readdirSync, rmSync, existsSync, openSync, closeSync } from 'node:fs';
+import {
+  mkdtempSync,
+  writeFileSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  existsSync,
+  openSync,
+  closeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -18,19 +27,22 @@ const TAPMANAGER = join(repo, 'dist', 'bundle', 'tapmanager.js');
 
 /** a free 10.200-249.x.0/22 (no host route into it) */
 async function freeSubnet() {
-  const routes = (await mustRun('ip', ['-4', 'route', 'show', 'table', 'all'])) + (await mustRun('ip', ['-4', 'addr', 'show']));
+  const routes =
+    (await mustRun('ip', ['-4', 'route', 'show', 'table', 'all'])) + (await mustRun('ip', ['-4', 'addr', 'show']));
   for (let i = 0; i < 100; i++) {
     const b = randomBytes(2);
     const a = 200 + (b[0] % 50);
     const c = b[1] & 0xfc;
-    if ([0, 1, 2, 3].every((d) => !routes.includes(`10.${a}.${c + d}.`))) return { prefix: `10.${a}.${c}`, subnet: `10.${a}.${c}.0/22` };
+    if ([0, 1, 2, 3].every((d) => !routes.includes(`10.${a}.${c + d}.`)))
+      return { prefix: `10.${a}.${c}`, subnet: `10.${a}.${c}.0/22` };
   }
   throw new Error('no free 10.200-249.x.0/22 subnet');
 }
 
 /** a ULA /64 (fd + 40 random bits, RFC 4193) that no route or address of the host is in: its prefix text `fdXX:X:X:` */
 async function freeSubnet6() {
-  const taken = (await mustRun('ip', ['-6', 'route', 'show', 'table', 'all'])) + (await mustRun('ip', ['-6', 'addr', 'show']));
+  const taken =
+    (await mustRun('ip', ['-6', 'route', 'show', 'table', 'all'])) + (await mustRun('ip', ['-6', 'addr', 'show']));
   const group = (b) => b.readUInt16BE(0).toString(16);
   for (let i = 0; i < 100; i++) {
     const b = randomBytes(5);
@@ -79,7 +91,10 @@ export async function podWorld(cleanup, { ipv6 } = {}) {
     ipam: { type: 'host-local', dataDir, ranges, routes },
   };
   const netName = `vmpodbench-${id}`;
-  writeFileSync(join(confDir, '10-bench.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: netName, plugins: [plugin] }));
+  writeFileSync(
+    join(confDir, '10-bench.conflist'),
+    JSON.stringify({ cniVersion: '1.0.0', name: netName, plugins: [plugin] }),
+  );
   // what libcni hands the plugin for a single-plugin list: the plugin's conf with the list's name and version
   const addConf = join(dir, 'bare', 'add.json');
   writeFileSync(addConf, JSON.stringify({ cniVersion: '1.0.0', name: netName, ...plugin }));
@@ -95,11 +110,33 @@ export async function podWorld(cleanup, { ipv6 } = {}) {
   const keys = (n, tag) => Array.from({ length: n }, () => `vmpb${tag}-${id}-${seq++}`);
 
   const daemonArgs = (stateDir, socket) => [
-    process.execPath, TAPMANAGER, '--socket', socket, '--cni-conf-dir', confDir, '--cni-bin-dir', CNI_BIN,
-    '--cni-cache-dir', cacheDir, '--state-dir', stateDir, '--log-level', process.env.VMPOD_BENCH_LOG_LEVEL ?? 'info',
+    process.execPath,
+    TAPMANAGER,
+    '--socket',
+    socket,
+    '--cni-conf-dir',
+    confDir,
+    '--cni-bin-dir',
+    CNI_BIN,
+    '--cni-cache-dir',
+    cacheDir,
+    '--state-dir',
+    stateDir,
+    '--log-level',
+    process.env.VMPOD_BENCH_LOG_LEVEL ?? 'info',
   ];
   const world = {
-    dir, bridge, subnet, subnet6, prefix6, confDir, cacheDir, client, bareCni, ours, bare,
+    dir,
+    bridge,
+    subnet,
+    subnet6,
+    prefix6,
+    confDir,
+    cacheDir,
+    client,
+    bareCni,
+    ours,
+    bare,
     socket: join(dir, 'tm.sock'),
     stateDir: join(dir, 'state'),
     daemonArgs,
@@ -158,7 +195,10 @@ export async function podWorld(cleanup, { ipv6 } = {}) {
       // libcni's DEL: the conf with the cached ADD result as prevResult (made here, outside the timed work)
       for (const n of names) {
         const prev = JSON.parse(readFileSync(join(dir, 'bare', `${n}.result.json`), 'utf8'));
-        writeFileSync(join(dir, 'bare', `${n}.del.json`), JSON.stringify({ cniVersion: '1.0.0', name: netName, ...plugin, prevResult: prev }));
+        writeFileSync(
+          join(dir, 'bare', `${n}.del.json`),
+          JSON.stringify({ cniVersion: '1.0.0', name: netName, ...plugin, prevResult: prev }),
+        );
       }
       const r = await bareSet('del', join(dir, 'bare', '%s.del.json'), names, par);
       for (const n of names) bare.delete(n);
@@ -180,12 +220,23 @@ export async function podWorld(cleanup, { ipv6 } = {}) {
     const opsMs = [];
     for (let w = 0; w < par; w++) {
       const f = `${out}.${w}`;
-      if (existsSync(f)) opsMs.push(...readFileSync(f, 'utf8').trim().split('\n').filter(Boolean).map((x) => Number(x) / 1000));
+      if (existsSync(f))
+        opsMs.push(
+          ...readFileSync(f, 'utf8')
+            .trim()
+            .split('\n')
+            .filter(Boolean)
+            .map((x) => Number(x) / 1000),
+        );
     }
     return { totalMs: Number(r.stdout.trim()) / 1000, opsMs };
   }
   async function bareSet(op, conf, names, par) {
-    const r = await run(bareCni, [op, conf, join(dir, 'bare', '%s.result.json'), CNI_BIN, 'bridge', IFNAME, String(par), ...names], { timeoutMs: 600_000 });
+    const r = await run(
+      bareCni,
+      [op, conf, join(dir, 'bare', '%s.result.json'), CNI_BIN, 'bridge', IFNAME, String(par), ...names],
+      { timeoutMs: 600_000 },
+    );
     if (r.code !== 0) throw new Error(`bare-cni ${op}: ${r.stderr.trim()}`);
     const lines = r.stdout.trim().split('\n');
     return {
@@ -202,7 +253,8 @@ export async function podWorld(cleanup, { ipv6 } = {}) {
   });
   cleanup.push('delete the baseline pods', async () => {
     const added = [...bare].filter((n) => existsSync(join(dir, 'bare', `${n}.result.json`)));
-    for (const n of bare) if (!added.includes(n) && existsSync(`/var/run/netns/${n}`)) await run('ip', ['netns', 'del', n]);
+    for (const n of bare)
+      if (!added.includes(n) && existsSync(`/var/run/netns/${n}`)) await run('ip', ['netns', 'del', n]);
     if (added.length > 0) await world.bareDel(added, 8);
   });
   return world;

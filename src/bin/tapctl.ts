@@ -63,7 +63,8 @@ function desc(p: Parsed, key: string, requireNames: boolean): PodNetworkDesc {
   }
   const portMappings = (p.lists.get('--port') ?? []).map((s) => {
     const m = parsePortFlag(s);
-    if (m === undefined) throw new UsageError(`--port ${JSON.stringify(s)} is not HOSTPORT:VMPORT[/tcp|udp] (ports 1 to 65535)`);
+    if (m === undefined)
+      throw new UsageError(`--port ${JSON.stringify(s)} is not HOSTPORT:VMPORT[/tcp|udp] (ports 1 to 65535)`);
     return m;
   });
   const bw = str(p, '--bandwidth');
@@ -89,7 +90,8 @@ function desc(p: Parsed, key: string, requireNames: boolean): PodNetworkDesc {
 async function devices(p: Parsed, socket: string, timeout: number): Promise<number> {
   if (p.positional.length !== 1) throw new UsageError('devices takes no arguments');
   const file = str(p, '--env-file');
-  const env: Record<string, string | undefined> = file === undefined ? process.env : parseEnvFile(readFileSync(file === '-' ? 0 : file, 'utf8'));
+  const env: Record<string, string | undefined> =
+    file === undefined ? process.env : parseEnvFile(readFileSync(file === '-' ? 0 : file, 'utf8'));
   const vfs: { address: string }[] = [];
   const key = env.VIRTLET_NET_KEY ?? '';
   if (key !== '') {
@@ -126,8 +128,15 @@ function get({ p, client }: Run): number {
   if (p.opts.has('--exec')) {
     if (p.rest.length === 0) throw new UsageError('get --exec needs -- CMD [ARG...]');
     const { fds } = client.get(key);
-    const args = p.rest.map((a) => a.replace(/\{fd(\d+)\}/g, (m, i: string) => (fds[Number(i)] !== undefined ? String(fds[Number(i)]) : m)));
-    native().execve(which(args[0]!), args, Object.entries(process.env).map(([k, v]) => `${k}=${v}`), fds);
+    const args = p.rest.map((a) =>
+      a.replace(/\{fd(\d+)\}/g, (m, i: string) => (fds[Number(i)] !== undefined ? String(fds[Number(i)]) : m)),
+    );
+    native().execve(
+      which(args[0]!),
+      args,
+      Object.entries(process.env).map(([k, v]) => `${k}=${v}`),
+      fds,
+    );
   }
   const { infos, fds } = client.get(key);
   for (const fd of fds) native().close(fd);
@@ -172,7 +181,9 @@ function status({ p, client, socket }: Run): number {
   try {
     st = client.status();
   } catch (e) {
-    process.stdout.write(`not ready: tapmanager does not answer on ${socket}: ${errorChain(e).replace(/\s*\n\s*/g, ' ')}\n`);
+    process.stdout.write(
+      `not ready: tapmanager does not answer on ${socket}: ${errorChain(e).replace(/\s*\n\s*/g, ' ')}\n`,
+    );
     return 1;
   }
   if (st.ready) {
@@ -226,7 +237,8 @@ async function main(argv: string[]): Promise<number> {
   // a probe must answer within its own timeout: status --ready gives up after 5 s unless told otherwise
   const timeout = Number(str(p, '--timeout') ?? (p.opts.has('--ready') ? 5000 : 120000));
   try {
-    if (!Number.isInteger(timeout) || timeout <= 0) throw new UsageError(`--timeout ${JSON.stringify(str(p, '--timeout'))} is not a positive integer`);
+    if (!Number.isInteger(timeout) || timeout <= 0)
+      throw new UsageError(`--timeout ${JSON.stringify(str(p, '--timeout'))} is not a positive integer`);
     const cmd = p.positional[0];
     if (cmd === 'devices') return await devices(p, socket, timeout);
     if (cmd === undefined) throw new UsageError('no command given');

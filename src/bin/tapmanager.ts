@@ -47,7 +47,9 @@ function lockStateDir(stateDir: string): number {
     return native().lockExclusive(stateDir);
   } catch (e) {
     if ((e as { code?: string }).code === 'EAGAIN') {
-      throw new StartupError(`another tapmanager is running on the state dir ${stateDir} (it holds its lock): stop it first, or give this one its own --state-dir and --socket`);
+      throw new StartupError(
+        `another tapmanager is running on the state dir ${stateDir} (it holds its lock): stop it first, or give this one its own --state-dir and --socket`,
+      );
     }
     throw e;
   }
@@ -60,7 +62,11 @@ function lockStateDir(stateDir: string): number {
  * being restored waits in that pod's queue, the others are served meanwhile. Ready (status, /readyz, READY=1) only
  * once the restore is done.
  */
-export async function runTapmanager(config: TapmanagerConfig, log: Logger, notifier: SystemdNotifier): Promise<Running> {
+export async function runTapmanager(
+  config: TapmanagerConfig,
+  log: Logger,
+  notifier: SystemdNotifier,
+): Promise<Running> {
   const { problems, created } = preflight(config);
   if (problems.length > 0) throw new StartupError(problems.join('\n'));
   try {
@@ -90,9 +96,20 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
   lockStateDir(config.stateDir); // the fd stays open (CLOEXEC) until the process ends
   const pgidDir = sweepKilledDaemon(config, log);
   // metrics (prom-client) only with --http-listen, the one place they are read: loaded on demand
-  const metrics = config.httpListen ? (await import('../tapmanager/metrics.js')).createMetrics((): Record<string, number> => service.podsByState(), (): number => server.fastGetsAnswered) : undefined;
+  const metrics = config.httpListen
+    ? (await import('../tapmanager/metrics.js')).createMetrics(
+        (): Record<string, number> => service.podsByState(),
+        (): number => server.fastGetsAnswered,
+      )
+    : undefined;
   const plugins = spawnPluginExec({ pgidDir });
-  const cni = new CniClient({ binDirs: config.cniBinDirs, cacheDir: config.cniCacheDir, exec: metrics ? metrics.timedExec(plugins) : plugins, timeoutMs: config.cniTimeoutMs, log: log.child({ component: 'cni' }) });
+  const cni = new CniClient({
+    binDirs: config.cniBinDirs,
+    cacheDir: config.cniCacheDir,
+    exec: metrics ? metrics.timedExec(plugins) : plugins,
+    timeoutMs: config.cniTimeoutMs,
+    log: log.child({ component: 'cni' }),
+  });
   const loadConf = confListLoader(config.cniConfDir);
   const pods = new PodNetwork({
     stateDir: config.stateDir,
@@ -104,8 +121,19 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     spareNetns: config.spareNetns,
     binding: config.binding,
   });
-  const service = new TapmanagerService(pods, log, { defaultDns: config.defaultDns, ...(metrics ? { hooks: { ...metrics.hooks } } : {}) });
-  const upkeep = cniUpkeep({ cni, loadConfList: loadConf, pods, service, config, log: log.child({ component: 'cni' }), ...(metrics ? { onStatus: metrics.onCniStatus } : {}) });
+  const service = new TapmanagerService(pods, log, {
+    defaultDns: config.defaultDns,
+    ...(metrics ? { hooks: { ...metrics.hooks } } : {}),
+  });
+  const upkeep = cniUpkeep({
+    cni,
+    loadConfList: loadConf,
+    pods,
+    service,
+    config,
+    log: log.child({ component: 'cni' }),
+    ...(metrics ? { onStatus: metrics.onCniStatus } : {}),
+  });
   const gid = config.socketGroup ? resolveGid(config.socketGroup) : undefined;
   const server = new FdServer({
     socketPath: config.socket,
@@ -118,13 +146,24 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     fastGets: !log.isLevelEnabled('debug'),
   });
   service.replies = server;
-  service.hooks.readiness = () => checkReadiness({ socketPath: config.socket, listening: () => server.listening, cniConfDir: config.cniConfDir, loadConfList: loadConf, cniStatus: upkeep.reasons });
+  service.hooks.readiness = () =>
+    checkReadiness({
+      socketPath: config.socket,
+      listening: () => server.listening,
+      cniConfDir: config.cniConfDir,
+      loadConfList: loadConf,
+      cniStatus: upkeep.reasons,
+    });
   // the HTTP listener before the fd socket: a taken port ends the start before anything is served, and /healthz
   // answers during a long restore (/readyz says why not yet)
   let http: HttpListener | undefined;
   if (config.httpListen && metrics) {
     try {
-      http = await startHttp(config.httpListen, { readiness: () => service.status(), metrics: () => metrics.render(), log: log.child({ component: 'http' }) });
+      http = await startHttp(config.httpListen, {
+        readiness: () => service.status(),
+        metrics: () => metrics.render(),
+        log: log.child({ component: 'http' }),
+      });
     } catch (e) {
       throw new StartupError((e as Error).message);
     }
@@ -138,7 +177,9 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
   } catch (e) {
     await http?.close();
     if ((e as { code?: string }).code === 'EADDRINUSE') {
-      throw new StartupError(`another tapmanager is serving on the socket ${config.socket}: stop it first, or give this one its own --socket`);
+      throw new StartupError(
+        `another tapmanager is serving on the socket ${config.socket}: stop it first, or give this one its own --socket`,
+      );
     }
     throw e;
   }
@@ -153,7 +194,10 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     (e: unknown) => log.error({ err: e }, 'restore failed'),
   );
   upkeep.start(restored);
-  log.info({ socket: config.socket, cniConfDir: config.cniConfDir, cniBinDirs: config.cniBinDirs, stateDir: config.stateDir }, 'tapmanager listening');
+  log.info(
+    { socket: config.socket, cniConfDir: config.cniConfDir, cniBinDirs: config.cniBinDirs, stateDir: config.stateDir },
+    'tapmanager listening',
+  );
   return {
     stop: async () => {
       stopping = true;
@@ -221,7 +265,10 @@ async function main(): Promise<number> {
   }
   const sig = await stopRequested;
   notifier.stopping('finishing running requests; pod networks stay in place');
-  log.info({ signal: sig, busyKeys: running.busyKeys(), stopTimeoutMs: config.stopTimeoutMs }, 'stopping: no new connections, finishing running requests; pod networks stay in place');
+  log.info(
+    { signal: sig, busyKeys: running.busyKeys(), stopTimeoutMs: config.stopTimeoutMs },
+    'stopping: no new connections, finishing running requests; pod networks stay in place',
+  );
   let timer: NodeJS.Timeout | undefined;
   const bound = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), config.stopTimeoutMs)));
   const outcome = await Promise.race([
@@ -237,7 +284,10 @@ async function main(): Promise<number> {
   clearTimeout(timer);
   notifier.close();
   if (outcome === 'timeout') {
-    log.error({ busyKeys: running.busyKeys(), stopTimeoutMs: config.stopTimeoutMs }, 'requests still running at --stop-timeout: exiting; the next start finishes or rolls them back');
+    log.error(
+      { busyKeys: running.busyKeys(), stopTimeoutMs: config.stopTimeoutMs },
+      'requests still running at --stop-timeout: exiting; the next start finishes or rolls them back',
+    );
     return 1;
   }
   log.info('stopped');

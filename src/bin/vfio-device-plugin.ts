@@ -50,7 +50,9 @@ async function main(): Promise<number> {
   if (o.probe !== undefined) return probe(o.httpListen!, o.probe);
   const { resources, problems } = await loadResources(o.config, { cdi: o.cdiDir !== undefined });
   if (!existsSync(o.kubeletDir) || !statSync(o.kubeletDir).isDirectory())
-    problems.push(`--kubelet-dir ${o.kubeletDir} is not a directory: mount kubelet's device-plugins dir there (the host's /var/lib/kubelet/device-plugins)`);
+    problems.push(
+      `--kubelet-dir ${o.kubeletDir} is not a directory: mount kubelet's device-plugins dir there (the host's /var/lib/kubelet/device-plugins)`,
+    );
   if (problems.length > 0) {
     for (const p of problems) process.stderr.write(`${NAME}: ${p}\n`);
     return 1;
@@ -74,7 +76,10 @@ async function main(): Promise<number> {
   try {
     if (o.httpListen && metrics) {
       http = await startHttp(o.httpListen, {
-        readiness: async () => ({ ready: plugin.registered, reasons: plugin.registered ? [] : ['not registered with kubelet yet'] }),
+        readiness: async () => ({
+          ready: plugin.registered,
+          reasons: plugin.registered ? [] : ['not registered with kubelet yet'],
+        }),
         metrics: () => metrics.render(),
         log: log.child({ component: 'http' }),
       });
@@ -87,7 +92,14 @@ async function main(): Promise<number> {
     process.stderr.write(`${NAME}: ${errorChain(e)}\n`);
     return 1;
   }
-  log.info({ kubeletDir: o.kubeletDir, cdiDir: o.cdiDir ?? null, resources: resources.map((r) => `${r.resourceName} (${r.unit})`) }, 'serving');
+  log.info(
+    {
+      kubeletDir: o.kubeletDir,
+      cdiDir: o.cdiDir ?? null,
+      resources: resources.map((r) => `${r.resourceName} (${r.unit})`),
+    },
+    'serving',
+  );
   const end = await Promise.race([stopped, plugin.registrar.refused]);
   plugin.stop();
   await http?.close();

@@ -22,7 +22,10 @@ async function start(): Promise<void> {
   applyPlan(plan);
   // written synchronously to fd 2, so the line is out before the exec
   if (env.VMPOD_LOG_LEVEL !== 'silent') {
-    writeSync(2, logLine({ ...plan.summary, keepFds: plan.keepFds, argv: plan.argv }, 'exec emulator', process.pid, new Date()));
+    writeSync(
+      2,
+      logLine({ ...plan.summary, keepFds: plan.keepFds, argv: plan.argv }, 'exec emulator', process.pid, new Date()),
+    );
   }
   native().execve(plan.path, plan.argv, plan.env, plan.keepFds);
 }

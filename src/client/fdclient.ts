@@ -15,7 +15,13 @@ import {
 } from '../protocol/commands.js';
 import { decodeHeader, encodeHeader, type Header } from '../protocol/header.js';
 import { validateKey } from '../identity.js';
-import { decodeCsn, decodeGetInfo, encodeGetFDPayload, encodeGetRequest, encodeRecoverPayload } from '../protocol/codec.js';
+import {
+  decodeCsn,
+  decodeGetInfo,
+  encodeGetFDPayload,
+  encodeGetRequest,
+  encodeRecoverPayload,
+} from '../protocol/codec.js';
 import type { ContainerSideNetwork, GetInfo, PodNetworkDesc, RecoverPayload } from '../protocol/payloads.js';
 import type { CheckSummary, GcSummary, StatusReport } from '../protocol/status.js';
 
@@ -79,7 +85,8 @@ export class FdClient {
     const r = this.request(Command.ReleaseForce, key, null);
     return this.decode(Command.ReleaseForce, key, () => {
       const v = JSON.parse(r.data.toString('utf8')) as { leftovers?: unknown };
-      if (!Array.isArray(v.leftovers) || !v.leftovers.every((x) => typeof x === 'string')) throw new Error('no "leftovers" array of strings');
+      if (!Array.isArray(v.leftovers) || !v.leftovers.every((x) => typeof x === 'string'))
+        throw new Error('no "leftovers" array of strings');
       return { leftovers: v.leftovers as string[] };
     });
   }
@@ -117,7 +124,8 @@ export class FdClient {
   /** list (4, ours): the server's pods, a JSON array. The request key is empty (all spaces). */
   list(): unknown[] {
     const v = this.jsonReply(Command.List);
-    if (!Array.isArray(v)) throw this.protocolError(Command.List, '', `payload is not an array: ${JSON.stringify(v).slice(0, 80)}`);
+    if (!Array.isArray(v))
+      throw this.protocolError(Command.List, '', `payload is not an array: ${JSON.stringify(v).slice(0, 80)}`);
     return v;
   }
 
@@ -167,28 +175,41 @@ export class FdClient {
       return f();
     } catch (e) {
       const why = e instanceof Error ? e.message : String(e);
-      throw new VmpodError(ErrorCode.Protocol, `${commandName(command)} ${JSON.stringify(key)} via ${this.socketPath}: bad response payload: ${why}`, {
-        cause: e,
-        key,
-        op: commandName(command),
-      });
+      throw new VmpodError(
+        ErrorCode.Protocol,
+        `${commandName(command)} ${JSON.stringify(key)} via ${this.socketPath}: bad response payload: ${why}`,
+        {
+          cause: e,
+          key,
+          op: commandName(command),
+        },
+      );
     }
   }
 
   private protocolError(command: Command, key: string, msg: string): VmpodError {
-    return new VmpodError(ErrorCode.Protocol, `${commandName(command)} ${JSON.stringify(key)} via ${this.socketPath}: ${msg}`, { key, op: commandName(command) });
+    return new VmpodError(
+      ErrorCode.Protocol,
+      `${commandName(command)} ${JSON.stringify(key)} via ${this.socketPath}: ${msg}`,
+      { key, op: commandName(command) },
+    );
   }
 
   private syscallError(command: Command, key: string, step: string, e: unknown): VmpodError {
     const errno = errnoOf(e);
     // SO_RCVTIMEO/SO_SNDTIMEO expiry shows as EAGAIN/EWOULDBLOCK
     const code = errno === 'EAGAIN' || errno === 'EWOULDBLOCK' ? ErrorCode.Timeout : ErrorCode.Syscall;
-    const what = code === ErrorCode.Timeout ? `timed out after ${this.timeoutMs} ms` : (e as Error)?.message ?? String(e);
-    return new VmpodError(code, `${commandName(command)} ${JSON.stringify(key)} via ${this.socketPath}: ${step}: ${what}`, {
-      cause: e,
-      key,
-      op: commandName(command),
-    });
+    const what =
+      code === ErrorCode.Timeout ? `timed out after ${this.timeoutMs} ms` : ((e as Error)?.message ?? String(e));
+    return new VmpodError(
+      code,
+      `${commandName(command)} ${JSON.stringify(key)} via ${this.socketPath}: ${step}: ${what}`,
+      {
+        cause: e,
+        key,
+        op: commandName(command),
+      },
+    );
   }
 
   /** One request on a fresh connection. Any fds received are closed on every error path. */
@@ -211,16 +232,24 @@ export class FdClient {
       }
       const resp = this.readResponse(n, fd, command, key, fds);
       if (resp.header.command === ERROR_COMMAND) {
-        throw new VmpodError(ErrorCode.Internal, `server returned error: ${resp.data.toString('utf8')}`, { key, op: commandName(command) });
+        throw new VmpodError(ErrorCode.Internal, `server returned error: ${resp.data.toString('utf8')}`, {
+          key,
+          op: commandName(command),
+        });
       }
       if (resp.header.command !== responseOf(command)) {
-        throw this.protocolError(command, key, `unexpected response command 0x${resp.header.command.toString(16).padStart(2, '0')} (${commandName(resp.header.command)})`);
+        throw this.protocolError(
+          command,
+          key,
+          `unexpected response command 0x${resp.header.command.toString(16).padStart(2, '0')} (${commandName(resp.header.command)})`,
+        );
       }
       // Virtlet's client checks the echoed key on add; we check it on every keyed command
       if (command !== Command.List && command !== Command.Status && command !== Command.Gc && resp.header.key !== key) {
         throw this.protocolError(command, key, `response is for key ${JSON.stringify(resp.header.key)}`);
       }
-      if (!expectFds && fds.length > 0) throw this.protocolError(command, key, `unexpected ${fds.length} fds in the response`);
+      if (!expectFds && fds.length > 0)
+        throw this.protocolError(command, key, `unexpected ${fds.length} fds in the response`);
       return resp;
     } catch (e) {
       closeAll(n, fds);
@@ -254,7 +283,8 @@ export class FdClient {
     let got = 0;
     while (got < HEADER_SIZE) {
       const d = recv(HEADER_SIZE - got, 0, 'read response header');
-      if (d.length === 0) throw this.protocolError(command, key, `connection closed after ${got} of ${HEADER_SIZE} header bytes`);
+      if (d.length === 0)
+        throw this.protocolError(command, key, `connection closed after ${got} of ${HEADER_SIZE} header bytes`);
       head.push(d);
       got += d.length;
     }
@@ -262,27 +292,48 @@ export class FdClient {
     try {
       header = decodeHeader(Buffer.concat(head));
     } catch (e) {
-      throw new VmpodError(ErrorCode.Protocol, `${commandName(command)} ${JSON.stringify(key)} via ${this.socketPath}: ${(e as Error).message}`, { cause: e, key });
+      throw new VmpodError(
+        ErrorCode.Protocol,
+        `${commandName(command)} ${JSON.stringify(key)} via ${this.socketPath}: ${(e as Error).message}`,
+        { cause: e, key },
+      );
     }
-    if (header.dataSize > MAX_PAYLOAD) throw this.protocolError(command, key, `response claims ${header.dataSize} payload bytes (max ${MAX_PAYLOAD})`);
-    if (header.oobSize > cmsgSpace(MAX_FDS)) throw this.protocolError(command, key, `response claims oobSize ${header.oobSize} (max ${cmsgSpace(MAX_FDS)})`);
-    if (header.command === ERROR_COMMAND && header.oobSize !== 0) throw this.protocolError(command, key, `error reply with oobSize ${header.oobSize}`);
+    if (header.dataSize > MAX_PAYLOAD)
+      throw this.protocolError(command, key, `response claims ${header.dataSize} payload bytes (max ${MAX_PAYLOAD})`);
+    if (header.oobSize > cmsgSpace(MAX_FDS))
+      throw this.protocolError(command, key, `response claims oobSize ${header.oobSize} (max ${cmsgSpace(MAX_FDS)})`);
+    if (header.command === ERROR_COMMAND && header.oobSize !== 0)
+      throw this.protocolError(command, key, `error reply with oobSize ${header.oobSize}`);
 
     let data = Buffer.alloc(0);
     if (header.dataSize > 0 || header.oobSize > 0) {
       // payload and fds come in one sendmsg; offer exactly oobSize control bytes, like Virtlet's client.
       // With fds and no payload the server sends one filler byte: read 1 and drop it.
       const first = recv(Math.max(header.dataSize, 1), header.oobSize, 'read response payload');
-      if (first.length === 0) throw this.protocolError(command, key, `connection closed before the payload (${header.dataSize} bytes, oobSize ${header.oobSize})`);
+      if (first.length === 0)
+        throw this.protocolError(
+          command,
+          key,
+          `connection closed before the payload (${header.dataSize} bytes, oobSize ${header.oobSize})`,
+        );
       if (header.oobSize > 0 && cmsgSpace(fds.length) !== header.oobSize) {
-        throw this.protocolError(command, key, `received ${fds.length} fds, but oobSize ${header.oobSize} announced CMSG_SPACE for another count`);
+        throw this.protocolError(
+          command,
+          key,
+          `received ${fds.length} fds, but oobSize ${header.oobSize} announced CMSG_SPACE for another count`,
+        );
       }
       if (header.dataSize > 0) {
         const parts = [first];
         let have = first.length;
         while (have < header.dataSize) {
           const d = recv(header.dataSize - have, 0, 'read response payload');
-          if (d.length === 0) throw this.protocolError(command, key, `connection closed after ${have} of ${header.dataSize} payload bytes`);
+          if (d.length === 0)
+            throw this.protocolError(
+              command,
+              key,
+              `connection closed after ${have} of ${header.dataSize} payload bytes`,
+            );
           parts.push(d);
           have += d.length;
         }

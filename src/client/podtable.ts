@@ -26,7 +26,10 @@ export function podTable(pods: PodSummary[], now = Date.now()): string {
     p.key,
     p.podName || '-',
     p.podNs || '-',
-    p.interfaces.map((i) => i.ip).filter(Boolean).join(',') || '-',
+    p.interfaces
+      .map((i) => i.ip)
+      .filter(Boolean)
+      .join(',') || '-',
     p.interfaces.map((i) => i.mac).join(',') || '-',
     p.state,
     age(p.createdAt, now),

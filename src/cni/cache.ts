@@ -73,7 +73,8 @@ export async function cachedAttachments(cacheDir: string, networkName: string): 
       continue;
     }
     if (typeof o !== 'object' || o === null || o.kind !== CACHE_KIND || o.networkName !== networkName) continue;
-    if (typeof o.containerId !== 'string' || o.containerId === '' || typeof o.ifName !== 'string' || o.ifName === '') continue;
+    if (typeof o.containerId !== 'string' || o.containerId === '' || typeof o.ifName !== 'string' || o.ifName === '')
+      continue;
     out.push(o as unknown as CacheRecord);
   }
   return out;
@@ -95,7 +96,8 @@ export function buildCacheRecord(list: NetworkConfigList, rt: RuntimeConf, resul
   };
   if (rt.netns !== '') rec.netns = rt.netns;
   if (rt.args.length > 0) rec.cniArgs = rt.args.map(([k, v]) => [k, v]);
-  if (rt.capabilityArgs !== undefined && Object.keys(rt.capabilityArgs).length > 0) rec.capabilityArgs = rt.capabilityArgs;
+  if (rt.capabilityArgs !== undefined && Object.keys(rt.capabilityArgs).length > 0)
+    rec.capabilityArgs = rt.capabilityArgs;
   return rec;
 }
 
@@ -108,7 +110,10 @@ export type CacheRead =
  * Parse a cache file. A record must be of kind cniCacheV1 and name this attachment; a file from before
  * libcni had records (a bare result with a cniVersion) is accepted as that result, as libcni does.
  */
-export function parseCacheRecord(text: string, expect: { networkName: string; containerId: string; ifName: string }): CacheRead {
+export function parseCacheRecord(
+  text: string,
+  expect: { networkName: string; containerId: string; ifName: string },
+): CacheRead {
   let v: unknown;
   try {
     v = JSON.parse(text);
@@ -120,18 +125,29 @@ export function parseCacheRecord(text: string, expect: { networkName: string; co
   if (o.kind === undefined && typeof o.cniVersion === 'string') {
     return {
       state: 'ok',
-      record: { kind: CACHE_KIND, containerId: expect.containerId, ifName: expect.ifName, networkName: expect.networkName, config: '', result: o },
+      record: {
+        kind: CACHE_KIND,
+        containerId: expect.containerId,
+        ifName: expect.ifName,
+        networkName: expect.networkName,
+        config: '',
+        result: o,
+      },
     };
   }
   if (o.kind !== CACHE_KIND) return { state: 'corrupt', reason: `kind ${JSON.stringify(o.kind)} is not ${CACHE_KIND}` };
   for (const k of ['networkName', 'containerId', 'ifName'] as const) {
-    if (o[k] !== expect[k]) return { state: 'corrupt', reason: `${k} ${JSON.stringify(o[k])} is not ${JSON.stringify(expect[k])}` };
+    if (o[k] !== expect[k])
+      return { state: 'corrupt', reason: `${k} ${JSON.stringify(o[k])} is not ${JSON.stringify(expect[k])}` };
   }
   if (typeof o.result !== 'object' || o.result === null) return { state: 'corrupt', reason: 'no result in the record' };
   return { state: 'ok', record: o as unknown as CacheRecord };
 }
 
-export async function readCacheRecord(path: string, expect: { networkName: string; containerId: string; ifName: string }): Promise<CacheRead> {
+export async function readCacheRecord(
+  path: string,
+  expect: { networkName: string; containerId: string; ifName: string },
+): Promise<CacheRead> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');

@@ -5,8 +5,27 @@ import { isAbsolute } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
-import { buildCacheRecord, cachedAttachments, cachedRecordsOf, cacheFilePath, readCacheRecord, removeCacheRecord, writeCacheRecord, type CacheRecord } from './cache.js';
-import { buildEnv, buildOneConfig, CniVerb, parseConfList, validateNetworkName, validateRuntime, type NetworkConfigList, type PluginConf, type RuntimeConf } from './config.js';
+import {
+  buildCacheRecord,
+  cachedAttachments,
+  cachedRecordsOf,
+  cacheFilePath,
+  readCacheRecord,
+  removeCacheRecord,
+  writeCacheRecord,
+  type CacheRecord,
+} from './cache.js';
+import {
+  buildEnv,
+  buildOneConfig,
+  CniVerb,
+  parseConfList,
+  validateNetworkName,
+  validateRuntime,
+  type NetworkConfigList,
+  type PluginConf,
+  type RuntimeConf,
+} from './config.js';
 import { CniError, CniPluginError, formatCniError, parseCniErrorJson } from './errors.js';
 import { escapeOutput } from '../escape.js';
 import { spawnPluginExec, findInPath, type PluginExec } from './exec.js';
@@ -37,10 +56,15 @@ export class CniClient {
   constructor(opts: CniClientOptions) {
     const problems: string[] = [];
     if (!Array.isArray(opts.binDirs) || opts.binDirs.length === 0) problems.push('binDirs is empty');
-    else for (const d of opts.binDirs) if (!isAbsolute(d) || d.includes(':')) problems.push(`bin dir ${JSON.stringify(d)} is not an absolute path without ':'`);
-    if (typeof opts.cacheDir !== 'string' || !isAbsolute(opts.cacheDir)) problems.push(`cacheDir ${JSON.stringify(opts.cacheDir)} is not an absolute path`);
+    else
+      for (const d of opts.binDirs)
+        if (!isAbsolute(d) || d.includes(':'))
+          problems.push(`bin dir ${JSON.stringify(d)} is not an absolute path without ':'`);
+    if (typeof opts.cacheDir !== 'string' || !isAbsolute(opts.cacheDir))
+      problems.push(`cacheDir ${JSON.stringify(opts.cacheDir)} is not an absolute path`);
     const timeoutMs = opts.timeoutMs ?? 60_000;
-    if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0) problems.push(`timeoutMs ${JSON.stringify(opts.timeoutMs)} is not a positive integer`);
+    if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0)
+      problems.push(`timeoutMs ${JSON.stringify(opts.timeoutMs)} is not a positive integer`);
     if (problems.length > 0) throw new VmpodError(ErrorCode.Config, `CNI client options: ${problems.join('; ')}`);
     this.#binDirs = [...opts.binDirs];
     this.#cacheDir = opts.cacheDir;
@@ -65,7 +89,11 @@ export class CniClient {
    * still being written, and `settled` waits for them (it rejects when the cache could not be written, which fails
    * the ADD as add would). The caller awaits it before it relies on the cache (and before a DEL it runs, in any case).
    */
-  async addDeferred(list: NetworkConfigList, rt: RuntimeConf, signal?: AbortSignal): Promise<{ result: CniResult; settled: () => Promise<void> }> {
+  async addDeferred(
+    list: NetworkConfigList,
+    rt: RuntimeConf,
+    signal?: AbortSignal,
+  ): Promise<{ result: CniResult; settled: () => Promise<void> }> {
     validateRuntime(list, rt, CniVerb.Add);
     const paths = await this.#findAll(list.plugins);
     const cleanups: Promise<void>[] = [];
@@ -76,7 +104,16 @@ export class CniClient {
         this.#checkAborted(signal, CniVerb.Add, list, plugin);
         const prevJson = prev === undefined ? undefined : this.#convertPrev(prev, list, plugin, CniVerb.Add);
         const conf = buildOneConfig(list, plugin, prevJson, rt.capabilityArgs);
-        const { stdout, cleanup } = await this.#run(paths[i] as string, plugin, CniVerb.Add, list, rt, conf, signal, true);
+        const { stdout, cleanup } = await this.#run(
+          paths[i] as string,
+          plugin,
+          CniVerb.Add,
+          list,
+          rt,
+          conf,
+          signal,
+          true,
+        );
         if (cleanup) cleanups.push(cleanup);
         prev = parsePluginResult(plugin.type, CniVerb.Add, stdout, list.cniVersion);
       }
@@ -84,7 +121,8 @@ export class CniClient {
       await settleRuns();
       throw e;
     }
-    if (prev === undefined) throw new VmpodError(ErrorCode.Internal, `ADD network ${list.name}: the list has no plugins`);
+    if (prev === undefined)
+      throw new VmpodError(ErrorCode.Internal, `ADD network ${list.name}: the list has no plugins`);
     const path = cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName);
     // written on the next turn of the event loop, once the caller has started what it does with the result (its
     // work on the pool runs meanwhile); the write resolves to its error, if any: nothing rejects before the caller asks
@@ -95,7 +133,12 @@ export class CniClient {
           writeCacheRecord(path, record);
           resolve(undefined);
         } catch (e) {
-          resolve(new VmpodError(ErrorCode.Cni, `ADD network ${list.name}: cache the result in ${path}`, { cause: e, op: 'cache CNI result' }));
+          resolve(
+            new VmpodError(ErrorCode.Cni, `ADD network ${list.name}: cache the result in ${path}`, {
+              cause: e,
+              op: 'cache CNI result',
+            }),
+          );
         }
       }),
     );
@@ -114,21 +157,36 @@ export class CniClient {
    * `opts.prevResult` makes of it: the runtime may know the attachment changed since, as tapmanager does). A list
    * with disableCheck skips it ('disabled'). Without a cached result there is nothing to check against: an error.
    */
-  async check(list: NetworkConfigList, rt: RuntimeConf, opts: { signal?: AbortSignal; prevResult?: (cached: CniResult) => CniResult } = {}): Promise<'checked' | 'disabled'> {
+  async check(
+    list: NetworkConfigList,
+    rt: RuntimeConf,
+    opts: { signal?: AbortSignal; prevResult?: (cached: CniResult) => CniResult } = {},
+  ): Promise<'checked' | 'disabled'> {
     validateRuntime(list, rt, CniVerb.Check);
     if (!supportsCheck(list)) {
-      throw new CniError({ code: CniErrorCode.IncompatibleVersion, msg: `configuration version "${list.cniVersion}" does not support the CHECK command` });
+      throw new CniError({
+        code: CniErrorCode.IncompatibleVersion,
+        msg: `configuration version "${list.cniVersion}" does not support the CHECK command`,
+      });
     }
     if (list.disableCheck === true) return 'disabled';
     const paths = await this.#findAll(list.plugins);
     const cached = await this.#loadCached(list, rt);
     if (cached === undefined) {
-      throw new VmpodError(ErrorCode.NotFound, `CHECK network ${list.name} for ${rt.containerId}/${rt.ifName}: no usable cached ADD result`);
+      throw new VmpodError(
+        ErrorCode.NotFound,
+        `CHECK network ${list.name} for ${rt.containerId}/${rt.ifName}: no usable cached ADD result`,
+      );
     }
     const prev = opts.prevResult ? opts.prevResult(cached) : cached;
     for (const [i, plugin] of list.plugins.entries()) {
       this.#checkAborted(opts.signal, CniVerb.Check, list, plugin);
-      const conf = buildOneConfig(list, plugin, this.#convertPrev(prev, list, plugin, CniVerb.Check), rt.capabilityArgs);
+      const conf = buildOneConfig(
+        list,
+        plugin,
+        this.#convertPrev(prev, list, plugin, CniVerb.Check),
+        rt.capabilityArgs,
+      );
       await this.#run(paths[i] as string, plugin, CniVerb.Check, list, rt, conf, opts.signal);
     }
     return 'checked';
@@ -173,7 +231,11 @@ export class CniClient {
     const keep = new Set(valid.map((a) => `${a.containerId}\0${a.ifName}`));
     const live = [...valid];
     for (const rec of await cachedAttachments(this.#cacheDir, list.name)) {
-      if (keep.has(`${rec.containerId}\0${rec.ifName}`) || (opts.ifNames !== undefined && !opts.ifNames.includes(rec.ifName))) continue;
+      if (
+        keep.has(`${rec.containerId}\0${rec.ifName}`) ||
+        (opts.ifNames !== undefined && !opts.ifNames.includes(rec.ifName))
+      )
+        continue;
       if (opts.stillHeld?.({ containerId: rec.containerId, ifName: rec.ifName }) === true) {
         live.push({ containerId: rec.containerId, ifName: rec.ifName });
         continue;
@@ -182,13 +244,19 @@ export class CniClient {
         await this.del(this.#recordList(rec, list), recordRuntime(rec), opts.signal);
         report.removed.push({ containerId: rec.containerId, ifName: rec.ifName });
       } catch (e) {
-        report.errors.push(`DEL of the stale attachment ${rec.containerId}/${rec.ifName}: ${e instanceof Error ? e.message : String(e)}`);
+        report.errors.push(
+          `DEL of the stale attachment ${rec.containerId}/${rec.ifName}: ${e instanceof Error ? e.message : String(e)}`,
+        );
       }
     }
     if (!opts.plugins || !supportsStatusAndGc(list)) return report;
     const attachments = live.map((a) => ({ containerID: a.containerId, ifname: a.ifName }));
     for (const plugin of list.plugins) {
-      const conf = { ...buildOneConfig(list, plugin, undefined), 'cni.dev/valid-attachments': attachments, 'cni.dev/attachments': attachments };
+      const conf = {
+        ...buildOneConfig(list, plugin, undefined),
+        'cni.dev/valid-attachments': attachments,
+        'cni.dev/attachments': attachments,
+      };
       report.pluginsAsked.push(plugin.type);
       try {
         await this.#run(await this.#find(plugin.type), plugin, CniVerb.Gc, list, undefined, conf, opts.signal);
@@ -205,7 +273,10 @@ export class CniClient {
     try {
       return parseConfList(Buffer.from(rec.config, 'base64'), `CNI cache record of ${rec.containerId}/${rec.ifName}`);
     } catch (e) {
-      this.#log.warn({ err: e, network: list.name, containerId: rec.containerId }, 'the config in a CNI cache record does not parse: DEL with the current one');
+      this.#log.warn(
+        { err: e, network: list.name, containerId: rec.containerId },
+        'the config in a CNI cache record does not parse: DEL with the current one',
+      );
       return list;
     }
   }
@@ -225,7 +296,10 @@ export class CniClient {
         try {
           prevJson = convertResult(cached, list.cniVersion);
         } catch (e) {
-          this.#log.warn({ err: e, network: list.name, containerId: rt.containerId }, 'cached CNI result cannot be converted; DEL without prevResult');
+          this.#log.warn(
+            { err: e, network: list.name, containerId: rt.containerId },
+            'cached CNI result cannot be converted; DEL without prevResult',
+          );
         }
       }
     }
@@ -236,10 +310,22 @@ export class CniClient {
       this.#checkAborted(signal, CniVerb.Del, list, plugin);
       try {
         const path = await this.#find(plugin.type);
-        const { cleanup } = await this.#run(path, plugin, CniVerb.Del, list, rt, buildOneConfig(list, plugin, prevJson, rt.capabilityArgs), signal, true);
+        const { cleanup } = await this.#run(
+          path,
+          plugin,
+          CniVerb.Del,
+          list,
+          rt,
+          buildOneConfig(list, plugin, prevJson, rt.capabilityArgs),
+          signal,
+          true,
+        );
         if (cleanup) cleanups.push(cleanup);
       } catch (e) {
-        this.#log.warn({ err: e, network: list.name, containerId: rt.containerId, plugin: plugin.type }, 'CNI DEL failed; continuing with the next plugin');
+        this.#log.warn(
+          { err: e, network: list.name, containerId: rt.containerId, plugin: plugin.type },
+          'CNI DEL failed; continuing with the next plugin',
+        );
         failures.push(e);
       }
     }
@@ -255,9 +341,13 @@ export class CniClient {
     if (failures.length === 1) throw failures[0];
     if (failures.length > 1) {
       const msgs = failures.map((f) => (f instanceof Error ? f.message : String(f)));
-      throw new VmpodError(ErrorCode.Cni, `DEL network ${list.name}: ${failures.length} plugins failed: ${msgs.join('; ')}`, {
-        cause: new AggregateError(failures, 'CNI DEL failures'),
-      });
+      throw new VmpodError(
+        ErrorCode.Cni,
+        `DEL network ${list.name}: ${failures.length} plugins failed: ${msgs.join('; ')}`,
+        {
+          cause: new AggregateError(failures, 'CNI DEL failures'),
+        },
+      );
     }
     await removeCacheRecord(cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName));
   }
@@ -277,7 +367,10 @@ export class CniClient {
       try {
         out.push(parseConfList(Buffer.from(rec.config, 'base64'), `CNI cache record of ${rec.networkName}`));
       } catch (e) {
-        this.#log.warn({ err: e, network: rec.networkName, containerId }, 'the config in a CNI cache record does not parse');
+        this.#log.warn(
+          { err: e, network: rec.networkName, containerId },
+          'the config in a CNI cache record does not parse',
+        );
       }
     }
     return out;
@@ -294,8 +387,17 @@ export class CniClient {
     });
     const json = parseJson(pluginType, CniVerb.Version, stdout) as Record<string, unknown> | null;
     const sv = json?.supportedVersions;
-    if (typeof json !== 'object' || json === null || typeof json.cniVersion !== 'string' || !Array.isArray(sv) || !sv.every((x) => typeof x === 'string')) {
-      throw new VmpodError(ErrorCode.Cni, `plugin ${pluginType} VERSION: the answer has no cniVersion and supportedVersions: ${escapeOutput(stdout, 200)}`);
+    if (
+      typeof json !== 'object' ||
+      json === null ||
+      typeof json.cniVersion !== 'string' ||
+      !Array.isArray(sv) ||
+      !sv.every((x) => typeof x === 'string')
+    ) {
+      throw new VmpodError(
+        ErrorCode.Cni,
+        `plugin ${pluginType} VERSION: the answer has no cniVersion and supportedVersions: ${escapeOutput(stdout, 200)}`,
+      );
     }
     return { cniVersion: json.cniVersion, supportedVersions: sv as string[] };
   }
@@ -308,7 +410,11 @@ export class CniClient {
 
   async #loadCached(list: NetworkConfigList, rt: RuntimeConf): Promise<CniResult | undefined> {
     const path = cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName);
-    const read = await readCacheRecord(path, { networkName: list.name, containerId: rt.containerId, ifName: rt.ifName });
+    const read = await readCacheRecord(path, {
+      networkName: list.name,
+      containerId: rt.containerId,
+      ifName: rt.ifName,
+    });
     switch (read.state) {
       case 'missing':
         return undefined;
@@ -330,7 +436,9 @@ export class CniClient {
   }
 
   #find(type: string): Promise<string> {
-    return this.#exec.findInPath !== undefined ? this.#exec.findInPath(type, this.#binDirs) : findInPath(type, this.#binDirs);
+    return this.#exec.findInPath !== undefined
+      ? this.#exec.findInPath(type, this.#binDirs)
+      : findInPath(type, this.#binDirs);
   }
 
   /** Every plugin of the list is located before the first one runs: a missing binary changes nothing. */
@@ -344,13 +452,19 @@ export class CniClient {
     try {
       return convertResult(prev, list.cniVersion);
     } catch (e) {
-      throw new VmpodError(ErrorCode.Cni, `${verb} network ${list.name}: prevResult for plugin ${plugin.type} cannot be written as ${list.cniVersion}`, { cause: e });
+      throw new VmpodError(
+        ErrorCode.Cni,
+        `${verb} network ${list.name}: prevResult for plugin ${plugin.type} cannot be written as ${list.cniVersion}`,
+        { cause: e },
+      );
     }
   }
 
   #checkAborted(signal: AbortSignal | undefined, verb: CniVerb, list: NetworkConfigList, plugin: PluginConf): void {
     if (signal?.aborted === true) {
-      throw new VmpodError(ErrorCode.Cni, `${verb} network ${list.name} aborted before plugin ${plugin.type}`, { cause: signal.reason });
+      throw new VmpodError(ErrorCode.Cni, `${verb} network ${list.name} aborted before plugin ${plugin.type}`, {
+        cause: signal.reason,
+      });
     }
   }
 
@@ -379,7 +493,15 @@ export class CniClient {
       return out;
     } finally {
       this.#log.debug(
-        { plugin: plugin.type, verb, network: list.name, containerId: rt?.containerId, ifName: rt?.ifName, ok, durationMs: Math.round(performance.now() - t0) },
+        {
+          plugin: plugin.type,
+          verb,
+          network: list.name,
+          containerId: rt?.containerId,
+          ifName: rt?.ifName,
+          ok,
+          durationMs: Math.round(performance.now() - t0),
+        },
         'CNI plugin run',
       );
     }
@@ -458,7 +580,11 @@ function parseJson(plugin: string, verb: string, stdout: Buffer): unknown {
     return JSON.parse(stdout.toString('utf8'));
   } catch (e) {
     const shown = escapeOutput(stdout, 200);
-    throw new VmpodError(ErrorCode.Cni, `plugin ${plugin} ${verb} returned a result that is not JSON: ${shown === '' ? '(empty output)' : shown}`, { cause: e });
+    throw new VmpodError(
+      ErrorCode.Cni,
+      `plugin ${plugin} ${verb} returned a result that is not JSON: ${shown === '' ? '(empty output)' : shown}`,
+      { cause: e },
+    );
   }
 }
 
@@ -467,13 +593,28 @@ export function parsePluginResult(plugin: string, verb: string, stdout: Buffer, 
   const json = parseJson(plugin, verb, stdout);
   // an error object on exit 0 (a plugin bug): the spec's error shape, not a result; say so rather than "unusable"
   const o = json as Record<string, unknown> | null;
-  if (typeof o === 'object' && o !== null && !Array.isArray(o) && o.interfaces === undefined && o.ips === undefined && o.ip4 === undefined) {
+  if (
+    typeof o === 'object' &&
+    o !== null &&
+    !Array.isArray(o) &&
+    o.interfaces === undefined &&
+    o.ips === undefined &&
+    o.ip4 === undefined
+  ) {
     const err = parseCniErrorJson(stdout);
-    if (err !== undefined) throw new VmpodError(ErrorCode.Cni, `plugin ${plugin} ${verb} exited 0 but printed a CNI error: ${formatCniError(err)}`);
+    if (err !== undefined)
+      throw new VmpodError(
+        ErrorCode.Cni,
+        `plugin ${plugin} ${verb} exited 0 but printed a CNI error: ${formatCniError(err)}`,
+      );
   }
   try {
     return normalizeResult(json, confVersion);
   } catch (e) {
-    throw new VmpodError(ErrorCode.Cni, `plugin ${plugin} ${verb} returned an unusable result: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    throw new VmpodError(
+      ErrorCode.Cni,
+      `plugin ${plugin} ${verb} returned an unusable result: ${e instanceof Error ? e.message : String(e)}`,
+      { cause: e },
+    );
   }
 }

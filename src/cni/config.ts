@@ -41,7 +41,14 @@ export interface RuntimeConf {
 }
 
 /** The CNI commands (spec "Parameters": CNI_COMMAND); STATUS and GC came with 1.1.0. */
-export const CniVerb = { Add: 'ADD', Del: 'DEL', Check: 'CHECK', Status: 'STATUS', Gc: 'GC', Version: 'VERSION' } as const;
+export const CniVerb = {
+  Add: 'ADD',
+  Del: 'DEL',
+  Check: 'CHECK',
+  Status: 'STATUS',
+  Gc: 'GC',
+  Version: 'VERSION',
+} as const;
 export type CniVerb = (typeof CniVerb)[keyof typeof CniVerb];
 
 /** Extensions libcni (and the CRI runtimes) read from a config directory. */
@@ -49,15 +56,17 @@ export const CONF_EXTENSIONS = ['.conf', '.conflist', '.json'] as const;
 
 // ---- loading ---------------------------------------------------------------------------------------
 
-
 /** libcni utils cniValidNameChars: container ids and network names become file names (the result cache). */
 const VALID_NAME = CNI_VALID_NAME;
 
 function configError(file: string, problem: string, cause?: unknown): VmpodError {
-  return new VmpodError(ErrorCode.Config, `CNI config ${file}: ${problem}`, { op: 'load CNI config', ...(cause === undefined ? {} : { cause }) });
+  return new VmpodError(ErrorCode.Config, `CNI config ${file}: ${problem}`, {
+    op: 'load CNI config',
+    ...(cause === undefined ? {} : { cause }),
+  });
 }
 
-function readPlugin(file: string, v: unknown, where: string, problems: string[]): PluginConf | undefined {
+function readPlugin(v: unknown, where: string, problems: string[]): PluginConf | undefined {
   if (!isObj(v)) {
     problems.push(`${where} is not an object`);
     return undefined;
@@ -67,8 +76,12 @@ function readPlugin(file: string, v: unknown, where: string, problems: string[])
     return undefined;
   }
   // libcni FindInPath refuses a plugin name with a path separator: "type" names a file in the bin dirs.
-  if (v.type.includes('/') || v.type === '.' || v.type === '..') problems.push(`${where} type ${JSON.stringify(v.type)} is not a plain file name`);
-  if (v.capabilities !== undefined && (!isObj(v.capabilities) || !Object.values(v.capabilities).every((c) => typeof c === 'boolean'))) {
+  if (v.type.includes('/') || v.type === '.' || v.type === '..')
+    problems.push(`${where} type ${JSON.stringify(v.type)} is not a plain file name`);
+  if (
+    v.capabilities !== undefined &&
+    (!isObj(v.capabilities) || !Object.values(v.capabilities).every((c) => typeof c === 'boolean'))
+  ) {
     problems.push(`${where} "capabilities" is not an object of booleans`);
   }
   return v as PluginConf;
@@ -85,14 +98,16 @@ function pickVersion(o: Obj, problems: string[]): { cniVersion: string; cniVersi
       const known = cniVersions.filter(isCniVersion).sort(compareVersions);
       const best = known[known.length - 1];
       if (best !== undefined) return { cniVersion: best, cniVersions };
-      if (o.cniVersion === undefined) problems.push(`none of "cniVersions" ${JSON.stringify(cniVersions)} is supported (${CNI_VERSIONS.join(', ')})`);
+      if (o.cniVersion === undefined)
+        problems.push(`none of "cniVersions" ${JSON.stringify(cniVersions)} is supported (${CNI_VERSIONS.join(', ')})`);
     }
   }
   if (o.cniVersion === undefined) {
     if (cniVersions === undefined) problems.push('no "cniVersion"');
     return { cniVersion: '', ...(cniVersions === undefined ? {} : { cniVersions }) };
   }
-  if (!isCniVersion(o.cniVersion)) problems.push(`"cniVersion" ${JSON.stringify(o.cniVersion)} is not one of ${CNI_VERSIONS.join(', ')}`);
+  if (!isCniVersion(o.cniVersion))
+    problems.push(`"cniVersion" ${JSON.stringify(o.cniVersion)} is not one of ${CNI_VERSIONS.join(', ')}`);
   return { cniVersion: String(o.cniVersion), ...(cniVersions === undefined ? {} : { cniVersions }) };
 }
 
@@ -138,12 +153,13 @@ export function parseConfList(bytes: Buffer, file: string): NetworkConfigList {
   if (isList) {
     if (!Array.isArray(json.plugins)) problems.push('"plugins" is missing or not an array');
     else if (json.plugins.length === 0) problems.push('"plugins" is empty');
-    else json.plugins.forEach((p, i) => {
-      const pc = readPlugin(file, p, `plugins[${i}]`, problems);
-      if (pc !== undefined) plugins.push(pc);
-    });
+    else
+      json.plugins.forEach((p, i) => {
+        const pc = readPlugin(p, `plugins[${i}]`, problems);
+        if (pc !== undefined) plugins.push(pc);
+      });
   } else {
-    const pc = readPlugin(file, json, 'the plugin', problems);
+    const pc = readPlugin(json, 'the plugin', problems);
     if (pc !== undefined) plugins = [pc];
     // ConfListFromConf: the list carries the conf's name and version; its bytes are that list.
     listBytes = Buffer.from(JSON.stringify({ cniVersion: json.cniVersion, name: json.name, plugins: [json] }));
@@ -165,7 +181,11 @@ export async function confFiles(confDir: string): Promise<string[]> {
   try {
     entries = await readdir(confDir);
   } catch (e) {
-    throw new VmpodError(ErrorCode.Config, `read CNI config dir ${confDir}: ${(e as NodeJS.ErrnoException).code ?? String(e)}`, { cause: e, op: 'load CNI config' });
+    throw new VmpodError(
+      ErrorCode.Config,
+      `read CNI config dir ${confDir}: ${(e as NodeJS.ErrnoException).code ?? String(e)}`,
+      { cause: e, op: 'load CNI config' },
+    );
   }
   const names = entries.filter((n) => CONF_EXTENSIONS.some((ext) => n.endsWith(ext))).sort();
   const files: string[] = [];
@@ -181,7 +201,11 @@ export async function loadConfList(confDir: string): Promise<NetworkConfigList> 
   const files = await confFiles(confDir);
   const file = files[0];
   if (file === undefined) {
-    throw new VmpodError(ErrorCode.Config, `no CNI network config in ${confDir} (looked for ${CONF_EXTENSIONS.join(', ')})`, { op: 'load CNI config' });
+    throw new VmpodError(
+      ErrorCode.Config,
+      `no CNI network config in ${confDir} (looked for ${CONF_EXTENSIONS.join(', ')})`,
+      { op: 'load CNI config' },
+    );
   }
   let bytes: Buffer;
   try {
@@ -214,9 +238,15 @@ function confSignature(confDir: string): string | undefined {
   try {
     const d = statSync(confDir, { bigint: true });
     const parts = [`${d.ino}:${d.mtimeNs}`];
-    for (const n of readdirSync(confDir).filter((x) => CONF_EXTENSIONS.some((ext) => x.endsWith(ext))).sort()) {
+    for (const n of readdirSync(confDir)
+      .filter((x) => CONF_EXTENSIONS.some((ext) => x.endsWith(ext)))
+      .sort()) {
       const st = statSync(join(confDir, n), { bigint: true, throwIfNoEntry: false });
-      parts.push(st === undefined ? `${n}:-` : `${n}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}:${st.isFile() ? 'f' : 'o'}`);
+      parts.push(
+        st === undefined
+          ? `${n}:-`
+          : `${n}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}:${st.isFile() ? 'f' : 'o'}`,
+      );
     }
     return parts.join('/');
   } catch {
@@ -230,7 +260,11 @@ function confSignature(confDir: string): string | undefined {
 export function validateContainerId(id: string): void {
   if (id === '') throw new CniError({ code: CniErrorCode.InvalidEnv, msg: 'missing containerID' });
   if (!VALID_NAME.test(id)) {
-    throw new CniError({ code: CniErrorCode.InvalidEnv, msg: 'invalid characters in containerID', details: JSON.stringify(id) });
+    throw new CniError({
+      code: CniErrorCode.InvalidEnv,
+      msg: 'invalid characters in containerID',
+      details: JSON.stringify(id),
+    });
   }
 }
 
@@ -241,7 +275,11 @@ export function validateIfName(ifName: string): void {
   const bad = (msg: string, details?: string): CniError =>
     new CniError({ code: CniErrorCode.InvalidEnv, msg, details: details ?? JSON.stringify(ifName) });
   if (ifName === '') throw bad('interface name is empty', '');
-  if (Buffer.byteLength(ifName) > MAX_IFNAME_BYTES) throw bad('interface name is too long', `${JSON.stringify(ifName)} has ${Buffer.byteLength(ifName)} bytes, at most ${MAX_IFNAME_BYTES} allowed`);
+  if (Buffer.byteLength(ifName) > MAX_IFNAME_BYTES)
+    throw bad(
+      'interface name is too long',
+      `${JSON.stringify(ifName)} has ${Buffer.byteLength(ifName)} bytes, at most ${MAX_IFNAME_BYTES} allowed`,
+    );
   if (ifName === '.' || ifName === '..') throw bad('interface name is . or ..');
   // The kernel's dev_valid_name() refuses '/', ':' and whitespace (libcni checks unicode.IsSpace).
   if (/[/:\s]/u.test(ifName)) throw bad('interface name contains / or : or whitespace characters');
@@ -256,13 +294,21 @@ export function validateCniArgs(args: readonly (readonly [string, string])[]): v
     return p;
   });
   if (problems.length > 0) {
-    throw new CniError({ code: CniErrorCode.InvalidEnv, msg: 'invalid CNI_ARGS', details: `${problems.join(', ')} cannot be written as K=V;K=V` });
+    throw new CniError({
+      code: CniErrorCode.InvalidEnv,
+      msg: 'invalid CNI_ARGS',
+      details: `${problems.join(', ')} cannot be written as K=V;K=V`,
+    });
   }
 }
 
 export function validateNetworkName(name: string): void {
   if (!VALID_NAME.test(name)) {
-    throw new CniError({ code: CniErrorCode.InvalidNetworkConfig, msg: 'invalid network name', details: `${JSON.stringify(name)} must match ${VALID_NAME.source}` });
+    throw new CniError({
+      code: CniErrorCode.InvalidNetworkConfig,
+      msg: 'invalid network name',
+      details: `${JSON.stringify(name)} must match ${VALID_NAME.source}`,
+    });
   }
 }
 
@@ -273,7 +319,11 @@ export function validateRuntime(list: NetworkConfigList, rt: RuntimeConf, verb: 
   validateIfName(rt.ifName);
   validateCniArgs(rt.args);
   if (verb !== CniVerb.Del && rt.netns === '') {
-    throw new CniError({ code: CniErrorCode.InvalidEnv, msg: 'missing network namespace path', details: `${verb} needs CNI_NETNS` });
+    throw new CniError({
+      code: CniErrorCode.InvalidEnv,
+      msg: 'missing network namespace path',
+      details: `${verb} needs CNI_NETNS`,
+    });
   }
 }
 
@@ -283,7 +333,10 @@ export function validateRuntime(list: NetworkConfigList, rt: RuntimeConf, verb: 
  * libcni injectRuntimeConfig: runtimeConfig carries only the capability args this plugin declares
  * (capabilities.X === true) and the runtime supplies. undefined when there are none.
  */
-export function runtimeConfigFor(plugin: PluginConf, capabilityArgs: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+export function runtimeConfigFor(
+  plugin: PluginConf,
+  capabilityArgs: Record<string, unknown> | undefined,
+): Record<string, unknown> | undefined {
   if (capabilityArgs === undefined || plugin.capabilities === undefined) return undefined;
   const rc: Record<string, unknown> = {};
   for (const [cap, on] of Object.entries(plugin.capabilities)) {
@@ -318,7 +371,12 @@ export function formatCniArgs(args: readonly (readonly [string, string])[]): str
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 /** The whole environment of one plugin run: the six CNI variables and PATH, nothing inherited. */
-export function buildEnv(verb: CniVerb, rt: RuntimeConf | undefined, binDirs: readonly string[], path = process.env.PATH ?? DEFAULT_PATH): Record<string, string> {
+export function buildEnv(
+  verb: CniVerb,
+  rt: RuntimeConf | undefined,
+  binDirs: readonly string[],
+  path = process.env.PATH ?? DEFAULT_PATH,
+): Record<string, string> {
   return {
     CNI_COMMAND: verb,
     CNI_CONTAINERID: rt?.containerId ?? '',

@@ -79,7 +79,15 @@ export class CniPluginError extends VmpodError {
 
   constructor(
     message: string,
-    f: { plugin: string; verb: string; exitCode?: number; signal?: string; timedOut?: boolean; stderr?: string; cniError?: CniErrorJson },
+    f: {
+      plugin: string;
+      verb: string;
+      exitCode?: number;
+      signal?: string;
+      timedOut?: boolean;
+      stderr?: string;
+      cniError?: CniErrorJson;
+    },
     opts: { cause?: unknown; key?: string; op?: string } = {},
   ) {
     super(ErrorCode.Cni, message, opts);
@@ -105,7 +113,15 @@ export function pluginFailure(f: PluginFailure): CniPluginError {
   const cniError =
     (f.stdout !== undefined ? parseCniErrorJson(f.stdout) : undefined) ??
     (f.stderr !== undefined ? parseCniErrorJson(f.stderr) : undefined);
-  const fields = { plugin: f.plugin, verb: f.verb, exitCode: f.exitCode, signal: f.signal, timedOut: f.timedOut, stderr, cniError };
+  const fields = {
+    plugin: f.plugin,
+    verb: f.verb,
+    exitCode: f.exitCode,
+    signal: f.signal,
+    timedOut: f.timedOut,
+    stderr,
+    cniError,
+  };
   const killed = f.signal !== undefined ? ` (killed with ${f.signal})` : '';
 
   let message: string;

@@ -36,7 +36,9 @@ export interface PluginExec {
 /** libcni FindInPath: the first dir holding an executable regular file named `plugin`. */
 export async function findInPath(plugin: string, dirs: readonly string[]): Promise<string> {
   if (plugin === '' || plugin.includes('/') || plugin === '.' || plugin === '..') {
-    throw new VmpodError(ErrorCode.Config, `invalid CNI plugin name ${JSON.stringify(plugin)}`, { op: 'find CNI plugin' });
+    throw new VmpodError(ErrorCode.Config, `invalid CNI plugin name ${JSON.stringify(plugin)}`, {
+      op: 'find CNI plugin',
+    });
   }
   for (const dir of dirs) {
     const p = join(dir, plugin);
@@ -51,9 +53,13 @@ export async function findInPath(plugin: string, dirs: readonly string[]): Promi
       // not here (or not executable): try the next dir, as libcni does
     }
   }
-  throw new VmpodError(ErrorCode.Config, `CNI plugin ${JSON.stringify(plugin)} not found in ${dirs.length === 0 ? '(no bin dirs)' : dirs.join(', ')}`, {
-    op: 'find CNI plugin',
-  });
+  throw new VmpodError(
+    ErrorCode.Config,
+    `CNI plugin ${JSON.stringify(plugin)} not found in ${dirs.length === 0 ? '(no bin dirs)' : dirs.join(', ')}`,
+    {
+      op: 'find CNI plugin',
+    },
+  );
 }
 
 export interface SpawnPluginExecOptions {
@@ -77,7 +83,10 @@ const TEXT_BUSY_RETRIES = 3;
 
 function checkTimeout(timeoutMs: number, what: string): void {
   if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0) {
-    throw new VmpodError(ErrorCode.Config, `${what} must be a positive integer of milliseconds, got ${JSON.stringify(timeoutMs)}`);
+    throw new VmpodError(
+      ErrorCode.Config,
+      `${what} must be a positive integer of milliseconds, got ${JSON.stringify(timeoutMs)}`,
+    );
   }
 }
 
@@ -112,7 +121,11 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
   const killGraceMs = opts.killGraceMs ?? 2000;
   const maxBuffer = opts.maxBufferBytes ?? DEFAULT_PLUGIN_OUTPUT_BYTES;
   checkTimeout(killGraceMs, 'killGraceMs');
-  const spawner: Spawner = { killGraceMs, maxBuffer, slots: opts.pgidDir === undefined ? undefined : new PgidSlots(opts.pgidDir) };
+  const spawner: Spawner = {
+    killGraceMs,
+    maxBuffer,
+    slots: opts.pgidDir === undefined ? undefined : new PgidSlots(opts.pgidDir),
+  };
   return { findInPath, run: (o) => runPlugin(spawner, o) };
 }
 
@@ -125,7 +138,10 @@ interface Spawner {
 }
 
 /** One plugin run to its end: spawned (again while the binary is busy being written, ETXTBSY), its failure told. */
-async function runPlugin(sp: Spawner, o: PluginRunOptions): Promise<{ stdout: Buffer; stderr: Buffer; cleanup?: Promise<void> }> {
+async function runPlugin(
+  sp: Spawner,
+  o: PluginRunOptions,
+): Promise<{ stdout: Buffer; stderr: Buffer; cleanup?: Promise<void> }> {
   checkTimeout(o.timeoutMs, 'CNI plugin timeoutMs');
   const plugin = basename(o.pluginPath);
   const verb = o.env.CNI_COMMAND ?? '?';
@@ -133,15 +149,24 @@ async function runPlugin(sp: Spawner, o: PluginRunOptions): Promise<{ stdout: Bu
   for (let attempt = 0; ; attempt++) {
     const r = await runOnce(sp, o);
     const { stdout, stderr, stopped } = r;
-    if (stopped === undefined && r.spawnError === undefined && r.exitCode === 0) return { stdout, stderr, ...(r.cleanup ? { cleanup: r.cleanup } : {}) };
+    if (stopped === undefined && r.spawnError === undefined && r.exitCode === 0)
+      return { stdout, stderr, ...(r.cleanup ? { cleanup: r.cleanup } : {}) };
     // a failed run is reported once its bookkeeping is done
     await r.cleanup;
-    const base = { plugin, verb, stdout, stderr, ...(r.exitCode === undefined ? {} : { exitCode: r.exitCode }), ...(r.signal === undefined ? {} : { signal: r.signal }) };
+    const base = {
+      plugin,
+      verb,
+      stdout,
+      stderr,
+      ...(r.exitCode === undefined ? {} : { exitCode: r.exitCode }),
+      ...(r.signal === undefined ? {} : { signal: r.signal }),
+    };
     if (stopped === 'timeout') throw pluginFailure({ ...base, timedOut: true, timeoutMs: o.timeoutMs });
     if (stopped === 'abort') throw pluginFailure({ ...base, aborted: true });
     if (stopped === 'overflow') throw pluginFailure({ ...base, outputTooLarge: true, outputLimitBytes: sp.maxBuffer });
     if (r.spawnError === undefined) throw pluginFailure(base);
-    if (r.spawnError.code !== 'ETXTBSY' || attempt >= TEXT_BUSY_RETRIES) throw pluginFailure({ plugin, verb, spawnError: r.spawnError });
+    if (r.spawnError.code !== 'ETXTBSY' || attempt >= TEXT_BUSY_RETRIES)
+      throw pluginFailure({ plugin, verb, spawnError: r.spawnError });
     await delay(50 * (attempt + 1));
   }
 }
@@ -191,7 +216,14 @@ function runOnce(sp: Spawner, o: PluginRunOptions): Promise<RunOutcome> {
       return;
     }
     // its group (its pid: it leads its own session)
-    slot = sp.slots?.put({ pgid: pid, plugin: basename(o.pluginPath), verb: o.env.CNI_COMMAND ?? '?', containerId: o.env.CNI_CONTAINERID ?? '', startTicks, daemonPid: process.pid });
+    slot = sp.slots?.put({
+      pgid: pid,
+      plugin: basename(o.pluginPath),
+      verb: o.env.CNI_COMMAND ?? '?',
+      containerId: o.env.CNI_CONTAINERID ?? '',
+      startTicks,
+      daemonPid: process.pid,
+    });
     timer = setTimeout(() => stop('timeout'), o.timeoutMs);
     o.signal?.addEventListener('abort', onAbort, { once: true });
   });

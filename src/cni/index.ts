@@ -22,7 +22,14 @@ export {
   type PluginConf,
   type RuntimeConf,
 } from './config.js';
-export { spawnPluginExec, findInPath, DEFAULT_PLUGIN_OUTPUT_BYTES, type SpawnPluginExecOptions, type PluginExec, type PluginRunOptions } from './exec.js';
+export {
+  spawnPluginExec,
+  findInPath,
+  DEFAULT_PLUGIN_OUTPUT_BYTES,
+  type SpawnPluginExecOptions,
+  type PluginExec,
+  type PluginRunOptions,
+} from './exec.js';
 export { killOrphanPlugins, readPgidRecords, type PgidRecord } from './pgid.js';
 export {
   CniClient,
@@ -46,5 +53,23 @@ export {
   normalizeResult,
   type CniVersion,
 } from './result.js';
-export { buildCacheRecord, CACHE_KIND, cacheFilePath, cachedAttachments, cachedRecordsOf, sweepCacheTemps, parseCacheRecord, readCacheRecord, type CacheRead, type CacheRecord } from './cache.js';
-export { CniError, CniPluginError, formatCniError, parseCniErrorJson, pluginFailure, type PluginFailure } from './errors.js';
+export {
+  buildCacheRecord,
+  CACHE_KIND,
+  cacheFilePath,
+  cachedAttachments,
+  cachedRecordsOf,
+  sweepCacheTemps,
+  parseCacheRecord,
+  readCacheRecord,
+  type CacheRead,
+  type CacheRecord,
+} from './cache.js';
+export {
+  CniError,
+  CniPluginError,
+  formatCniError,
+  parseCniErrorJson,
+  pluginFailure,
+  type PluginFailure,
+} from './errors.js';

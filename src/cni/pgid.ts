@@ -172,5 +172,6 @@ export class PgidSlots {
 export function killGroup(pgid: number | undefined, sig: NodeJS.Signals): void {
   if (pgid === undefined || pgid <= 1) return;
   const err = native().killGroup(pgid, osConstants.signals[sig]);
-  if (err !== 0 && err !== osConstants.errno.ESRCH) throw new VmpodError(ErrorCode.Syscall, `kill process group ${pgid} with ${sig}: errno ${err}`);
+  if (err !== 0 && err !== osConstants.errno.ESRCH)
+    throw new VmpodError(ErrorCode.Syscall, `kill process group ${pgid} with ${sig}: errno ${err}`);
 }

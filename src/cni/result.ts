@@ -9,7 +9,14 @@
 import { isObj, type Obj } from '../guards.js';
 import { ipFamily, isCidr, isIp } from '../net/ip.js';
 import { CniError } from './errors.js';
-import { CniErrorCode, type CniDns, type CniInterface, type CniIpConfig, type CniResult, type CniRoute } from './types.js';
+import {
+  CniErrorCode,
+  type CniDns,
+  type CniInterface,
+  type CniIpConfig,
+  type CniResult,
+  type CniRoute,
+} from './types.js';
 
 /** Every CNI version this client reads and writes, oldest first. */
 export const CNI_VERSIONS = ['0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
@@ -41,7 +48,6 @@ function incompatible(version: unknown, what: string): CniError {
 }
 
 // ---- reading ---------------------------------------------------------------------------------------
-
 
 /** Collects every problem of one result, so the error names them all at once. */
 class Reader {
@@ -112,7 +118,8 @@ class Reader {
   ip(v: unknown, path: string): CniIpConfig | undefined {
     if (!isObj(v)) return void this.bad(path, v, 'an object');
     const address = this.optString(v, 'address', `${path}.`, isCidr, 'an address in CIDR form');
-    if (v.address === undefined || v.address === null || v.address === '') this.problems.push(`${path}.address is missing`);
+    if (v.address === undefined || v.address === null || v.address === '')
+      this.problems.push(`${path}.address is missing`);
     const gateway = this.optString(v, 'gateway', `${path}.`, isIp, 'an IP address');
     const iface = this.optInt(v, 'interface', `${path}.`);
     if (address === undefined) return undefined;
@@ -201,7 +208,11 @@ function readCurrent(r: Reader, o: Obj): Pick<CniResult, 'interfaces' | 'ips' | 
  */
 export function normalizeResult(json: unknown, defaultVersion?: string): CniResult {
   if (!isObj(json)) {
-    throw new CniError({ code: CniErrorCode.DecodeFailure, msg: 'invalid CNI result', details: 'the result is not a JSON object' });
+    throw new CniError({
+      code: CniErrorCode.DecodeFailure,
+      msg: 'invalid CNI result',
+      details: 'the result is not a JSON object',
+    });
   }
   const version = json.cniVersion ?? defaultVersion;
   if (!isCniVersion(version)) throw incompatible(version, 'result');
@@ -226,7 +237,11 @@ export function normalizeResult(json: unknown, defaultVersion?: string): CniResu
   }
   const dns = r.dns(json.dns, 'dns');
   if (r.problems.length > 0) {
-    throw new CniError({ code: CniErrorCode.DecodeFailure, msg: `invalid CNI ${version} result`, details: r.problems.join('; ') });
+    throw new CniError({
+      code: CniErrorCode.DecodeFailure,
+      msg: `invalid CNI ${version} result`,
+      details: r.problems.join('; '),
+    });
   }
   return { cniVersion: version, ...body, dns };
 }
@@ -265,14 +280,19 @@ function to02x(r: CniResult, v: '0.1.0' | '0.2.0'): unknown {
   const out: { cniVersion: string; ip4?: Ip02; ip6?: Ip02; dns: CniDns } = { cniVersion: v, dns: copyDns(r.dns) };
   for (const ip of r.ips) {
     const key = family(ip.address) === '4' ? 'ip4' : 'ip6';
-    if (out[key] === undefined) out[key] = ip.gateway === undefined ? { ip: ip.address } : { ip: ip.address, gateway: ip.gateway };
+    if (out[key] === undefined)
+      out[key] = ip.gateway === undefined ? { ip: ip.address } : { ip: ip.address, gateway: ip.gateway };
   }
   for (const rt of r.routes) {
     const target = out[family(rt.dst) === '4' ? 'ip4' : 'ip6'];
     if (target !== undefined) (target.routes ??= []).push(basicRoute(rt));
   }
   if (out.ip4 === undefined && out.ip6 === undefined) {
-    throw new CniError({ code: CniErrorCode.IncompatibleVersion, msg: `cannot convert result to ${v}`, details: `${v} requires at least one IP address` });
+    throw new CniError({
+      code: CniErrorCode.IncompatibleVersion,
+      msg: `cannot convert result to ${v}`,
+      details: `${v} requires at least one IP address`,
+    });
   }
   return out;
 }
@@ -321,7 +341,8 @@ function to1x(r: CniResult, v: '1.0.0' | '1.1.0'): unknown {
   if (r.routes.length > 0) {
     out.routes = r.routes.map((rt) => {
       const o: Obj = basicRoute(rt);
-      if (v11) for (const k of ['mtu', 'advmss', 'priority', 'table', 'scope'] as const) if (rt[k] !== undefined) o[k] = rt[k];
+      if (v11)
+        for (const k of ['mtu', 'advmss', 'priority', 'table', 'scope'] as const) if (rt[k] !== undefined) o[k] = rt[k];
       return o;
     });
   }

@@ -31,11 +31,14 @@ export function deviceNodes(devices: readonly PluginDevice[], iommufd: boolean, 
   const groups = [...new Set(devices.flatMap((d) => d.groups))].sort((a, b) => Number(a) - Number(b));
   const nodes = [...(withContainer ? [VFIO_CONTAINER] : []), ...groups.map((g) => `/dev/vfio/${g}`)];
   const cdevs = devices.flatMap((d) => d.cdevs);
-  if (iommufd && cdevs.length > 0) nodes.push(...(withContainer ? [IOMMUFD] : []), ...cdevs.map((c) => `/dev/vfio/devices/${c}`));
+  if (iommufd && cdevs.length > 0)
+    nodes.push(...(withContainer ? [IOMMUFD] : []), ...cdevs.map((c) => `/dev/vfio/devices/${c}`));
   return nodes;
 }
 
-export type AllocateOutcome = { ok: true; response: ContainerAllocation } | { ok: false; code: 'unknown' | 'refused'; problems: string[] };
+export type AllocateOutcome =
+  | { ok: true; response: ContainerAllocation }
+  | { ok: false; code: 'unknown' | 'refused'; problems: string[] };
 
 function holderText(h: Holder): string {
   return `pid ${h.pid} (${h.comm}${h.guest !== undefined ? `, VM ${JSON.stringify(h.guest)}` : ''})`;
@@ -54,7 +57,11 @@ export function allocateContainer(
   const byId = new Map(inv.devices.map((d) => [d.id, d]));
   const unknown = ids.filter((id) => !byId.has(id));
   if (unknown.length > 0)
-    return { ok: false, code: 'unknown', problems: unknown.map((id) => `device ${id} of ${name} is unknown: this node does not offer it (any more)`) };
+    return {
+      ok: false,
+      code: 'unknown',
+      problems: unknown.map((id) => `device ${id} of ${name} is unknown: this node does not offer it (any more)`),
+    };
   const picked = [...new Set(ids)].map((id) => byId.get(id)!);
   const problems: string[] = [];
   for (const d of picked) {
@@ -104,7 +111,10 @@ export function cdiSpec(inv: ResourceInventory, iommufd: boolean): CdiSpecOut | 
     containerEdits: { deviceNodes: common.map(rw) },
     devices: inv.devices.map((d) => ({
       name: d.id,
-      containerEdits: { env: [`${envName(inv.resource.resourceName)}=${d.functions.join(',')}`], deviceNodes: deviceNodes([d], iommufd, false).map(rw) },
+      containerEdits: {
+        env: [`${envName(inv.resource.resourceName)}=${d.functions.join(',')}`],
+        deviceNodes: deviceNodes([d], iommufd, false).map(rw),
+      },
     })),
   };
 }

@@ -29,10 +29,14 @@ const PCI_ID_RE = /^(0x)?[0-9a-f]{4}$/i;
 const DRIVER_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 
 /** One line per problem: "resources[i] (name): what is wrong". */
-export function parseResources(doc: unknown, opts: { cdi: boolean }): { resources: ResourceConfig[]; problems: string[] } {
+export function parseResources(
+  doc: unknown,
+  opts: { cdi: boolean },
+): { resources: ResourceConfig[]; problems: string[] } {
   const problems: string[] = [];
   const list = Array.isArray(doc) ? doc : isObj(doc) && Array.isArray(doc['resources']) ? doc['resources'] : undefined;
-  if (list === undefined) return { resources: [], problems: ['is not a list of resources (nor an object whose "resources" is one)'] };
+  if (list === undefined)
+    return { resources: [], problems: ['is not a list of resources (nor an object whose "resources" is one)'] };
   if (list.length === 0) return { resources: [], problems: ['names no resource'] };
   const resources: ResourceConfig[] = [];
   const seen = new Set<string>();
@@ -41,14 +45,19 @@ export function parseResources(doc: unknown, opts: { cdi: boolean }): { resource
     const where = `resources[${i}]${name !== undefined ? ` (${name})` : ''}`;
     const bad = (why: string) => problems.push(`${where}: ${why}`);
     if (!isObj(e)) return bad('is not an object');
-    for (const k of Object.keys(e)) if (!FIELDS.has(k)) bad(`unknown field ${JSON.stringify(k)} (known: ${[...FIELDS].join(', ')})`);
+    for (const k of Object.keys(e))
+      if (!FIELDS.has(k)) bad(`unknown field ${JSON.stringify(k)} (known: ${[...FIELDS].join(', ')})`);
     if (name === undefined) bad('resourceName is missing (vendor-domain/name, e.g. vendor.example/qat)');
     else {
       const [domain, part, extra] = name.split('/');
       if (extra !== undefined || part === undefined || !DOMAIN_RE.test(domain!) || !NAME_RE.test(part))
-        bad(`resourceName ${JSON.stringify(name)} is not vendor-domain/name (a DNS subdomain, "/", then at most 63 of A-Za-z0-9-_.)`);
+        bad(
+          `resourceName ${JSON.stringify(name)} is not vendor-domain/name (a DNS subdomain, "/", then at most 63 of A-Za-z0-9-_.)`,
+        );
       else if (opts.cdi && parseQualifiedName(`${name}=x`) === undefined)
-        bad(`resourceName ${JSON.stringify(name)} is not a CDI kind (vendor and class must start with a letter): rename it, or turn CDI off (--cdi-dir "")`);
+        bad(
+          `resourceName ${JSON.stringify(name)} is not a CDI kind (vendor and class must start with a letter): rename it, or turn CDI off (--cdi-dir "")`,
+        );
       if (seen.has(name)) bad(`resourceName ${JSON.stringify(name)} is named twice`);
       seen.add(name);
     }
@@ -87,7 +96,9 @@ export function parseResources(doc: unknown, opts: { cdi: boolean }): { resource
     if (unit === Unit.Group || unit === Unit.Function) r.unit = unit;
     else if (unit !== undefined) bad(`unit ${JSON.stringify(unit)} is not "function" or "group"`);
     if (['vendors', 'devices', 'drivers', 'pciAddresses'].every((k) => e[k] === undefined))
-      bad('has no selector: give vendors, devices, drivers or pciAddresses (without one it would take every PCI function of the node)');
+      bad(
+        'has no selector: give vendors, devices, drivers or pciAddresses (without one it would take every PCI function of the node)',
+      );
     resources.push(r);
   });
   return { resources, problems };
@@ -104,12 +115,18 @@ const KEY_WANTS: Record<string, string> = {
  * Reads and checks the file: .json with JSON.parse, anything else as YAML (a superset of JSON). Every problem is
  * one line that starts with the file's path.
  */
-export async function loadResources(file: string, opts: { cdi: boolean }): Promise<{ resources: ResourceConfig[]; problems: string[] }> {
+export async function loadResources(
+  file: string,
+  opts: { cdi: boolean },
+): Promise<{ resources: ResourceConfig[]; problems: string[] }> {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch (e) {
-    return { resources: [], problems: [`config ${file}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`] };
+    return {
+      resources: [],
+      problems: [`config ${file}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`],
+    };
   }
   let doc: unknown;
   try {

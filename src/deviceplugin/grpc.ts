@@ -13,7 +13,11 @@ export const API_VERSION = 'v1beta1';
 interface Pkg {
   v1beta1: {
     DevicePlugin: { service: grpc.ServiceDefinition };
-    Registration: new (target: string, creds: grpc.ChannelCredentials, options: grpc.ChannelOptions) => grpc.Client & {
+    Registration: new (
+      target: string,
+      creds: grpc.ChannelCredentials,
+      options: grpc.ChannelOptions,
+    ) => grpc.Client & {
       Register(req: object, opts: grpc.CallOptions, cb: (e: grpc.ServiceError | null) => void): void;
     };
   };
@@ -22,7 +26,9 @@ interface Pkg {
 let pkg: Pkg | undefined;
 /** The API's package, loaded once (keepCase: the messages' own field names, as kubelet sends them). */
 export function devicePluginApi(): Pkg {
-  pkg ??= grpc.loadPackageDefinition(loader.loadSync(protoPath(DEVICE_PLUGIN_PROTO), { keepCase: true, longs: Number, defaults: true, arrays: true })) as unknown as Pkg;
+  pkg ??= grpc.loadPackageDefinition(
+    loader.loadSync(protoPath(DEVICE_PLUGIN_PROTO), { keepCase: true, longs: Number, defaults: true, arrays: true }),
+  ) as unknown as Pkg;
   return pkg;
 }
 
@@ -36,7 +42,9 @@ export interface DeviceMsg {
 export interface DevicePluginHandlers {
   /** the current list, sent first on every ListAndWatch */
   list(): DeviceMsg[];
-  preferred(req: { container_requests: { available_deviceIDs: string[]; must_include_deviceIDs: string[]; allocation_size: number }[] }): object;
+  preferred(req: {
+    container_requests: { available_deviceIDs: string[]; must_include_deviceIDs: string[]; allocation_size: number }[];
+  }): object;
   allocate(req: { container_requests: { devices_ids: string[] }[] }): object;
 }
 
@@ -51,7 +59,9 @@ export class GrpcFailure extends Error {
 
 export class SocketTakenError extends Error {
   constructor(readonly socket: string) {
-    super(`another process serves on ${socket} (another vfio-device-plugin with a resource of the same name?): stop it, or rename the resource`);
+    super(
+      `another process serves on ${socket} (another vfio-device-plugin with a resource of the same name?): stop it, or rename the resource`,
+    );
   }
 }
 
@@ -86,8 +96,13 @@ function unary<Q>(fn: (req: Q) => object): Unary<Q> {
     try {
       cb(null, fn(call.request));
     } catch (e) {
-      if (e instanceof GrpcFailure) cb({ code: e.code, details: e.message, name: 'GrpcFailure', message: e.message }, null);
-      else cb({ code: grpc.status.INTERNAL, details: (e as Error).message, name: 'Error', message: (e as Error).message }, null);
+      if (e instanceof GrpcFailure)
+        cb({ code: e.code, details: e.message, name: 'GrpcFailure', message: e.message }, null);
+      else
+        cb(
+          { code: grpc.status.INTERNAL, details: (e as Error).message, name: 'Error', message: (e as Error).message },
+          null,
+        );
     }
   };
 }
@@ -122,11 +137,17 @@ export class ResourceServer {
         call.on('error', drop);
         call.write({ devices: this.handlers.list() });
       },
-      GetPreferredAllocation: unary((req: Parameters<DevicePluginHandlers['preferred']>[0]) => this.handlers.preferred(req)),
+      GetPreferredAllocation: unary((req: Parameters<DevicePluginHandlers['preferred']>[0]) =>
+        this.handlers.preferred(req),
+      ),
       Allocate: unary((req: Parameters<DevicePluginHandlers['allocate']>[0]) => this.handlers.allocate(req)),
       PreStartContainer: unary(() => ({})),
     });
-    await new Promise<void>((resolve, reject) => server.bindAsync(`unix://${this.socket}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      server.bindAsync(`unix://${this.socket}`, grpc.ServerCredentials.createInsecure(), (e) =>
+        e ? reject(e) : resolve(),
+      ),
+    );
     this.#server = server;
     this.#identity = fileIdentity(this.socket);
   }
@@ -151,7 +172,8 @@ export class ResourceServer {
     this.#streams.clear();
     this.#server?.forceShutdown();
     this.#server = undefined;
-    if (this.#identity !== undefined && fileIdentity(this.socket) === this.#identity) rmSync(this.socket, { force: true });
+    if (this.#identity !== undefined && fileIdentity(this.socket) === this.#identity)
+      rmSync(this.socket, { force: true });
     this.#identity = undefined;
   }
 }
@@ -162,11 +184,25 @@ export function isRetryable(e: { code?: number }): boolean {
 }
 
 /** Register with kubelet: our socket's name (relative to its dir), the resource, GetPreferredAllocation offered. */
-export function register(kubeletSocket: string, endpoint: string, resourceName: string, timeoutMs: number): Promise<void> {
+export function register(
+  kubeletSocket: string,
+  endpoint: string,
+  resourceName: string,
+  timeoutMs: number,
+): Promise<void> {
   // a channel of its own (not grpc-js's shared subchannel pool): one to a kubelet.sock that is gone stays in its
   // reconnect backoff, and a new kubelet there would be reached only when that backoff ends
-  const client = new (devicePluginApi().v1beta1.Registration)(`unix://${kubeletSocket}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
-  const req = { version: API_VERSION, endpoint, resource_name: resourceName, options: { pre_start_required: false, get_preferred_allocation_available: true } };
+  const client = new (devicePluginApi().v1beta1.Registration)(
+    `unix://${kubeletSocket}`,
+    grpc.credentials.createInsecure(),
+    { 'grpc.use_local_subchannel_pool': 1 },
+  );
+  const req = {
+    version: API_VERSION,
+    endpoint,
+    resource_name: resourceName,
+    options: { pre_start_required: false, get_preferred_allocation_available: true },
+  };
   return new Promise<void>((resolve, reject) =>
     client.Register(req, { deadline: new Date(Date.now() + timeoutMs) }, (e) => {
       client.close();

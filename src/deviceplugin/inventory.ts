@@ -72,7 +72,11 @@ export function ownerOf(resources: readonly ResourceConfig[], f: PciIds): Resour
 const sysPath = (root: string, rel: string) => `${root.replace(/\/$/, '')}/${rel}`;
 
 /** The first problem of a device made of `fns` in group `g`: a function off vfio, then a member that breaks the group. */
-export function deviceProblem(fns: readonly FunctionFacts[], g: GroupFacts, sysfsRoot: string): DeviceProblem | undefined {
+export function deviceProblem(
+  fns: readonly FunctionFacts[],
+  g: GroupFacts,
+  sysfsRoot: string,
+): DeviceProblem | undefined {
   for (const f of fns) {
     if (isVfioBound(f)) continue;
     const dev = sysPath(sysfsRoot, `bus/pci/devices/${f.address}`);
@@ -111,8 +115,10 @@ function makeDevice(id: string, fns: NodeFunction[], g: GroupFacts, sysfsRoot: s
 
 /** Why a selected function is never offered, or undefined when it may be. */
 function notOfferedWhy(f: NodeFunction, g: GroupFacts | undefined): string | undefined {
-  if (isBridge(f)) return `${f.address} is a PCI bridge (class 0x${f.class.toString(16).padStart(6, '0')}${f.driver !== undefined ? `, driver ${f.driver}` : ''}): bridges stay with the host`;
-  if (f.group === undefined || g === undefined) return `${f.address} has no IOMMU group: boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on)`;
+  if (isBridge(f))
+    return `${f.address} is a PCI bridge (class 0x${f.class.toString(16).padStart(6, '0')}${f.driver !== undefined ? `, driver ${f.driver}` : ''}): bridges stay with the host`;
+  if (f.group === undefined || g === undefined)
+    return `${f.address} has no IOMMU group: boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on)`;
   if (g.noiommu !== undefined)
     return `${f.address} is in the vfio no-IOMMU group ${g.group} (${g.noiommu}): it gives a VM no DMA isolation and is never offered; boot the host with its IOMMU on and without vfio.enable_unsafe_noiommu_mode`;
   return undefined;
@@ -135,7 +141,15 @@ export function buildInventory(resources: readonly ResourceConfig[], view: NodeV
       for (const f of fns) devices.push(makeDevice(f.address, [f], view.groups.get(f.group!)!, view.sysfsRoot));
     } else {
       const groups = [...new Set(fns.map((f) => f.group!))].sort((a, b) => Number(a) - Number(b));
-      for (const g of groups) devices.push(makeDevice(`iommu-group-${g}`, fns.filter((f) => f.group === g), view.groups.get(g)!, view.sysfsRoot));
+      for (const g of groups)
+        devices.push(
+          makeDevice(
+            `iommu-group-${g}`,
+            fns.filter((f) => f.group === g),
+            view.groups.get(g)!,
+            view.sysfsRoot,
+          ),
+        );
     }
     inv.resources.push({ resource: r, devices });
   }

@@ -15,9 +15,17 @@ export interface DpMetrics {
 export function createDpMetrics(inventory: () => Inventory, registered: () => boolean): DpMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: DP_PREFIX });
-  const base = <L extends string>(name: string, help: string, labelNames: L[] = []) => ({ name: `${DP_PREFIX}${name}`, help, labelNames, registers: [registry] });
+  const base = <L extends string>(name: string, help: string, labelNames: L[] = []) => ({
+    name: `${DP_PREFIX}${name}`,
+    help,
+    labelNames,
+    registers: [registry],
+  });
   new Gauge({
-    ...base('devices', 'devices advertised to kubelet, by resource and health (Healthy, Unhealthy)', ['resource', 'health']),
+    ...base('devices', 'devices advertised to kubelet, by resource and health (Healthy, Unhealthy)', [
+      'resource',
+      'health',
+    ]),
     collect() {
       this.reset();
       for (const r of inventory().resources)
@@ -26,22 +34,34 @@ export function createDpMetrics(inventory: () => Inventory, registered: () => bo
     },
   });
   new Gauge({
-    ...base('device_unhealthy', '1 per unhealthy device: why (not-vfio, group-not-viable), the function at fault and its driver; the log line says what to do', [
-      'resource',
-      'device',
-      'reason',
-      'member',
-      'driver',
-    ]),
+    ...base(
+      'device_unhealthy',
+      '1 per unhealthy device: why (not-vfio, group-not-viable), the function at fault and its driver; the log line says what to do',
+      ['resource', 'device', 'reason', 'member', 'driver'],
+    ),
     collect() {
       this.reset();
       for (const r of inventory().resources)
         for (const d of r.devices)
-          if (d.problem !== undefined) this.set({ resource: r.resource.resourceName, device: d.id, reason: d.problem.code, member: d.problem.member, driver: d.problem.driver }, 1);
+          if (d.problem !== undefined)
+            this.set(
+              {
+                resource: r.resource.resourceName,
+                device: d.id,
+                reason: d.problem.code,
+                member: d.problem.member,
+                driver: d.problem.driver,
+              },
+              1,
+            );
     },
   });
   new Gauge({
-    ...base('functions_not_offered', 'selected functions never offered (no IOMMU group, a no-IOMMU group, a bridge), by resource', ['resource']),
+    ...base(
+      'functions_not_offered',
+      'selected functions never offered (no IOMMU group, a no-IOMMU group, a bridge), by resource',
+      ['resource'],
+    ),
     collect() {
       this.reset();
       for (const n of inventory().notOffered) this.inc({ resource: n.resource });
@@ -53,9 +73,18 @@ export function createDpMetrics(inventory: () => Inventory, registered: () => bo
       this.set(registered() ? 1 : 0);
     },
   });
-  const allocations = new Counter(base('allocations_total', 'Allocate calls by resource and result (ok, unknown, refused)', ['resource', 'result']));
-  const registrations = new Counter(base('registrations_total', 'Register calls to kubelet by resource and result (ok, failed)', ['resource', 'result']));
-  const lists = new Counter(base('list_updates_total', 'device lists sent on ListAndWatch because they changed, by resource', ['resource']));
+  const allocations = new Counter(
+    base('allocations_total', 'Allocate calls by resource and result (ok, unknown, refused)', ['resource', 'result']),
+  );
+  const registrations = new Counter(
+    base('registrations_total', 'Register calls to kubelet by resource and result (ok, failed)', [
+      'resource',
+      'result',
+    ]),
+  );
+  const lists = new Counter(
+    base('list_updates_total', 'device lists sent on ListAndWatch because they changed, by resource', ['resource']),
+  );
   return {
     hooks: {
       onAllocate: (resource, result) => allocations.inc({ resource, result }),

@@ -36,7 +36,11 @@ export function socketName(resourceName: string): string {
 }
 
 export function listMessage(inv: ResourceInventory): DeviceMsg[] {
-  return inv.devices.map((d) => ({ ID: d.id, health: d.health, ...(d.numa.length > 0 ? { topology: { nodes: d.numa.map((n) => ({ ID: n })) } } : {}) }));
+  return inv.devices.map((d) => ({
+    ID: d.id,
+    health: d.health,
+    ...(d.numa.length > 0 ? { topology: { nodes: d.numa.map((n) => ({ ID: n })) } } : {}),
+  }));
 }
 
 export class VfioDevicePlugin {
@@ -65,7 +69,11 @@ export class VfioDevicePlugin {
     for (const r of resources) this.servers.set(r.resourceName, this.#makeServer(r.resourceName));
     this.registrar = new Registrar({
       kubeletSocket: join(options.kubeletDir, KUBELET_SOCKET),
-      resources: resources.map((r) => ({ name: r.resourceName, endpoint: socketName(r.resourceName), server: this.servers.get(r.resourceName)! })),
+      resources: resources.map((r) => ({
+        name: r.resourceName,
+        endpoint: socketName(r.resourceName),
+        server: this.servers.get(r.resourceName)!,
+      })),
       log,
       ...(hooks.onRegister ? { onRegister: hooks.onRegister } : {}),
     });
@@ -76,22 +84,41 @@ export class VfioDevicePlugin {
       list: () => listMessage(this.#resource(name)),
       preferred: (req) => ({
         container_responses: req.container_requests.map((c) => ({
-          deviceIDs: preferredAllocation(this.#resource(name).devices, c.available_deviceIDs, c.must_include_deviceIDs, c.allocation_size),
+          deviceIDs: preferredAllocation(
+            this.#resource(name).devices,
+            c.available_deviceIDs,
+            c.must_include_deviceIDs,
+            c.allocation_size,
+          ),
         })),
       }),
-      allocate: (req) => this.allocate(name, req.container_requests.map((c) => c.devices_ids)),
+      allocate: (req) =>
+        this.allocate(
+          name,
+          req.container_requests.map((c) => c.devices_ids),
+        ),
     });
   }
 
   #resource(name: string): ResourceInventory {
-    return this.inventory.resources.find((r) => r.resource.resourceName === name) ?? { resource: this.resources.find((r) => r.resourceName === name)!, devices: [] };
+    return (
+      this.inventory.resources.find((r) => r.resource.resourceName === name) ?? {
+        resource: this.resources.find((r) => r.resourceName === name)!,
+        devices: [],
+      }
+    );
   }
 
   /** First scan, the sockets, registration (retried in the background), the tick and the watch. */
   async start(): Promise<void> {
     this.refresh();
     this.#watcher = watch(this.options.kubeletDir, () => this.registrar.poke());
-    this.#watcher.on('error', (e) => this.log.warn({ err: e, dir: this.options.kubeletDir }, 'watch of the kubelet dir failed: changes are seen on the next tick'));
+    this.#watcher.on('error', (e) =>
+      this.log.warn(
+        { err: e, dir: this.options.kubeletDir },
+        'watch of the kubelet dir failed: changes are seen on the next tick',
+      ),
+    );
     this.#tick = setInterval(() => {
       this.refresh();
       this.registrar.poke();
@@ -109,7 +136,8 @@ export class VfioDevicePlugin {
       this.#scanFailure = undefined;
     } catch (e) {
       const text = (e as Error).message;
-      if (this.#scanFailure !== text) this.log.error({ err: e, sysfs: this.#sysfs.root }, 'scan of the node failed: the lists stay as they were');
+      if (this.#scanFailure !== text)
+        this.log.error({ err: e, sysfs: this.#sysfs.root }, 'scan of the node failed: the lists stay as they were');
       this.#scanFailure = text;
       return;
     }
@@ -124,7 +152,14 @@ export class VfioDevicePlugin {
       this.#sent.set(name, text);
       this.servers.get(name)!.send(msg);
       this.hooks.onListSent?.(name);
-      this.log.info({ resource: name, healthy: r.devices.filter((d) => d.problem === undefined).map((d) => d.id), unhealthy: r.devices.filter((d) => d.problem !== undefined).map((d) => d.id) }, 'device list');
+      this.log.info(
+        {
+          resource: name,
+          healthy: r.devices.filter((d) => d.problem === undefined).map((d) => d.id),
+          unhealthy: r.devices.filter((d) => d.problem !== undefined).map((d) => d.id),
+        },
+        'device list',
+      );
     }
   }
 
@@ -137,7 +172,11 @@ export class VfioDevicePlugin {
       if (this.#cdiFailures.delete(name)) this.log.info(fields, 'CDI spec written again');
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
-      if (this.#cdiFailures.get(name) !== code) this.log.error({ ...fields, err: e }, 'CDI spec not written: Allocate names CDI devices the runtime will not find; tried again every second');
+      if (this.#cdiFailures.get(name) !== code)
+        this.log.error(
+          { ...fields, err: e },
+          'CDI spec not written: Allocate names CDI devices the runtime will not find; tried again every second',
+        );
       this.#cdiFailures.set(name, code);
     }
   }
@@ -153,15 +192,22 @@ export class VfioDevicePlugin {
         const was = this.#reasons.get(key);
         if (was === text) continue;
         const fields = { resource: r.resource.resourceName, device: d.id, health: d.health };
-        if (d.problem !== undefined) this.log.warn({ ...fields, reason: d.problem.code, member: d.problem.member, driver: d.problem.driver }, `device ${d.id} is unhealthy: ${text}`);
+        if (d.problem !== undefined)
+          this.log.warn(
+            { ...fields, reason: d.problem.code, member: d.problem.member, driver: d.problem.driver },
+            `device ${d.id} is unhealthy: ${text}`,
+          );
         else if (was !== undefined) this.log.info(fields, `device ${d.id} is healthy again`);
       }
     for (const n of inv.notOffered) {
       const key = `not-offered ${n.address}`;
       now.set(key, n.why);
-      if (this.#reasons.get(key) !== n.why) this.log.warn({ resource: n.resource, function: n.address }, `not offered: ${n.why}`);
+      if (this.#reasons.get(key) !== n.why)
+        this.log.warn({ resource: n.resource, function: n.address }, `not offered: ${n.why}`);
     }
-    for (const [key, was] of this.#reasons) if (!now.has(key) && !key.startsWith('not-offered ')) this.log.info({ device: key, was }, 'device gone from sysfs');
+    for (const [key, was] of this.#reasons)
+      if (!now.has(key) && !key.startsWith('not-offered '))
+        this.log.info({ device: key, was }, 'device gone from sysfs');
     this.#reasons = now;
   }
 
@@ -169,7 +215,9 @@ export class VfioDevicePlugin {
   allocate(name: string, containers: string[][]): object {
     this.refresh();
     const inv = this.#resource(name);
-    const groups = new Set(inv.devices.filter((d) => containers.some((ids) => ids.includes(d.id))).flatMap((d) => d.groups));
+    const groups = new Set(
+      inv.devices.filter((d) => containers.some((ids) => ids.includes(d.id))).flatMap((d) => d.groups),
+    );
     const nodes = new Map<string, string>();
     for (const g of groups) {
       nodes.set(`/dev/vfio/${g}`, g);
@@ -189,7 +237,15 @@ export class VfioDevicePlugin {
     }
     const responses = out.map((o) => (o.outcome.ok ? o.outcome.response : undefined)!);
     this.hooks.onAllocate?.(name, 'ok');
-    this.log.info({ resource: name, containers, envs: responses.map((r) => r.envs), cdi: responses.flatMap((r) => r.cdi_devices.map((c) => c.name)) }, 'allocated');
+    this.log.info(
+      {
+        resource: name,
+        containers,
+        envs: responses.map((r) => r.envs),
+        cdi: responses.flatMap((r) => r.cdi_devices.map((c) => c.name)),
+      },
+      'allocated',
+    );
     return { container_responses: responses };
   }
 
@@ -206,4 +262,3 @@ export class VfioDevicePlugin {
     for (const s of this.servers.values()) s.stop();
   }
 }
-

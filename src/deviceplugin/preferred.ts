@@ -38,7 +38,12 @@ function cost(pick: readonly string[], buckets: readonly Bucket[]): [number, num
   return [touched.length, touched.filter((b) => !b.ids.every((id) => pick.includes(id))).length];
 }
 
-export function preferredAllocation(devices: readonly PluginDevice[], available: readonly string[], mustInclude: readonly string[], size: number): string[] {
+export function preferredAllocation(
+  devices: readonly PluginDevice[],
+  available: readonly string[],
+  mustInclude: readonly string[],
+  size: number,
+): string[] {
   const byId = new Map(devices.map((d) => [d.id, d]));
   const groupOf = new Map(devices.map((d) => [d.id, d.groups.join(',')]));
   const out = [...new Set(mustInclude)];
@@ -61,7 +66,9 @@ export function preferredAllocation(devices: readonly PluginDevice[], available:
   const global = fewest(all, need);
   if (global === undefined) return [...out, ...rest].slice(0, size); // not enough: kubelet decides what to do
   const mustNuma = out.flatMap((id) => byId.get(id)?.numa ?? []);
-  const nodes = [...new Set(all.map((b) => b.numa).filter((n) => n >= 0))].sort((a, b) => Number(!mustNuma.includes(a)) - Number(!mustNuma.includes(b)) || a - b);
+  const nodes = [...new Set(all.map((b) => b.numa).filter((n) => n >= 0))].sort(
+    (a, b) => Number(!mustNuma.includes(a)) - Number(!mustNuma.includes(b)) || a - b,
+  );
   for (const n of nodes) {
     const pick = fewest(
       all.filter((b) => b.numa === n),

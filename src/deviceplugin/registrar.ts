@@ -49,7 +49,8 @@ export class Registrar {
       onRegister?: (resource: string, result: 'ok' | 'failed') => void;
     },
   ) {
-    for (const r of o.resources) this.#state.set(r.name, { nextAt: 0, backoffMs: BACKOFF_FIRST_MS, attempts: 0, made: false });
+    for (const r of o.resources)
+      this.#state.set(r.name, { nextAt: 0, backoffMs: BACKOFF_FIRST_MS, attempts: 0, made: false });
   }
 
   get allRegistered(): boolean {
@@ -59,7 +60,10 @@ export class Registrar {
   /** Something may have changed: run a pass now, or right after the running one. */
   poke(): void {
     if (this.#running) this.#again = true;
-    else this.reconcile().catch((e: unknown) => this.o.log.error({ err: e }, 'registration pass failed: tried again on the next tick'));
+    else
+      this.reconcile().catch((e: unknown) =>
+        this.o.log.error({ err: e }, 'registration pass failed: tried again on the next tick'),
+      );
   }
 
   /** Passes until nothing asked for another meanwhile. */
@@ -82,9 +86,16 @@ export class Registrar {
     const kid = fileIdentity(this.o.kubeletSocket);
     const log = this.o.log;
     let remake = !r.server.intact();
-    if (remake && st.made) log.warn({ resource: r.name, socket: r.server.socket }, 'our socket was removed: making it again and registering again');
+    if (remake && st.made)
+      log.warn(
+        { resource: r.name, socket: r.server.socket },
+        'our socket was removed: making it again and registering again',
+      );
     if (!remake && st.registeredWith !== undefined && kid !== undefined && kid !== st.registeredWith) {
-      log.warn({ resource: r.name, kubeletSocket: this.o.kubeletSocket }, 'kubelet.sock was created again (kubelet restarted): making our socket again and registering again');
+      log.warn(
+        { resource: r.name, kubeletSocket: this.o.kubeletSocket },
+        'kubelet.sock was created again (kubelet restarted): making our socket again and registering again',
+      );
       remake = true;
     }
     if (remake) {
@@ -103,14 +114,25 @@ export class Registrar {
     if (Date.now() < st.nextAt && (kid ?? null) === st.attemptKid) return;
     st.attemptKid = kid ?? null;
     st.attempts++;
-    if (kid === undefined) return this.#failed(r, st, kid, 'no-socket', `${this.o.kubeletSocket} does not exist (kubelet not up yet?)`);
+    if (kid === undefined)
+      return this.#failed(r, st, kid, 'no-socket', `${this.o.kubeletSocket} does not exist (kubelet not up yet?)`);
     try {
       await register(this.o.kubeletSocket, r.endpoint, r.name, REGISTER_TIMEOUT_MS);
     } catch (e) {
       const g = e as { code?: number; details?: string; message: string };
-      if (isRetryable(g)) return this.#failed(r, st, kid, `grpc-${g.code}`, `kubelet at ${this.o.kubeletSocket} does not answer (${g.details ?? g.message})`);
+      if (isRetryable(g))
+        return this.#failed(
+          r,
+          st,
+          kid,
+          `grpc-${g.code}`,
+          `kubelet at ${this.o.kubeletSocket} does not answer (${g.details ?? g.message})`,
+        );
       this.o.onRegister?.(r.name, 'failed');
-      log.error({ resource: r.name, code: g.code }, `kubelet refused the registration of ${r.name}: ${g.details ?? g.message}`);
+      log.error(
+        { resource: r.name, code: g.code },
+        `kubelet refused the registration of ${r.name}: ${g.details ?? g.message}`,
+      );
       this.#refused(new Error(`kubelet refused the registration of ${r.name}: ${g.details ?? g.message}`));
       return;
     }
@@ -127,7 +149,11 @@ export class Registrar {
   #failed(r: RegistrarResource, st: State, kid: string | undefined, kind: string, why: string): void {
     this.o.onRegister?.(r.name, 'failed');
     const fields = { resource: r.name, attempt: st.attempts, retryInMs: st.backoffMs };
-    if (st.lastFailure !== kind) this.o.log.warn(fields, `registration failed: ${why}; retrying with backoff (logged once until the failure changes)`);
+    if (st.lastFailure !== kind)
+      this.o.log.warn(
+        fields,
+        `registration failed: ${why}; retrying with backoff (logged once until the failure changes)`,
+      );
     else this.o.log.debug(fields, 'registration failed again');
     st.lastFailure = kind;
     st.attemptKid = kid ?? null;

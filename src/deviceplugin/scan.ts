@@ -3,7 +3,14 @@
 // src/devices' groupFacts), NUMA node and iommufd nodes. Read whole on every tick; inventory.ts decides on it.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { functionFacts, groupFacts, isPciAddress, type FunctionFacts, type GroupFacts, type Sysfs } from '../devices/index.js';
+import {
+  functionFacts,
+  groupFacts,
+  isPciAddress,
+  type FunctionFacts,
+  type GroupFacts,
+  type Sysfs,
+} from '../devices/index.js';
 
 /** What a selector looks at: vendor and device without 0x, lower case. */
 export interface PciIds {
@@ -43,7 +50,11 @@ export function listPci(sysfs: Sysfs): PciIds[] {
     .map((a) => {
       const address = a.toLowerCase();
       const dir = `bus/pci/devices/${a}`;
-      const ids: PciIds = { address, vendor: hexId(sysfs.readText(`${dir}/vendor`)), device: hexId(sysfs.readText(`${dir}/device`)) };
+      const ids: PciIds = {
+        address,
+        vendor: hexId(sysfs.readText(`${dir}/vendor`)),
+        device: hexId(sysfs.readText(`${dir}/device`)),
+      };
       const driver = sysfs.linkBase(`${dir}/driver`);
       if (driver !== undefined) ids.driver = driver;
       return ids;
@@ -52,16 +63,27 @@ export function listPci(sysfs: Sysfs): PciIds[] {
 
 /** The selected functions (`select` sees each function's IDs), their groups and the iommufd nodes. */
 export function scanNode(sysfs: Sysfs, devRoot: string, select: (f: PciIds) => boolean): NodeView {
-  const view: NodeView = { sysfsRoot: sysfs.root, functions: new Map(), groups: new Map(), iommufd: existsSync(join(devRoot, 'dev/iommu')) };
+  const view: NodeView = {
+    sysfsRoot: sysfs.root,
+    functions: new Map(),
+    groups: new Map(),
+    iommufd: existsSync(join(devRoot, 'dev/iommu')),
+  };
   for (const ids of listPci(sysfs)) {
     if (!select(ids)) continue;
     const f = functionFacts(sysfs, ids.address);
     if (!f.exists) continue; // removed between the listing and now
     const numa = Number(sysfs.readText(`bus/pci/devices/${ids.address}/numa_node`) ?? '-1');
-    const nf: NodeFunction = { ...f, vendor: ids.vendor, device: ids.device, numa: Number.isInteger(numa) && numa >= 0 ? numa : -1 };
+    const nf: NodeFunction = {
+      ...f,
+      vendor: ids.vendor,
+      device: ids.device,
+      numa: Number.isInteger(numa) && numa >= 0 ? numa : -1,
+    };
     if (f.vfioDev !== undefined && existsSync(join(devRoot, 'dev/vfio/devices', f.vfioDev))) nf.cdev = f.vfioDev;
     view.functions.set(f.address, nf);
-    if (f.group !== undefined && !view.groups.has(f.group)) view.groups.set(f.group, groupFacts(sysfs, devRoot, f.group));
+    if (f.group !== undefined && !view.groups.has(f.group))
+      view.groups.set(f.group, groupFacts(sysfs, devRoot, f.group));
   }
   return view;
 }

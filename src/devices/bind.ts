@@ -19,7 +19,10 @@ export function bindToVfio(sysfs: Sysfs, addr: string): { previousDriver?: strin
   const address = parsePciAddress(addr);
   const dev = sysfs.pciDevice(address);
   if (dev === undefined)
-    throw new VmpodError(ErrorCode.Device, `bind ${address} to vfio-pci: no such device under ${sysfs.path('bus/pci/devices')}`);
+    throw new VmpodError(
+      ErrorCode.Device,
+      `bind ${address} to vfio-pci: no such device under ${sysfs.path('bus/pci/devices')}`,
+    );
   if (dev.driver === VFIO_PCI_DRIVER) return { previousDriver: VFIO_PCI_DRIVER };
   const op = `bind ${address} to vfio-pci`;
   try {
@@ -48,7 +51,10 @@ export function restoreDriver(sysfs: Sysfs, addr: string, previousDriver?: strin
   if (previousDriver === VFIO_PCI_DRIVER) return;
   const dev = sysfs.pciDevice(address);
   if (dev === undefined)
-    throw new VmpodError(ErrorCode.Device, `restore driver of ${address}: no such device under ${sysfs.path('bus/pci/devices')}`);
+    throw new VmpodError(
+      ErrorCode.Device,
+      `restore driver of ${address}: no such device under ${sysfs.path('bus/pci/devices')}`,
+    );
   const errors: unknown[] = [];
   const step = (f: () => void) => {
     try {

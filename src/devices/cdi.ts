@@ -89,9 +89,11 @@ export function validateSpec(v: unknown): string[] {
   for (const k of Object.keys(v)) if (!TOP_FIELDS.has(k)) p.push(`unknown field ${JSON.stringify(k)}`);
   const rawVersion = v['cdiVersion'];
   const version = typeof rawVersion === 'string' ? rawVersion.replace(/^v/, '') : '';
-  if (!VERSIONS.includes(version)) p.push(`cdiVersion ${JSON.stringify(rawVersion)} is not one of ${VERSIONS.join(', ')}`);
+  if (!VERSIONS.includes(version))
+    p.push(`cdiVersion ${JSON.stringify(rawVersion)} is not one of ${VERSIONS.join(', ')}`);
   const needs = (min: string, what: string) => {
-    if (version !== '' && VERSIONS.includes(version) && cmpVersion(version, min) < 0) p.push(`${what} needs cdiVersion ${min} or later (the file says ${version})`);
+    if (version !== '' && VERSIONS.includes(version) && cmpVersion(version, min) < 0)
+      p.push(`${what} needs cdiVersion ${min} or later (the file says ${version})`);
   };
   const kind = v['kind'];
   const kindParts = typeof kind === 'string' ? kind.split('/') : [];
@@ -109,8 +111,12 @@ export function validateSpec(v: unknown): string[] {
       return;
     }
     if (required && Object.keys(e).length === 0) p.push(`${where}: containerEdits is empty`);
-    for (const k of Object.keys(e)) if (!EDIT_FIELDS.has(k)) p.push(`${where}: unknown containerEdits field ${JSON.stringify(k)}`);
-    if (e['env'] !== undefined && (!Array.isArray(e['env']) || !e['env'].every((x) => typeof x === 'string' && x.includes('='))))
+    for (const k of Object.keys(e))
+      if (!EDIT_FIELDS.has(k)) p.push(`${where}: unknown containerEdits field ${JSON.stringify(k)}`);
+    if (
+      e['env'] !== undefined &&
+      (!Array.isArray(e['env']) || !e['env'].every((x) => typeof x === 'string' && x.includes('=')))
+    )
       p.push(`${where}: env is not a list of "K=V"`);
     if (e['intelRdt'] !== undefined) needs('0.7.0', 'intelRdt');
     if (e['additionalGids'] !== undefined) needs('0.7.0', 'additionalGids');
@@ -126,7 +132,8 @@ export function validateSpec(v: unknown): string[] {
         p.push(`${where}: deviceNodes[${i}] has no path`);
         return;
       }
-      for (const k of Object.keys(n)) if (!NODE_FIELDS.has(k)) p.push(`${where}: deviceNodes[${i}]: unknown field ${JSON.stringify(k)}`);
+      for (const k of Object.keys(n))
+        if (!NODE_FIELDS.has(k)) p.push(`${where}: deviceNodes[${i}]: unknown field ${JSON.stringify(k)}`);
       if (n['hostPath'] !== undefined) {
         if (typeof n['hostPath'] !== 'string') p.push(`${where}: deviceNodes[${i}].hostPath is not a string`);
         needs('0.5.0', `${where}: deviceNodes[${i}].hostPath`);
@@ -179,7 +186,9 @@ export function loadCdiRegistry(dirs: readonly string[], parseYaml: YamlParse): 
   for (const dir of dirs) {
     let files: string[];
     try {
-      files = readdirSync(dir).filter((f) => f.endsWith('.json') || f.endsWith('.yaml')).sort();
+      files = readdirSync(dir)
+        .filter((f) => f.endsWith('.json') || f.endsWith('.yaml'))
+        .sort();
     } catch {
       continue;
     }
@@ -225,8 +234,12 @@ export function loadCdiRegistry(dirs: readonly string[], parseYaml: YamlParse): 
 /** "a,b, c" -> names; invalid ones go to problems. */
 export function parseCdiNames(value: string, what: string, problems: string[]): string[] {
   const out: string[] = [];
-  for (const s of value.split(',').map((x) => x.trim()).filter((x) => x !== '')) {
-    if (parseQualifiedName(s) === undefined) problems.push(`${what}: ${JSON.stringify(s)} is not a CDI device name (<vendor>/<class>=<name>)`);
+  for (const s of value
+    .split(',')
+    .map((x) => x.trim())
+    .filter((x) => x !== '')) {
+    if (parseQualifiedName(s) === undefined)
+      problems.push(`${what}: ${JSON.stringify(s)} is not a CDI device name (<vendor>/<class>=<name>)`);
     else out.push(s);
   }
   return out;
@@ -236,19 +249,29 @@ export function parseCdiNames(value: string, what: string, problems: string[]): 
  * Each name as DeviceRequests: one per /dev/vfio/<N> node of the device's (and its file's) containerEdits,
  * limited to the PCI functions the device's env or annotations name, where they name any.
  */
-export function cdiRequests(names: readonly string[], reg: CdiRegistry, problems: string[], sourcePrefix = 'cdi'): DeviceRequest[] {
+export function cdiRequests(
+  names: readonly string[],
+  reg: CdiRegistry,
+  problems: string[],
+  sourcePrefix = 'cdi',
+): DeviceRequest[] {
   const out: DeviceRequest[] = [];
   for (const name of names) {
     const qn = parseQualifiedName(name)!;
     const conflict = reg.conflicts.get(name);
     if (conflict !== undefined) {
-      problems.push(`CDI device ${name} is ambiguous: defined in both ${conflict.join(' and ')} (one directory); remove one of them`);
+      problems.push(
+        `CDI device ${name} is ambiguous: defined in both ${conflict.join(' and ')} (one directory); remove one of them`,
+      );
       continue;
     }
     const e = reg.devices.get(name);
     if (e === undefined) {
       const bad = reg.bad.filter((b) => b.kind === undefined || b.kind === qn.kind);
-      if (bad.length > 0) problems.push(`CDI device ${name} is not defined by any valid spec; ${bad.map((b) => `${b.file} ${b.problem}`).join('; ')}`);
+      if (bad.length > 0)
+        problems.push(
+          `CDI device ${name} is not defined by any valid spec; ${bad.map((b) => `${b.file} ${b.problem}`).join('; ')}`,
+        );
       else problems.push(`unknown CDI device ${name}: no spec file in ${reg.dirs.join(', ')} defines it`);
       continue;
     }
@@ -258,16 +281,30 @@ export function cdiRequests(names: readonly string[], reg: CdiRegistry, problems
     for (const n of nodes) {
       const p = n.hostPath ?? n.path;
       const m = GROUP_NODE_RE.exec(p);
-      if (m && !groups.some((g) => g.group === m[2])) groups.push({ group: m[2]!, path: p, noiommu: m[1] !== undefined });
+      if (m && !groups.some((g) => g.group === m[2]))
+        groups.push({ group: m[2]!, path: p, noiommu: m[1] !== undefined });
     }
     if (groups.length === 0) {
       problems.push(`CDI device ${name} (${e.file}) has no /dev/vfio/<group> device node: it is not a VFIO device`);
       continue;
     }
-    const texts = [...(e.device.containerEdits.env ?? []).map((kv) => kv.slice(kv.indexOf('=') + 1)), ...Object.values(e.device.annotations ?? {})];
-    const named = [...new Set(texts.flatMap((t) => t.match(PCI_IN_TEXT_RE) ?? []).map((a) => a.toLowerCase()))].filter(isPciAddress);
+    const texts = [
+      ...(e.device.containerEdits.env ?? []).map((kv) => kv.slice(kv.indexOf('=') + 1)),
+      ...Object.values(e.device.annotations ?? {}),
+    ];
+    const named = [...new Set(texts.flatMap((t) => t.match(PCI_IN_TEXT_RE) ?? []).map((a) => a.toLowerCase()))].filter(
+      isPciAddress,
+    );
     for (const g of groups)
-      out.push({ kind: 'group', group: g.group, source, origin: e.file, path: g.path, noiommu: g.noiommu, ...(named.length > 0 ? { only: named } : {}) });
+      out.push({
+        kind: 'group',
+        group: g.group,
+        source,
+        origin: e.file,
+        path: g.path,
+        noiommu: g.noiommu,
+        ...(named.length > 0 ? { only: named } : {}),
+      });
   }
   return out;
 }

@@ -41,7 +41,12 @@ function hasYamlSpec(dirs: readonly string[]): boolean {
 }
 
 /** CDI names as requests; the spec dirs are read only when there are names, the yaml parser only for .yaml files. */
-async function cdiInput(names: string[], env: Record<string, string | undefined>, errors: string[], sourcePrefix: string): Promise<DeviceRequest[]> {
+async function cdiInput(
+  names: string[],
+  env: Record<string, string | undefined>,
+  errors: string[],
+  sourcePrefix: string,
+): Promise<DeviceRequest[]> {
   if (names.length === 0) return [];
   const dirs = cdiSpecDirs(env);
   let parseYaml: YamlParse = () => {
@@ -54,10 +59,17 @@ async function cdiInput(names: string[], env: Record<string, string | undefined>
   return cdiRequests(names, loadCdiRegistry(dirs, parseYaml), errors, sourcePrefix);
 }
 
-export async function collectDevices(env: Record<string, string | undefined>, opts: CollectOptions): Promise<CollectedDevices> {
+export async function collectDevices(
+  env: Record<string, string | undefined>,
+  opts: CollectOptions,
+): Promise<CollectedDevices> {
   const errors: string[] = [];
   const skipped: string[] = [];
-  const requests: DeviceRequest[] = (opts.vfs ?? []).map((v) => ({ kind: 'pci' as const, address: v.address.toLowerCase(), source: 'tapmanager' }));
+  const requests: DeviceRequest[] = (opts.vfs ?? []).map((v) => ({
+    kind: 'pci' as const,
+    address: v.address.toLowerCase(),
+    source: 'tapmanager',
+  }));
   requests.push(...pluginEnvRequests(env, errors));
 
   let via: 'Get' | 'List' | undefined;
@@ -79,18 +91,32 @@ export async function collectDevices(env: Record<string, string | undefined>, op
 
   const cdiNames = parseCdiNames(env[CDI_DEVICES_ENV] ?? '', CDI_DEVICES_ENV, errors);
   requests.push(...(await cdiInput(cdiNames, env, errors, 'cdi')));
-  requests.push(...(await cdiInput(draNames.filter((n) => !cdiNames.includes(n)), env, errors, 'dra')));
+  requests.push(
+    ...(await cdiInput(
+      draNames.filter((n) => !cdiNames.includes(n)),
+      env,
+      errors,
+      'dra',
+    )),
+  );
   requests.push(...criRequests(env, errors));
 
   const report = mergeDevices(requests, readHostFacts(requests, opts.sysfs, opts.hostRoot));
-  return { ...report, skipped: [...skipped, ...report.skipped], inputErrors: errors, ...(via !== undefined ? { podResourcesVia: via } : {}) };
+  return {
+    ...report,
+    skipped: [...skipped, ...report.skipped],
+    inputErrors: errors,
+    ...(via !== undefined ? { podResourcesVia: via } : {}),
+  };
 }
 
 /** The devices, or one VmpodError naming every problem: BadRequest for bad inputs, Device for refusals. */
 export function devicesOrThrow(r: CollectedDevices): CollectedDevices['devices'] {
   if (r.inputErrors.length > 0)
-    throw new VmpodError(ErrorCode.BadRequest, `collect devices: ${[...r.inputErrors, ...r.problems].join('; ')}`, { op: 'collect-devices' });
-  if (r.problems.length > 0) throw new VmpodError(ErrorCode.Device, `collect devices: ${r.problems.join('; ')}`, { op: 'collect-devices' });
+    throw new VmpodError(ErrorCode.BadRequest, `collect devices: ${[...r.inputErrors, ...r.problems].join('; ')}`, {
+      op: 'collect-devices',
+    });
+  if (r.problems.length > 0)
+    throw new VmpodError(ErrorCode.Device, `collect devices: ${r.problems.join('; ')}`, { op: 'collect-devices' });
   return r.devices;
 }
-

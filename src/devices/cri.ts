@@ -46,7 +46,8 @@ export function parseCriDevices(json: string, what: string): CriDevice[] {
     throw new VmpodError(ErrorCode.BadRequest, `${what}=${JSON.stringify(json)} is not JSON`, { cause: e });
   }
   if (v === null) return [];
-  if (!Array.isArray(v)) throw new VmpodError(ErrorCode.BadRequest, `${what}=${JSON.stringify(json)} is not a JSON array`);
+  if (!Array.isArray(v))
+    throw new VmpodError(ErrorCode.BadRequest, `${what}=${JSON.stringify(json)} is not a JSON array`);
   const problems: string[] = [];
   const out: CriDevice[] = [];
   v.forEach((d: unknown, i) => {
@@ -61,7 +62,11 @@ export function parseCriDevices(json: string, what: string): CriDevice[] {
       problems.push(`element ${i} ${JSON.stringify(d)} has no absolute hostPath`);
       return;
     }
-    out.push({ containerPath: containerPath ?? hostPath, hostPath, permissions: str(o, 'permissions', 'permissions') ?? 'rwm' });
+    out.push({
+      containerPath: containerPath ?? hostPath,
+      hostPath,
+      permissions: str(o, 'permissions', 'permissions') ?? 'rwm',
+    });
   });
   if (problems.length > 0)
     throw new VmpodError(ErrorCode.BadRequest, `${what}=${JSON.stringify(json)}: ${problems.join('; ')}`);
@@ -109,7 +114,9 @@ export function classifyCriDevices(devices: readonly CriDevice[]): CriDeviceClas
 export function criRequests(env: Record<string, string | undefined>, problems: string[]): DeviceRequest[] {
   // the name Virtlet never had: say what it is called now rather than silently ignore it
   if (env['VIRTLET_DEVICES'] !== undefined && env[CRI_DEVICES_ENV] === undefined)
-    problems.push(`VIRTLET_DEVICES is set: the variable is now called ${CRI_DEVICES_ENV} (same JSON list of CRI Devices)`);
+    problems.push(
+      `VIRTLET_DEVICES is set: the variable is now called ${CRI_DEVICES_ENV} (same JSON list of CRI Devices)`,
+    );
   const v = env[CRI_DEVICES_ENV];
   if (v === undefined || v.trim() === '') return [];
   try {

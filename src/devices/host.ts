@@ -93,13 +93,15 @@ export function groupFacts(sysfs: Sysfs, root: string, group: string): GroupFact
     if (isPciAddress(e)) members.push(functionFacts(sysfs, e.toLowerCase()));
     else if (MDEV_UUID_RE.test(e)) {
       const m = sysfs.mdevDevice(e);
-      if (m?.parent !== undefined) mdevs.push({ uuid: e, parent: m.parent, sysfsdev: sysfs.path(`bus/mdev/devices/${e}`) });
+      if (m?.parent !== undefined)
+        mdevs.push({ uuid: e, parent: m.parent, sysfsdev: sysfs.path(`bus/mdev/devices/${e}`) });
     }
   }
   const g: GroupFacts = { group, members, mdevs, holders: [] };
   const name = sysfs.readText(`kernel/iommu_groups/${group}/name`);
   const node = join(root, `dev/vfio/noiommu-${group}`);
-  if (name === NOIOMMU_GROUP_NAME) g.noiommu = `${sysfs.path(`kernel/iommu_groups/${group}/name`)} is "${NOIOMMU_GROUP_NAME}"`;
+  if (name === NOIOMMU_GROUP_NAME)
+    g.noiommu = `${sysfs.path(`kernel/iommu_groups/${group}/name`)} is "${NOIOMMU_GROUP_NAME}"`;
   else if (existsSync(node)) g.noiommu = `${node} exists`;
   return g;
 }
@@ -117,7 +119,15 @@ export function readHostFacts(requests: readonly DeviceRequest[], sysfs: Sysfs, 
       groups.add(r.group);
     } else if (!facts.mdevs.has(r.uuid)) {
       const m = sysfs.mdevDevice(r.uuid);
-      facts.mdevs.set(r.uuid, m === undefined ? null : { ...(m.parent !== undefined ? { parent: m.parent } : {}), sysfsdev: sysfs.path(`bus/mdev/devices/${r.uuid}`) });
+      facts.mdevs.set(
+        r.uuid,
+        m === undefined
+          ? null
+          : {
+              ...(m.parent !== undefined ? { parent: m.parent } : {}),
+              sysfsdev: sysfs.path(`bus/mdev/devices/${r.uuid}`),
+            },
+      );
     }
   }
   const nodes = new Map<string, string>();

@@ -49,7 +49,9 @@ const RATE_LIMIT_PAUSE_MS = 100;
 export async function fetchPodResources(t: PodResourcesTarget): Promise<PodResourcesAnswer> {
   const [grpc, loader] = await Promise.all([import('@grpc/grpc-js'), import('@grpc/proto-loader')]);
   const def = loader.loadSync(protoPath(), { keepCase: true, longs: String, defaults: true, arrays: true });
-  const pkg = grpc.loadPackageDefinition(def) as unknown as { v1: { PodResourcesLister: new (target: string, creds: unknown) => ListerClient } };
+  const pkg = grpc.loadPackageDefinition(def) as unknown as {
+    v1: { PodResourcesLister: new (target: string, creds: unknown) => ListerClient };
+  };
   const client = new pkg.v1.PodResourcesLister(`unix://${t.socket}`, grpc.credentials.createInsecure());
   const pod = `pod ${t.podNamespace}/${t.podName}`;
   const deadlineAt = Date.now() + t.timeoutMs;
@@ -58,7 +60,12 @@ export async function fetchPodResources(t: PodResourcesTarget): Promise<PodResou
       const attempt = (left: number) =>
         client[method](req, { deadline: new Date(deadlineAt) }, (err, res) => {
           // recent kubelets rate-limit the endpoint: a short pause, then again (within the same deadline)
-          if (err && err.code === Status.RESOURCE_EXHAUSTED && left > 0 && Date.now() + RATE_LIMIT_PAUSE_MS < deadlineAt)
+          if (
+            err &&
+            err.code === Status.RESOURCE_EXHAUSTED &&
+            left > 0 &&
+            Date.now() + RATE_LIMIT_PAUSE_MS < deadlineAt
+          )
             setTimeout(() => attempt(left - 1), RATE_LIMIT_PAUSE_MS);
           else if (err) reject(err);
           else resolve(res);
@@ -72,19 +79,33 @@ export async function fetchPodResources(t: PodResourcesTarget): Promise<PodResou
         : e.code === Status.UNAVAILABLE
           ? `cannot reach kubelet (${e.details ?? e.message})`
           : (e.details ?? e.message);
-    return new VmpodError(ErrorCode.Device, `ask kubelet's PodResources API (${t.socket}) for the devices of ${pod}: ${method}: ${why}`);
+    return new VmpodError(
+      ErrorCode.Device,
+      `ask kubelet's PodResources API (${t.socket}) for the devices of ${pod}: ${method}: ${why}`,
+    );
   };
   try {
     try {
-      const res = (await call('Get', { pod_name: t.podName, pod_namespace: t.podNamespace })) as { pod_resources?: PodResourcesMsg | null };
-      if (res.pod_resources == null) throw new VmpodError(ErrorCode.Device, `ask kubelet's PodResources API (${t.socket}): Get answered without the pod's resources for ${pod}`);
+      const res = (await call('Get', { pod_name: t.podName, pod_namespace: t.podNamespace })) as {
+        pod_resources?: PodResourcesMsg | null;
+      };
+      if (res.pod_resources == null)
+        throw new VmpodError(
+          ErrorCode.Device,
+          `ask kubelet's PodResources API (${t.socket}): Get answered without the pod's resources for ${pod}`,
+        );
       return { pods: [res.pod_resources], via: 'Get' };
     } catch (e) {
       const g = e as GrpcError;
-      const noGet = g.code === Status.UNIMPLEMENTED || (g.code === Status.UNKNOWN && /Get method disabled/i.test(g.details ?? g.message));
+      const noGet =
+        g.code === Status.UNIMPLEMENTED ||
+        (g.code === Status.UNKNOWN && /Get method disabled/i.test(g.details ?? g.message));
       if (!noGet) {
         if (g.code === Status.UNKNOWN && /not found/i.test(g.details ?? g.message))
-          throw new VmpodError(ErrorCode.Device, `kubelet's PodResources API (${t.socket}) does not know ${pod} (${g.details ?? g.message}): check VMPOD_POD_NAME and VMPOD_POD_NAMESPACE`);
+          throw new VmpodError(
+            ErrorCode.Device,
+            `kubelet's PodResources API (${t.socket}) does not know ${pod} (${g.details ?? g.message}): check VMPOD_POD_NAME and VMPOD_POD_NAMESPACE`,
+          );
         throw e instanceof VmpodError ? e : fail('Get', g);
       }
     }
@@ -96,11 +117,15 @@ export async function fetchPodResources(t: PodResourcesTarget): Promise<PodResou
     }
     const pods = (res.pod_resources ?? []).filter((p) => p.name === t.podName && p.namespace === t.podNamespace);
     if (pods.length === 0)
-      throw new VmpodError(ErrorCode.Device, `kubelet's PodResources API (${t.socket}) does not list ${pod}: check VMPOD_POD_NAME and VMPOD_POD_NAMESPACE`);
+      throw new VmpodError(
+        ErrorCode.Device,
+        `kubelet's PodResources API (${t.socket}) does not list ${pod}: check VMPOD_POD_NAME and VMPOD_POD_NAMESPACE`,
+      );
     return { pods, via: 'List' };
   } finally {
     client.close();
   }
 }
 
-const POD_RESOURCES_HINT = 'is the socket kubelet\'s, and is kubelet running? mount the directory /var/lib/kubelet/pod-resources, not the socket file';
+const POD_RESOURCES_HINT =
+  "is the socket kubelet's, and is kubelet running? mount the directory /var/lib/kubelet/pod-resources, not the socket file";

@@ -8,7 +8,15 @@
 // pci-stub or no driver (bridges aside), as the kernel's viability rule has it; no no-IOMMU group; no group held
 // open by another process.
 import { isBridgeClass, isVfioDriverName, PCI_STUB_DRIVER, PCIEPORT_DRIVER } from './pci.js';
-import type { DeviceReport, DeviceRequest, FunctionFacts, GroupFacts, Holder, HostFacts, ResolvedDevice } from './records.js';
+import type {
+  DeviceReport,
+  DeviceRequest,
+  FunctionFacts,
+  GroupFacts,
+  Holder,
+  HostFacts,
+  ResolvedDevice,
+} from './records.js';
 
 function from(r: DeviceRequest): string {
   return r.origin !== undefined ? `from ${r.source}=${JSON.stringify(r.origin)}` : `from ${r.source}`;
@@ -49,7 +57,14 @@ interface Merge {
 }
 
 export function mergeDevices(requests: readonly DeviceRequest[], facts: HostFacts): DeviceReport {
-  const m: Merge = { facts, problems: [], devices: [], seen: new Set(), groupUsers: new Map(), sys: (rel) => `${facts.sysfsRoot.replace(/\/$/, '')}/${rel}` };
+  const m: Merge = {
+    facts,
+    problems: [],
+    devices: [],
+    seen: new Set(),
+    groupUsers: new Map(),
+    sys: (rel) => `${facts.sysfsRoot.replace(/\/$/, '')}/${rel}`,
+  };
   // 1. named functions and mediated devices, in input order (the first source that names one is its source)
   for (const r of requests) {
     if (r.kind === 'pci') namedFunction(m, r);
@@ -80,11 +95,16 @@ function namedFunction(m: Merge, r: Extract<DeviceRequest, { kind: 'pci' }>): vo
   const f = m.facts.functions.get(r.address);
   const problem = (text: string): void => void m.problems.push(text);
   if (f === undefined || !f.exists) return problem(`${what} does not exist under ${m.sys('bus/pci/devices')}`);
-  if (isBridgeClass(f.class)) return problem(`${what} is a PCI bridge (class ${hex(f.class)}) and cannot be passed through`);
-  if (r.noiommu) return problem(noiommuText(r.group ?? f.group ?? '?', `/dev/vfio/noiommu-${r.group ?? f.group ?? '?'}`, what));
-  if (r.group !== undefined && f.group !== undefined && r.group !== f.group) return problem(`${what}: ${r.source} says IOMMU group ${r.group}, sysfs says ${f.group}`);
+  if (isBridgeClass(f.class))
+    return problem(`${what} is a PCI bridge (class ${hex(f.class)}) and cannot be passed through`);
+  if (r.noiommu)
+    return problem(noiommuText(r.group ?? f.group ?? '?', `/dev/vfio/noiommu-${r.group ?? f.group ?? '?'}`, what));
+  if (r.group !== undefined && f.group !== undefined && r.group !== f.group)
+    return problem(`${what}: ${r.source} says IOMMU group ${r.group}, sysfs says ${f.group}`);
   if (f.group === undefined) {
-    return problem(`${what} has no IOMMU group (no ${m.sys(`bus/pci/devices/${r.address}/iommu_group`)}): boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on)`);
+    return problem(
+      `${what} has no IOMMU group (no ${m.sys(`bus/pci/devices/${r.address}/iommu_group`)}): boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on)`,
+    );
   }
   const d: ResolvedDevice = { address: f.address, group: f.group, source: r.source };
   if (f.driver !== undefined) d.driver = f.driver;
@@ -112,24 +132,34 @@ function namedGroup(m: Merge, r: Extract<DeviceRequest, { kind: 'group' }>): voi
     m.problems.push(`${what} has no devices under ${m.sys(`kernel/iommu_groups/${r.group}/devices`)}`);
     return;
   }
-  const fnOf = (f: FunctionFacts): ResolvedDevice => ({ address: f.address, group: r.group, source: r.source, ...(f.driver !== undefined ? { driver: f.driver } : {}) });
+  const fnOf = (f: FunctionFacts): ResolvedDevice => ({
+    address: f.address,
+    group: r.group,
+    source: r.source,
+    ...(f.driver !== undefined ? { driver: f.driver } : {}),
+  });
   if (r.only !== undefined) {
     // the source names functions (a CDI spec's env or annotations): those of this group, and only those
     const picked = endpoints.filter((f) => r.only!.includes(f.address));
-    if (picked.length === 0) m.problems.push(`${what} names ${r.only.join(', ')}, none of which is in that group (members: ${endpoints.map((f) => f.address).join(', ')})`);
+    if (picked.length === 0)
+      m.problems.push(
+        `${what} names ${r.only.join(', ')}, none of which is in that group (members: ${endpoints.map((f) => f.address).join(', ')})`,
+      );
     for (const f of picked) add(m, fnOf(f), what);
     return;
   }
   if (m.devices.some((d) => d.group === r.group)) return; // the node of a function named elsewhere
   for (const f of endpoints) add(m, fnOf(f), what);
-  for (const md of g.mdevs) add(m, { address: md.parent, sysfsdev: md.sysfsdev, group: r.group, source: r.source }, what);
+  for (const md of g.mdevs)
+    add(m, { address: md.parent, sysfsdev: md.sysfsdev, group: r.group, source: r.source }, what);
 }
 
 /** Every passed function on a vfio driver (a mediated device stays on its parent's vendor driver). */
 function checkDrivers(m: Merge): void {
   for (const d of m.devices) {
     if (d.sysfsdev !== undefined) continue;
-    const f = m.facts.groups.get(d.group!)?.members.find((x) => x.address === d.address) ?? m.facts.functions.get(d.address);
+    const f =
+      m.facts.groups.get(d.group!)?.members.find((x) => x.address === d.address) ?? m.facts.functions.get(d.address);
     if (f !== undefined && !isVfioBound(f))
       m.problems.push(
         `${d.address} (from ${d.source}) is bound to ${f.driver ?? 'no driver'}, not to a vfio driver: bind it to vfio-pci (echo vfio-pci > ${m.sys(`bus/pci/devices/${d.address}/driver_override`)}; echo ${d.address} > ${m.sys(`bus/pci/devices/${d.address}/driver/unbind`)}; echo ${d.address} > ${m.sys('bus/pci/drivers_probe')})`,

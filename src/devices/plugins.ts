@@ -99,7 +99,14 @@ function pciList(name: string, value: string, problems: string[], twin?: Map<str
         );
         continue;
       }
-      out.push({ kind: 'pci', source: name, origin: value, address, ...(t?.group !== undefined ? { group: t.group } : {}), ...(t?.noiommu ? { noiommu: true } : {}) });
+      out.push({
+        kind: 'pci',
+        source: name,
+        origin: value,
+        address,
+        ...(t?.group !== undefined ? { group: t.group } : {}),
+        ...(t?.noiommu ? { noiommu: true } : {}),
+      });
     } catch {
       problems.push(`${show(name, value)}: ${JSON.stringify(item)} is not a PCI address`);
     }
@@ -113,7 +120,10 @@ function pciList(name: string, value: string, problems: string[], twin?: Map<str
  */
 export function pluginEnvRequests(env: Record<string, string | undefined>, problems: string[]): DeviceRequest[] {
   const vars = Object.entries(env).filter((e): e is [string, string] => typeof e[1] === 'string');
-  const named = (prefix: string) => vars.filter(([k]) => k.startsWith(prefix) && k.length > prefix.length).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const named = (prefix: string) =>
+    vars
+      .filter(([k]) => k.startsWith(prefix) && k.length > prefix.length)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   const reqs: DeviceRequest[] = [];
 
   for (const [name, value] of named(EnvConvention.SriovDp)) {
@@ -132,7 +142,9 @@ export function pluginEnvRequests(env: Record<string, string | undefined>, probl
     }
   }
   // QAT0, QAT1, ... numbered per container in no particular order: read them by number
-  const qat = vars.filter(([k]) => QAT_RE.test(k)).sort(([a], [b]) => Number(QAT_RE.exec(a)![1]) - Number(QAT_RE.exec(b)![1]));
+  const qat = vars
+    .filter(([k]) => QAT_RE.test(k))
+    .sort(([a], [b]) => Number(QAT_RE.exec(a)![1]) - Number(QAT_RE.exec(b)![1]));
   for (const [name, value] of qat) {
     const items = splitList(value);
     if (items.length !== 1) problems.push(`${show(name, value)} is not one PCI address`);
@@ -140,4 +152,3 @@ export function pluginEnvRequests(env: Record<string, string | undefined>, probl
   }
   return reqs;
 }
-

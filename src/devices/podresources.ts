@@ -26,7 +26,10 @@ export interface PodResourcesTarget {
  * without the pod's names is a configuration error; the default socket without them is not asked.
  * VMPOD_POD_RESOURCES_SOCKET="" turns the lookup off.
  */
-export function podResourcesTarget(env: Record<string, string | undefined>, exists: (p: string) => boolean = existsSync): PodResourcesTarget | undefined {
+export function podResourcesTarget(
+  env: Record<string, string | undefined>,
+  exists: (p: string) => boolean = existsSync,
+): PodResourcesTarget | undefined {
   const v = env[POD_RESOURCES_SOCKET_ENV];
   if (v === '') return undefined;
   const socket = v ?? DEFAULT_POD_RESOURCES_SOCKET;
@@ -43,7 +46,10 @@ export function podResourcesTarget(env: Record<string, string | undefined>, exis
   const t = env[POD_RESOURCES_TIMEOUT_ENV];
   const timeoutMs = t === undefined || t === '' ? DEFAULT_POD_RESOURCES_TIMEOUT_MS : Number(t);
   if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
-    throw new VmpodError(ErrorCode.Config, `${POD_RESOURCES_TIMEOUT_ENV}=${JSON.stringify(t)} is not a positive number of milliseconds`);
+    throw new VmpodError(
+      ErrorCode.Config,
+      `${POD_RESOURCES_TIMEOUT_ENV}=${JSON.stringify(t)} is not a positive number of milliseconds`,
+    );
   return { socket, podName, podNamespace, timeoutMs };
 }
 
@@ -71,7 +77,11 @@ export function parseResourceMap(json: string | undefined): Map<string, IdRule> 
   const out = new Map<string, IdRule>();
   if (json === undefined || json.trim() === '') return out;
   const bad = (why: string, cause?: unknown) =>
-    new VmpodError(ErrorCode.Config, `${RESOURCE_MAP_ENV}=${JSON.stringify(json)}: ${why}`, cause === undefined ? {} : { cause });
+    new VmpodError(
+      ErrorCode.Config,
+      `${RESOURCE_MAP_ENV}=${JSON.stringify(json)}: ${why}`,
+      cause === undefined ? {} : { cause },
+    );
   let v: unknown;
   try {
     v = JSON.parse(json);
@@ -83,7 +93,9 @@ export function parseResourceMap(json: string | undefined): Map<string, IdRule> 
   for (const [res, rule] of Object.entries(v)) {
     const o = typeof rule === 'string' ? { ids: rule } : rule;
     if (typeof o !== 'object' || o === null || !kinds.includes((o as { ids?: unknown }).ids as string))
-      throw bad(`${JSON.stringify(res)}: ${JSON.stringify(rule)} is not one of ${kinds.map((k) => JSON.stringify(k)).join(', ')} or {"ids": ..., "pattern": "..."}`);
+      throw bad(
+        `${JSON.stringify(res)}: ${JSON.stringify(rule)} is not one of ${kinds.map((k) => JSON.stringify(k)).join(', ')} or {"ids": ..., "pattern": "..."}`,
+      );
     const r: IdRule = { ids: (o as { ids: IdKind }).ids };
     const pat = (o as { pattern?: unknown }).pattern;
     if (pat !== undefined) {
@@ -120,7 +132,12 @@ export interface PodResourcesInput {
  * also reports terminated pods of the same name) as DeviceRequests. Resources that are not VFIO devices (IDs that
  * are not PCI addresses, and no rule in VMPOD_RESOURCE_MAP) go to `skipped`.
  */
-export function podResourcesRequests(pods: readonly PodResourcesMsg[], rules: Map<string, IdRule>, problems: string[], skipped: string[]): PodResourcesInput {
+export function podResourcesRequests(
+  pods: readonly PodResourcesMsg[],
+  rules: Map<string, IdRule>,
+  problems: string[],
+  skipped: string[],
+): PodResourcesInput {
   const requests: DeviceRequest[] = [];
   const cdiNames: string[] = [];
   const seen = new Set<string>();
@@ -130,9 +147,13 @@ export function podResourcesRequests(pods: readonly PodResourcesMsg[], rules: Ma
         const res = d.resource_name;
         const ids = d.device_ids ?? [];
         const source = `podresources ${res}`;
-        const rule = rules.get(res) ?? (ids.length > 0 && ids.every((id) => isPciAddress(id.toLowerCase())) ? { ids: IdKind.Pci } : undefined);
+        const rule =
+          rules.get(res) ??
+          (ids.length > 0 && ids.every((id) => isPciAddress(id.toLowerCase())) ? { ids: IdKind.Pci } : undefined);
         if (rule === undefined) {
-          skipped.push(`${res} (${ids.join(', ')}) of container ${c.name}: the IDs are not PCI addresses and ${RESOURCE_MAP_ENV} has no rule for it`);
+          skipped.push(
+            `${res} (${ids.join(', ')}) of container ${c.name}: the IDs are not PCI addresses and ${RESOURCE_MAP_ENV} has no rule for it`,
+          );
           continue;
         }
         if (rule.ids === IdKind.Ignore) {
@@ -147,7 +168,9 @@ export function podResourcesRequests(pods: readonly PodResourcesMsg[], rules: Ma
           if (rule.pattern !== undefined) {
             const m = rule.pattern.exec(id);
             if (!m || m[1] === undefined) {
-              problems.push(`${source}: device ID ${JSON.stringify(id)} does not match the pattern ${rule.pattern.source} of ${RESOURCE_MAP_ENV}`);
+              problems.push(
+                `${source}: device ID ${JSON.stringify(id)} does not match the pattern ${rule.pattern.source} of ${RESOURCE_MAP_ENV}`,
+              );
               continue;
             }
             v = m[1];
@@ -160,7 +183,8 @@ export function podResourcesRequests(pods: readonly PodResourcesMsg[], rules: Ma
               problems.push(`${source}: device ID ${JSON.stringify(id)} is not a PCI address`);
             }
           } else if (rule.ids === IdKind.IommuGroup) {
-            if (/^\d+$/.test(v)) requests.push({ kind: 'group', group: v, source, origin, path: `/dev/vfio/${v}`, noiommu: false });
+            if (/^\d+$/.test(v))
+              requests.push({ kind: 'group', group: v, source, origin, path: `/dev/vfio/${v}`, noiommu: false });
             else problems.push(`${source}: device ID ${JSON.stringify(id)} is not an IOMMU group number`);
           } else if (MDEV_UUID_RE.test(v.toLowerCase())) {
             requests.push({ kind: 'mdev', uuid: v.toLowerCase(), source, origin });

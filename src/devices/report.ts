@@ -15,7 +15,8 @@ export function parseEnvFile(text: string): Record<string, string> {
     const eq = l.indexOf('=');
     if (eq <= 0) continue;
     let v = l.slice(eq + 1);
-    if (!nul && v.length >= 2 && ((v.startsWith("'") && v.endsWith("'")) || (v.startsWith('"') && v.endsWith('"')))) v = v.slice(1, -1);
+    if (!nul && v.length >= 2 && ((v.startsWith("'") && v.endsWith("'")) || (v.startsWith('"') && v.endsWith('"'))))
+      v = v.slice(1, -1);
     out[l.slice(0, eq)] = v;
   }
   return out;
@@ -43,9 +44,15 @@ export function deviceReportJson(r: CollectedDevices, qemuArgs: string[]): Devic
 
 /** A table of the functions, then the qemu arguments, then every refusal, input error and skipped resource. */
 export function formatDeviceReport(j: DeviceReportJson): string {
-  const rows = [['FUNCTION', 'GROUP', 'DRIVER', 'SOURCE'], ...j.devices.map((d) => [d.sysfsdev ?? d.address, d.group ?? '-', d.driver ?? '-', d.source])];
+  const rows = [
+    ['FUNCTION', 'GROUP', 'DRIVER', 'SOURCE'],
+    ...j.devices.map((d) => [d.sysfsdev ?? d.address, d.group ?? '-', d.driver ?? '-', d.source]),
+  ];
   const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  const lines = j.devices.length === 0 ? ['no VFIO devices'] : rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(w[i]!))).join('  '));
+  const lines =
+    j.devices.length === 0
+      ? ['no VFIO devices']
+      : rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(w[i]!))).join('  '));
   if (j.qemuArgs.length > 0) {
     lines.push('', 'qemu arguments:');
     for (let i = 0; i < j.qemuArgs.length; i += 2) lines.push(`  ${j.qemuArgs.slice(i, i + 2).join(' ')}`);

@@ -31,8 +31,18 @@ export interface VfInfo {
 
 // IFNAMSIZ is 16 with the NUL; '/' and whitespace are not allowed, '.' and '..' would walk the tree
 function checkIfname(ifname: string): void {
-  if (typeof ifname !== 'string' || ifname === '' || Buffer.byteLength(ifname) > 15 || /[/\s:]/.test(ifname) || ifname === '.' || ifname === '..')
-    throw new VmpodError(ErrorCode.BadRequest, `interface name ${JSON.stringify(ifname)} is not a valid Linux interface name`);
+  if (
+    typeof ifname !== 'string' ||
+    ifname === '' ||
+    Buffer.byteLength(ifname) > 15 ||
+    /[/\s:]/.test(ifname) ||
+    ifname === '.' ||
+    ifname === '..'
+  )
+    throw new VmpodError(
+      ErrorCode.BadRequest,
+      `interface name ${JSON.stringify(ifname)} is not a valid Linux interface name`,
+    );
 }
 
 function checkGroup(group: string): void {
@@ -161,7 +171,10 @@ export class Sysfs {
     const address = this.netDevicePci(ifname);
     const pfAddress = this.linkBase(`class/net/${ifname}/device/physfn`);
     if (address === undefined || pfAddress === undefined || !isPciAddress(pfAddress))
-      throw new VmpodError(ErrorCode.Device, `${ifname} is not an SR-IOV VF (no ${this.path(`class/net/${ifname}/device/physfn`)})`);
+      throw new VmpodError(
+        ErrorCode.Device,
+        `${ifname} is not an SR-IOV VF (no ${this.path(`class/net/${ifname}/device/physfn`)})`,
+      );
     const vfIndex = this.virtfnIndexOf(pfAddress, address);
     if (vfIndex === undefined)
       throw new VmpodError(ErrorCode.Device, `${ifname} (${address}): no virtfn link of PF ${pfAddress} points to it`);
@@ -173,7 +186,8 @@ export class Sysfs {
 
   /** A mediated device: its parent PCI address (the directory its sysfs node lives in) and IOMMU group. */
   mdevDevice(uuid: string): { uuid: string; parent?: string; iommuGroup?: string } | undefined {
-    if (!MDEV_UUID_RE.test(uuid)) throw new VmpodError(ErrorCode.BadRequest, `mediated device uuid ${JSON.stringify(uuid)} is malformed`);
+    if (!MDEV_UUID_RE.test(uuid))
+      throw new VmpodError(ErrorCode.BadRequest, `mediated device uuid ${JSON.stringify(uuid)} is malformed`);
     const rel = `bus/mdev/devices/${uuid}`;
     let real: string;
     try {

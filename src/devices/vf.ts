@@ -52,12 +52,24 @@ const MAC_RE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 export function describeVfAt(sysfs: Sysfs, ifname: string, address: string, mac?: string): VfDescription {
   const addr = parsePciAddress(address);
   const dev = sysfs.pciDevice(addr);
-  if (dev === undefined) throw new VmpodError(ErrorCode.Device, `VF ${ifname}: no PCI device ${addr} under ${sysfs.path('bus/pci/devices')}`);
-  if (dev.physfn === undefined) throw new VmpodError(ErrorCode.Device, `${ifname} (${addr}) is not an SR-IOV VF (no ${sysfs.path(`bus/pci/devices/${addr}/physfn`)})`);
-  if (dev.virtfnIndex === undefined) throw new VmpodError(ErrorCode.Device, `${ifname} (${addr}): no virtfn link of PF ${dev.physfn} points to it`);
+  if (dev === undefined)
+    throw new VmpodError(
+      ErrorCode.Device,
+      `VF ${ifname}: no PCI device ${addr} under ${sysfs.path('bus/pci/devices')}`,
+    );
+  if (dev.physfn === undefined)
+    throw new VmpodError(
+      ErrorCode.Device,
+      `${ifname} (${addr}) is not an SR-IOV VF (no ${sysfs.path(`bus/pci/devices/${addr}/physfn`)})`,
+    );
+  if (dev.virtfnIndex === undefined)
+    throw new VmpodError(ErrorCode.Device, `${ifname} (${addr}): no virtfn link of PF ${dev.physfn} points to it`);
   const pfIfname = sysfs.pciNetInterfaces(dev.physfn)[0];
   if (pfIfname === undefined)
-    throw new VmpodError(ErrorCode.Device, `VF ${ifname} (${addr}): its PF ${dev.physfn} has no network interface to set the VF's MAC and VLAN on`);
+    throw new VmpodError(
+      ErrorCode.Device,
+      `VF ${ifname} (${addr}): its PF ${dev.physfn} has no network interface to set the VF's MAC and VLAN on`,
+    );
   const d: VfDescription = { ifname, address: addr, pfAddress: dev.physfn, pfIfname, vfIndex: dev.virtfnIndex };
   if (dev.driver !== undefined) d.driver = dev.driver;
   if (mac !== undefined) d.mac = mac.toLowerCase();
@@ -67,8 +79,17 @@ export function describeVfAt(sysfs: Sysfs, ifname: string, address: string, mac?
 export function describeVf(sysfs: Sysfs, ifname: string): VfDescription {
   const vf = sysfs.vfInfo(ifname);
   if (vf.pfIfname === undefined)
-    throw new VmpodError(ErrorCode.Device, `VF ${ifname} (${vf.address}): its PF ${vf.pfAddress} has no network interface to set the VF's MAC and VLAN on`);
-  const d: VfDescription = { ifname, address: vf.address, pfAddress: vf.pfAddress, pfIfname: vf.pfIfname, vfIndex: vf.vfIndex };
+    throw new VmpodError(
+      ErrorCode.Device,
+      `VF ${ifname} (${vf.address}): its PF ${vf.pfAddress} has no network interface to set the VF's MAC and VLAN on`,
+    );
+  const d: VfDescription = {
+    ifname,
+    address: vf.address,
+    pfAddress: vf.pfAddress,
+    pfIfname: vf.pfIfname,
+    vfIndex: vf.vfIndex,
+  };
   const driver = sysfs.pciDevice(vf.address)?.driver;
   if (driver !== undefined) d.driver = driver;
   const mac = sysfs.readText(`class/net/${ifname}/address`);
@@ -97,14 +118,20 @@ export function parseVfState(ipJson: string, vfIndex: number): VfLinkState {
 }
 
 /** The record, written before anything is applied, so that undo knows what to restore. Pure. */
-export function planVfSetup(desc: VfDescription, original: VfLinkState, want: { mac: string; vlan?: number }): VfSetupRecord {
+export function planVfSetup(
+  desc: VfDescription,
+  original: VfLinkState,
+  want: { mac: string; vlan?: number },
+): VfSetupRecord {
   const mac = want.mac.toLowerCase();
   const vlan = want.vlan ?? 0;
   const problems: string[] = [];
   if (!MAC_RE.test(mac)) problems.push(`MAC ${JSON.stringify(want.mac)} is not colon-hex of 6 bytes`);
   // 802.1Q VLAN ids 1..4094 (0 = untagged; 4095 reserved)
-  if (!(Number.isInteger(vlan) && vlan >= 0 && vlan <= 4094)) problems.push(`VLAN ${JSON.stringify(want.vlan)} is outside 0..4094`);
-  if (problems.length > 0) throw new VmpodError(ErrorCode.BadRequest, `plan VF ${desc.ifname} setup: ${problems.join('; ')}`);
+  if (!(Number.isInteger(vlan) && vlan >= 0 && vlan <= 4094))
+    problems.push(`VLAN ${JSON.stringify(want.vlan)} is outside 0..4094`);
+  if (problems.length > 0)
+    throw new VmpodError(ErrorCode.BadRequest, `plan VF ${desc.ifname} setup: ${problems.join('; ')}`);
   const rec: VfSetupRecord = {
     kind: 'vmpodVfSetupV1',
     ifname: desc.ifname,
@@ -129,7 +156,11 @@ export async function applyVfSetup(sysfs: Sysfs, rec: VfSetupRecord, run: RunArg
   try {
     await run(vfLinkArgv(rec.pfIfname, rec.vfIndex, rec.mac, rec.vlan));
   } catch (e) {
-    throw new VmpodError(ErrorCode.Device, `set MAC ${rec.mac} VLAN ${rec.vlan} on VF ${rec.vfIndex} of ${rec.pfIfname}`, { cause: e });
+    throw new VmpodError(
+      ErrorCode.Device,
+      `set MAC ${rec.mac} VLAN ${rec.vlan} on VF ${rec.vfIndex} of ${rec.pfIfname}`,
+      { cause: e },
+    );
   }
   bindToVfio(sysfs, rec.address);
 }
@@ -145,7 +176,13 @@ export async function undoVfSetup(sysfs: Sysfs, rec: VfSetupRecord, run: RunArgv
   try {
     await run(vfLinkArgv(rec.pfIfname, rec.vfIndex, rec.originalMac, rec.originalVlan));
   } catch (e) {
-    errors.push(new VmpodError(ErrorCode.Device, `restore MAC ${rec.originalMac} VLAN ${rec.originalVlan} on VF ${rec.vfIndex} of ${rec.pfIfname}`, { cause: e }));
+    errors.push(
+      new VmpodError(
+        ErrorCode.Device,
+        `restore MAC ${rec.originalMac} VLAN ${rec.originalVlan} on VF ${rec.vfIndex} of ${rec.pfIfname}`,
+        { cause: e },
+      ),
+    );
   }
   if (errors.length > 0)
     throw new VmpodError(ErrorCode.Device, `undo VF setup of ${rec.ifname} (${rec.address})`, {

@@ -10,7 +10,12 @@ const TIMEOUT_MS = 15_000;
 
 function inNetns(nsPath: string, argv: string[]): Promise<{ ok: boolean; stdout: string }> {
   return new Promise((resolve) => {
-    const child = execFile('nsenter', [`--net=${nsPath}`, '--', ...argv], { timeout: TIMEOUT_MS, killSignal: 'SIGKILL' }, (err, stdout) => resolve({ ok: err === null, stdout }));
+    const child = execFile(
+      'nsenter',
+      [`--net=${nsPath}`, '--', ...argv],
+      { timeout: TIMEOUT_MS, killSignal: 'SIGKILL' },
+      (err, stdout) => resolve({ ok: err === null, stdout }),
+    );
     child.stdin?.end();
   });
 }

@@ -116,7 +116,12 @@ interface Shared {
   leaseSeconds: number;
 }
 
-function v4Lease(opts: GuestFromCniOptions, owner: (ip: { interface?: number }) => number | undefined, dnsSrc: CniDns, sh: Shared): DhcpLease | undefined {
+function v4Lease(
+  opts: GuestFromCniOptions,
+  owner: (ip: { interface?: number }) => number | undefined,
+  dnsSrc: CniDns,
+  sh: Shared,
+): DhcpLease | undefined {
   const { result, ifIndex } = opts;
   const v4 = result.ips.filter((ip) => isCidr4(ip.address));
   const mine = v4.find((ip) => owner(ip) === ifIndex);
@@ -161,12 +166,17 @@ function v6Lease(
   const { result, ifIndex } = opts;
   const entries = result.ips.map((e, i) => ({ e, i, c: parseCidr6(e.address) })).filter((x) => x.c !== undefined);
   for (const { e, i, c } of entries) {
-    if (isLinkLocal6(c!.bytes)) throw configError(`ips[${i}].address ${e.address} is link-local: a pod's IPv6 address must be global (the guest makes its own link-local)`);
+    if (isLinkLocal6(c!.bytes))
+      throw configError(
+        `ips[${i}].address ${e.address} is link-local: a pod's IPv6 address must be global (the guest makes its own link-local)`,
+      );
   }
   const mine = entries.filter((x) => owner(x.e) === ifIndex);
   if (mine.length === 0) return undefined;
   if (mine.length > 1) {
-    throw configError(`CNI result has ${mine.length} IPv6 addresses for interface ${ifName} (${mine.map((m) => `ips[${m.i}].address ${m.e.address}`).join(', ')}): one IPv6 address per interface is served`);
+    throw configError(
+      `CNI result has ${mine.length} IPv6 addresses for interface ${ifName} (${mine.map((m) => `ips[${m.i}].address ${m.e.address}`).join(', ')}): one IPv6 address per interface is served`,
+    );
   }
   const { e, i, c } = mine[0]!;
   const cidr = c!;
@@ -183,8 +193,12 @@ function v6Lease(
   let gateway: string | undefined;
   if (e.gateway !== undefined) {
     const g = normaliseIpv6(e.gateway);
-    if (g === undefined) throw configError(`ips[${i}].gateway ${e.gateway} is not an IPv6 address (the address is ${e.address})`);
-    if (!onLink(g)) throw configError(`ips[${i}].gateway ${e.gateway} is not on-link: it is outside ${prefix}/${cidr.prefix} and not link-local`);
+    if (g === undefined)
+      throw configError(`ips[${i}].gateway ${e.gateway} is not an IPv6 address (the address is ${e.address})`);
+    if (!onLink(g))
+      throw configError(
+        `ips[${i}].gateway ${e.gateway} is not on-link: it is outside ${prefix}/${cidr.prefix} and not link-local`,
+      );
     gateway = g;
   }
   // routes: every IPv6 route belongs to this interface when it has the only IPv6 address, else to the one whose
@@ -196,10 +210,17 @@ function v6Lease(
     const dst = parseCidr6(r.dst);
     if (!dst) return;
     const gw0 = r.gw !== undefined ? normaliseIpv6(r.gw) : gateway;
-    if (r.gw !== undefined && gw0 === undefined) throw configError(`routes[${j}].gw ${r.gw} is not an IPv6 address (dst ${r.dst})`);
-    const holder = gw0 === undefined ? holders[0]!.owner : holders.find((h) => inSubnet6(gw0, h.c.ip, h.c.prefix))?.owner ?? holders[0]!.owner;
+    if (r.gw !== undefined && gw0 === undefined)
+      throw configError(`routes[${j}].gw ${r.gw} is not an IPv6 address (dst ${r.dst})`);
+    const holder =
+      gw0 === undefined
+        ? holders[0]!.owner
+        : (holders.find((h) => inSubnet6(gw0, h.c.ip, h.c.prefix))?.owner ?? holders[0]!.owner);
     if (holder !== ifIndex) return;
-    if (gw0 !== undefined && !onLink(gw0)) throw configError(`routes[${j}].gw ${r.gw ?? gw0} is not on-link: it is outside ${prefix}/${cidr.prefix} and not link-local`);
+    if (gw0 !== undefined && !onLink(gw0))
+      throw configError(
+        `routes[${j}].gw ${r.gw ?? gw0} is not on-link: it is outside ${prefix}/${cidr.prefix} and not link-local`,
+      );
     const d = `${formatIpv6(networkOf(dst.bytes, dst.prefix))}/${dst.prefix}`;
     if (dst.prefix === 0) {
       defaultRoute = true;
@@ -207,7 +228,10 @@ function v6Lease(
     }
     routes.push(gw0 === undefined ? { dst: d } : { dst: d, gw: gw0 });
   });
-  if (defaultRoute && gateway === undefined) throw configError(`the IPv6 default route of interface ${ifName} has no gateway (routes[].gw and ips[${i}].gateway are both absent)`);
+  if (defaultRoute && gateway === undefined)
+    throw configError(
+      `the IPv6 default route of interface ${ifName} has no gateway (routes[].gw and ips[${i}].gateway are both absent)`,
+    );
   const dns = (dnsSrc.nameservers ?? []).map((n) => normaliseIpv6(n)).filter((n): n is string => n !== undefined);
   return {
     mac: sh.mac,
@@ -235,7 +259,9 @@ export function leaseFromCni(opts: GuestFromCniOptions): DhcpLease {
     const iface = opts.result.interfaces[opts.ifIndex];
     const ifName = iface ? `${opts.ifIndex} (${iface.name})` : `${opts.ifIndex}`;
     const have = opts.result.ips.map((ip) => `${ip.address}@${ip.interface ?? '-'}`).join(', ') || 'none';
-    throw new VmpodError(ErrorCode.Config, `CNI result has no IPv4 address for interface ${ifName} (ips: ${have})`, { op: 'dhcp lease from CNI result' });
+    throw new VmpodError(ErrorCode.Config, `CNI result has no IPv4 address for interface ${ifName} (ips: ${have})`, {
+      op: 'dhcp lease from CNI result',
+    });
   }
   return g.v4;
 }

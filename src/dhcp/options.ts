@@ -217,7 +217,8 @@ export function leaseProblems(lease: DhcpLease, serverId: string): string[] {
     p.push(`host name ${JSON.stringify(lease.hostname)} is not 1..255 of [A-Za-z0-9._-]`);
   }
   if (lease.mtu !== undefined && !intIn(lease.mtu, MIN_MTU, 65535)) p.push(`MTU ${lease.mtu} is not ${MIN_MTU}..65535`);
-  if (!intIn(lease.leaseSeconds, 1, INFINITE_LEASE)) p.push(`lease time ${lease.leaseSeconds} is not 1..${INFINITE_LEASE} seconds`);
+  if (!intIn(lease.leaseSeconds, 1, INFINITE_LEASE))
+    p.push(`lease time ${lease.leaseSeconds} is not 1..${INFINITE_LEASE} seconds`);
   return p;
 }
 
@@ -240,7 +241,8 @@ export function planRoutes(lease: DhcpLease, serverId: string): { routes: Route4
   const all: Route4[] = [{ dst: serverId, prefix: 32, gw: '0.0.0.0' }];
   const gws = [...given.map((r) => r.gw), ...(router ? [router] : [])];
   for (const gw of gws) {
-    if (gw !== '0.0.0.0' && !inSubnet4(gw, `${subnet.dst}/${subnet.prefix}`)) all.push({ dst: gw, prefix: 32, gw: '0.0.0.0' });
+    if (gw !== '0.0.0.0' && !inSubnet4(gw, `${subnet.dst}/${subnet.prefix}`))
+      all.push({ dst: gw, prefix: 32, gw: '0.0.0.0' });
   }
   all.push(...given);
   const seen = new Set<string>();
@@ -260,9 +262,13 @@ export function planRoutes(lease: DhcpLease, serverId: string): { routes: Route4
 export function buildOptions(lease: DhcpLease, serverId: string): BuiltOptions {
   const problems = leaseProblems(lease, serverId);
   if (problems.length > 0) {
-    throw new VmpodError(ErrorCode.Config, `bad DHCP lease for ${lease.mac} (${lease.ip}/${lease.prefixLength}): ${problems.join('; ')}`, {
-      op: 'dhcp build options',
-    });
+    throw new VmpodError(
+      ErrorCode.Config,
+      `bad DHCP lease for ${lease.mac} (${lease.ip}/${lease.prefixLength}): ${problems.join('; ')}`,
+      {
+        op: 'dhcp build options',
+      },
+    );
   }
   const { routes, router } = planRoutes(lease, serverId);
   const o: DhcpOption[] = [
@@ -272,7 +278,8 @@ export function buildOptions(lease: DhcpLease, serverId: string): BuiltOptions {
   if (router !== undefined) o.push({ code: Opt.Router, data: ipToBytes(router) });
   o.push({ code: Opt.ClasslessRoutes, data: encodeClasslessRoutes(routes) });
   if (lease.dns.length > 0) o.push({ code: Opt.DnsServers, data: ips(lease.dns) });
-  if (lease.domain !== undefined) o.push({ code: Opt.DomainName, data: Buffer.from(lease.domain.replace(/\.$/, ''), 'ascii') });
+  if (lease.domain !== undefined)
+    o.push({ code: Opt.DomainName, data: Buffer.from(lease.domain.replace(/\.$/, ''), 'ascii') });
   if (lease.search.length > 0) o.push({ code: Opt.DomainSearch, data: encodeDomainSearch(lease.search) });
   if (lease.hostname !== undefined) o.push({ code: Opt.HostName, data: Buffer.from(lease.hostname, 'ascii') });
   if (lease.mtu !== undefined) o.push({ code: Opt.InterfaceMtu, data: u16(lease.mtu) });
@@ -284,9 +291,13 @@ export function buildOptions(lease: DhcpLease, serverId: string): BuiltOptions {
   }
   // RFC 3396 would allow splitting a longer option, but clients that do not implement it (busybox udhcpc among
   // them) read only the first instance: every option must fit in one, at most 255 bytes.
-  const tooLong = o.filter((x) => x.data.length > 255).map((x) => `option ${x.code} needs ${x.data.length} bytes, at most 255${OPTION_HINT[x.code] ?? ''}`);
+  const tooLong = o
+    .filter((x) => x.data.length > 255)
+    .map((x) => `option ${x.code} needs ${x.data.length} bytes, at most 255${OPTION_HINT[x.code] ?? ''}`);
   if (tooLong.length > 0) {
-    throw new VmpodError(ErrorCode.Config, `bad DHCP lease for ${lease.mac}: ${tooLong.join('; ')}`, { op: 'dhcp build options' });
+    throw new VmpodError(ErrorCode.Config, `bad DHCP lease for ${lease.mac}: ${tooLong.join('; ')}`, {
+      op: 'dhcp build options',
+    });
   }
   // Every client accepts a 576-byte datagram (RFC 2131 section 2); with option 53 and room to echo a client id
   // (61) and machine id (97) the reply must fit that, using file and sname (option 52) if need be.
@@ -298,10 +309,14 @@ export function buildOptions(lease: DhcpLease, serverId: string): BuiltOptions {
   try {
     layoutOptions([...reserve, ...o], clientMaxMessage(undefined));
   } catch (e) {
-    throw new VmpodError(ErrorCode.Config, `DHCP reply for ${lease.mac} does not fit a 576-byte datagram: too many routes, DNS servers or search domains`, {
-      op: 'dhcp build options',
-      cause: e,
-    });
+    throw new VmpodError(
+      ErrorCode.Config,
+      `DHCP reply for ${lease.mac} does not fit a 576-byte datagram: too many routes, DNS servers or search domains`,
+      {
+        op: 'dhcp build options',
+        cause: e,
+      },
+    );
   }
   return { serverId, routes, options: o };
 }

@@ -200,8 +200,10 @@ export function decodePacket(buf: Buffer): DhcpPacket {
   // they are read after the options field, file before sname (RFC 3396 section 7).
   const overload = parts.get(Opt.Overload)?.[0];
   if (overload && overload.length === 1 && overload[0] >= 1 && overload[0] <= 3) {
-    if (overload[0] & 1 && !parseOptionArea(file, 'file', parts, order)) throw malformed('overloaded file field has no end option');
-    if (overload[0] & 2 && !parseOptionArea(sname, 'sname', parts, order)) throw malformed('overloaded sname field has no end option');
+    if (overload[0] & 1 && !parseOptionArea(file, 'file', parts, order))
+      throw malformed('overloaded file field has no end option');
+    if (overload[0] & 2 && !parseOptionArea(sname, 'sname', parts, order))
+      throw malformed('overloaded sname field has no end option');
   }
   return {
     op: buf[0],
@@ -224,7 +226,8 @@ export function decodePacket(buf: Buffer): DhcpPacket {
 
 /** Encode one option; data longer than 255 bytes is split into several instances of the same code (RFC 3396). */
 export function encodeOption(o: DhcpOption): Buffer {
-  if (o.code === Opt.Pad || o.code === Opt.End) throw new VmpodError(ErrorCode.Internal, `option ${o.code} is not encodable with data`);
+  if (o.code === Opt.Pad || o.code === Opt.End)
+    throw new VmpodError(ErrorCode.Internal, `option ${o.code} is not encodable with data`);
   const chunks: Buffer[] = [];
   let off = 0;
   do {
@@ -268,13 +271,17 @@ export function layoutOptions(options: DhcpOption[], maxLen: number): OptionLayo
   const caps = [mainCap - 3, 128 - 1, 64 - 1]; // option 52 takes 3 bytes; each overloaded field ends with 255
   // first fit, largest first (a 250-byte search list fits only the options field); each area keeps the given order
   const where = new Array<number>(enc.length);
-  const bySize = enc.map((b, i) => i).sort((a, b) => enc[b].length - enc[a].length || a - b);
+  const bySize = enc.map((_, i) => i).sort((a, b) => enc[b].length - enc[a].length || a - b);
   for (const i of bySize) {
     const area = caps.findIndex((c) => c >= enc[i].length);
     if (area < 0) {
-      throw new VmpodError(ErrorCode.Protocol, `DHCP options (${total} bytes) do not fit a ${maxLen}-byte message even with option 52`, {
-        op: 'dhcp encode',
-      });
+      throw new VmpodError(
+        ErrorCode.Protocol,
+        `DHCP options (${total} bytes) do not fit a ${maxLen}-byte message even with option 52`,
+        {
+          op: 'dhcp encode',
+        },
+      );
     }
     caps[area] -= enc[i].length;
     where[i] = area;
@@ -287,7 +294,10 @@ export function layoutOptions(options: DhcpOption[], maxLen: number): OptionLayo
  * Encode a message: header, cookie, options, end, zero padding to BOOTP_MIN_REPLY_LEN. Options that do not fit
  * maxLen (default: any size up to DHCP_MAX_LEN) overflow into file and sname (layoutOptions).
  */
-export function encodePacket(p: Omit<DhcpPacket, 'sname' | 'file'> & { sname?: Buffer; file?: Buffer }, maxLen = DHCP_MAX_LEN): Buffer {
+export function encodePacket(
+  p: Omit<DhcpPacket, 'sname' | 'file'> & { sname?: Buffer; file?: Buffer },
+  maxLen = DHCP_MAX_LEN,
+): Buffer {
   const head = Buffer.alloc(DHCP_MIN_LEN);
   head[0] = p.op;
   head[1] = p.htype;

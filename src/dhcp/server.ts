@@ -103,7 +103,14 @@ export type RequestState = 'selecting' | 'init-reboot' | 'renewing/rebinding';
 
 /** What to do with one datagram (pure). */
 export type Decision =
-  | { kind: 'reply'; type: typeof MessageType.Offer | typeof MessageType.Ack | typeof MessageType.Nak; data: Buffer; request: string; state?: RequestState; why?: string }
+  | {
+      kind: 'reply';
+      type: typeof MessageType.Offer | typeof MessageType.Ack | typeof MessageType.Nak;
+      data: Buffer;
+      request: string;
+      state?: RequestState;
+      why?: string;
+    }
   | { kind: 'log'; request: 'RELEASE' | 'DECLINE'; detail: Record<string, string> }
   | { kind: 'ignore'; why: string }
   | { kind: 'drop'; why: string };
@@ -120,21 +127,24 @@ function replyPacket(req: DhcpPacket, type: number, yiaddr: string, ciaddr: stri
     const data = getOption(req, code);
     return data && data.length > 0 ? [{ code, data }] : [];
   });
-  return encodePacket({
-    op: Op.Reply,
-    htype: req.htype,
-    hlen: req.hlen,
-    hops: 0,
-    xid: req.xid,
-    secs: 0,
-    flags: req.flags,
-    ciaddr,
-    yiaddr,
-    siaddr: '0.0.0.0',
-    giaddr: req.giaddr,
-    chaddr: req.chaddr,
-    options: [{ code: Opt.MessageType, data: Buffer.from([type]) }, ...options, ...echo],
-  }, clientMaxMessage(getOption(req, Opt.MaxMessageSize)));
+  return encodePacket(
+    {
+      op: Op.Reply,
+      htype: req.htype,
+      hlen: req.hlen,
+      hops: 0,
+      xid: req.xid,
+      secs: 0,
+      flags: req.flags,
+      ciaddr,
+      yiaddr,
+      siaddr: '0.0.0.0',
+      giaddr: req.giaddr,
+      chaddr: req.chaddr,
+      options: [{ code: Opt.MessageType, data: Buffer.from([type]) }, ...options, ...echo],
+    },
+    clientMaxMessage(getOption(req, Opt.MaxMessageSize)),
+  );
 }
 
 /** Decide the answer to one datagram. Pure; never throws on client input. */
@@ -143,12 +153,14 @@ export function answer(buf: Buffer, ctx: AnswerContext): Decision {
   if (!decoded.ok) return { kind: 'drop', why: decoded.why };
   const req = decoded.value;
   if (req.op !== Op.Request) return { kind: 'drop', why: `op ${req.op} is not BOOTREQUEST` };
-  if (req.htype !== HTYPE_ETHERNET || req.hlen !== 6) return { kind: 'drop', why: `htype ${req.htype} hlen ${req.hlen} is not Ethernet` };
+  if (req.htype !== HTYPE_ETHERNET || req.hlen !== 6)
+    return { kind: 'drop', why: `htype ${req.htype} hlen ${req.hlen} is not Ethernet` };
   const type = messageType(req);
   if (type === undefined) return { kind: 'drop', why: 'no DHCP message type (option 53): BOOTP is not served' };
   const mac = chaddrMac(req);
   const { lease, built } = ctx;
-  if (mac !== normaliseMac(lease.mac)) return { kind: 'ignore', why: `${messageTypeName(type)} from ${mac}, we serve ${lease.mac}` };
+  if (mac !== normaliseMac(lease.mac))
+    return { kind: 'ignore', why: `${messageTypeName(type)} from ${mac}, we serve ${lease.mac}` };
 
   const prl = getOption(req, Opt.ParameterList);
   const full = orderByRequest(built.options, prl);
@@ -168,14 +180,23 @@ export function answer(buf: Buffer, ctx: AnswerContext): Decision {
   try {
     switch (type) {
       case MessageType.Discover:
-        return { kind: 'reply', type: MessageType.Offer, request: 'DISCOVER', data: replyPacket(req, MessageType.Offer, lease.ip, '0.0.0.0', full) };
+        return {
+          kind: 'reply',
+          type: MessageType.Offer,
+          request: 'DISCOVER',
+          data: replyPacket(req, MessageType.Offer, lease.ip, '0.0.0.0', full),
+        };
       case MessageType.Request: {
         const sid = optionIp(req, Opt.ServerId);
         const requested = optionIp(req, Opt.RequestedIp);
         let state: RequestState;
         let asked: string | undefined;
         if (getOption(req, Opt.ServerId) !== undefined) {
-          if (sid !== built.serverId) return { kind: 'ignore', why: `REQUEST selects server ${sid ?? '(bad option 54)'}, we are ${built.serverId}` };
+          if (sid !== built.serverId)
+            return {
+              kind: 'ignore',
+              why: `REQUEST selects server ${sid ?? '(bad option 54)'}, we are ${built.serverId}`,
+            };
           state = 'selecting';
           asked = requested;
         } else if (requested !== undefined) {
@@ -188,14 +209,26 @@ export function answer(buf: Buffer, ctx: AnswerContext): Decision {
           return nak('REQUEST', undefined, 'REQUEST names no address (no option 50, no ciaddr)');
         }
         if (asked !== lease.ip) return nak('REQUEST', state, `address ${asked ?? '(none)'} is not leased to ${mac}`);
-        return { kind: 'reply', type: MessageType.Ack, request: 'REQUEST', state, data: replyPacket(req, MessageType.Ack, lease.ip, req.ciaddr, full) };
+        return {
+          kind: 'reply',
+          type: MessageType.Ack,
+          request: 'REQUEST',
+          state,
+          data: replyPacket(req, MessageType.Ack, lease.ip, req.ciaddr, full),
+        };
       }
       case MessageType.Inform:
         return {
           kind: 'reply',
           type: MessageType.Ack,
           request: 'INFORM',
-          data: replyPacket(req, MessageType.Ack, '0.0.0.0', req.ciaddr, full.filter((o) => !LEASE_ONLY_OPTIONS.has(o.code))),
+          data: replyPacket(
+            req,
+            MessageType.Ack,
+            '0.0.0.0',
+            req.ciaddr,
+            full.filter((o) => !LEASE_ONLY_OPTIONS.has(o.code)),
+          ),
         };
       case MessageType.Release:
         return { kind: 'log', request: 'RELEASE', detail: { ciaddr: req.ciaddr } };
@@ -273,9 +306,22 @@ export class DhcpServer {
     this.log = opts.log.child({ component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
     const port = opts.port ?? DHCP_SERVER_PORT;
     const fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
-    this.watch = new SocketWatch(this.io, fd, (f) => this.io.recvFrom(f, RECV_MAX), (d) => this.handle(d), this.log, 'dhcp server');
+    this.watch = new SocketWatch(
+      this.io,
+      fd,
+      (f) => this.io.recvFrom(f, RECV_MAX),
+      (d) => this.handle(d),
+      this.log,
+      'dhcp server',
+    );
     this.log[opts.quiet === true ? 'debug' : 'info'](
-      { nsPath: opts.nsPath, port, serverId: built.serverId, ip: `${opts.lease.ip}/${opts.lease.prefixLength}`, routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`) },
+      {
+        nsPath: opts.nsPath,
+        port,
+        serverId: built.serverId,
+        ip: `${opts.lease.ip}/${opts.lease.prefixLength}`,
+        routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`),
+      },
       'dhcp server listening',
     );
   }
@@ -303,7 +349,13 @@ export class DhcpServer {
     const backoffMs = this.backoffMs;
     const warn = (conflictingMac: string | undefined): void =>
       this.log.warn(
-        { from, address, vmMac: normaliseMac(this.lease.mac), conflictingMac: conflictingMac ?? '(no answer to ARP)', backoffMs },
+        {
+          from,
+          address,
+          vmMac: normaliseMac(this.lease.mac),
+          conflictingMac: conflictingMac ?? '(no answer to ARP)',
+          backoffMs,
+        },
         'dhcp: DECLINE: the guest found its address in use on the wire; its DISCOVERs are not answered during the back-off',
       );
     this.findConflict(address).then(warn, () => warn(undefined));
@@ -319,7 +371,10 @@ export class DhcpServer {
       decision = { kind: 'drop', why: `internal: ${errorChain(e)}` };
     }
     const from = `${d.address}:${d.port}`;
-    this.onPacket('received', decision.kind === 'drop' ? 'malformed' : decision.kind === 'ignore' ? 'ignored' : decision.request.toLowerCase());
+    this.onPacket(
+      'received',
+      decision.kind === 'drop' ? 'malformed' : decision.kind === 'ignore' ? 'ignored' : decision.request.toLowerCase(),
+    );
     switch (decision.kind) {
       case 'drop':
         this.stats.dropped++;
@@ -336,7 +391,10 @@ export class DhcpServer {
       case 'reply': {
         if (decision.type === MessageType.Offer && Date.now() < this.backoffUntil) {
           this.stats.ignored++;
-          this.log.debug({ from, backoffMs: this.backoffMs }, 'dhcp: DISCOVER not answered: backing off after a DECLINE');
+          this.log.debug(
+            { from, backoffMs: this.backoffMs },
+            'dhcp: DISCOVER not answered: backing off after a DECLINE',
+          );
           return;
         }
         if (decision.type === MessageType.Ack && decision.request === 'REQUEST') this.backoffMs = 0;
@@ -373,7 +431,7 @@ let warmed = false;
  * Once per process, at the first server's start (so before tapmanager answers that pod's add): answer() on a
  * DISCOVER and a REQUEST made for the lease, results thrown away. V8 compiles a function on its first call; without
  * this the first guest's first DISCOVER would wait for the decoder, the option builder and the encoder to compile
- * (1-5 ms on a loaded 2-core machine, against ~20 us warm). Every later pod shares the compiled code.
+ * (docs/performance.md, first DHCP answer). Every later pod shares the compiled code.
  */
 export function warmUp(ctx: AnswerContext): void {
   if (warmed) return;
@@ -383,12 +441,31 @@ export function warmUp(ctx: AnswerContext): void {
     const chaddr = Buffer.alloc(16);
     hw.copy(chaddr);
     const asked = Buffer.from(Array.from({ length: 254 }, (_, i) => i + 1));
-    const base = { op: Op.Request, htype: HTYPE_ETHERNET, hlen: 6, hops: 0, xid: 0x5741524d, secs: 0, flags: 0, ciaddr: '0.0.0.0', yiaddr: '0.0.0.0', siaddr: '0.0.0.0', giaddr: '0.0.0.0', chaddr };
+    const base = {
+      op: Op.Request,
+      htype: HTYPE_ETHERNET,
+      hlen: 6,
+      hops: 0,
+      xid: 0x5741524d,
+      secs: 0,
+      flags: 0,
+      ciaddr: '0.0.0.0',
+      yiaddr: '0.0.0.0',
+      siaddr: '0.0.0.0',
+      giaddr: '0.0.0.0',
+      chaddr,
+    };
     const client = [
       { code: Opt.ClientId, data: Buffer.concat([Buffer.from([HTYPE_ETHERNET]), hw]) },
       { code: Opt.ParameterList, data: asked },
     ];
-    answer(encodePacket({ ...base, options: [{ code: Opt.MessageType, data: Buffer.from([MessageType.Discover]) }, ...client] }), ctx);
+    answer(
+      encodePacket({
+        ...base,
+        options: [{ code: Opt.MessageType, data: Buffer.from([MessageType.Discover]) }, ...client],
+      }),
+      ctx,
+    );
     answer(
       encodePacket({
         ...base,

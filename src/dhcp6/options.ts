@@ -2,7 +2,16 @@
 // times, DNS servers (23) and the domain search list (24).
 import type { Lease6 } from '../dhcp/lease.js';
 import { ErrorCode, VmpodError } from '../errors.js';
-import { duidLl, encodeAddressList, encodeDomainList, encodeIaAddr, encodeIaNa, type Option6, Opt6, statusOption } from './packet.js';
+import {
+  duidLl,
+  encodeAddressList,
+  encodeDomainList,
+  encodeIaAddr,
+  encodeIaNa,
+  type Option6,
+  Opt6,
+  statusOption,
+} from './packet.js';
 
 export interface Built6 {
   /** DUID-LL of the pod bridge's MAC: stable across tapmanager restarts, so clients' RENEWs still name us */
@@ -22,7 +31,9 @@ export function buildOptions6(lease: Lease6, serverMac: string): Built6 {
     if (lease.dns.length > 0) info.push({ code: Opt6.DnsServers, data: encodeAddressList(lease.dns) });
     if (lease.search.length > 0) info.push({ code: Opt6.DomainList, data: encodeDomainList(lease.search) });
   } catch (e) {
-    throw new VmpodError(ErrorCode.Config, `DHCPv6 options for ${lease.mac}: ${(e as Error).message}`, { op: 'dhcp6 options' });
+    throw new VmpodError(ErrorCode.Config, `DHCPv6 options for ${lease.mac}: ${(e as Error).message}`, {
+      op: 'dhcp6 options',
+    });
   }
   const valid = lease.leaseSeconds;
   return {
@@ -40,7 +51,14 @@ export function buildOptions6(lease: Lease6, serverMac: string): Built6 {
 export function leasedIaNa(iaid: number, lease: Lease6, b: Built6): Option6 {
   return {
     code: Opt6.IaNa,
-    data: encodeIaNa({ iaid, t1: b.t1, t2: b.t2, options: [{ code: Opt6.IaAddr, data: encodeIaAddr({ address: lease.ip, preferred: b.preferred, valid: b.valid }) }] }),
+    data: encodeIaNa({
+      iaid,
+      t1: b.t1,
+      t2: b.t2,
+      options: [
+        { code: Opt6.IaAddr, data: encodeIaAddr({ address: lease.ip, preferred: b.preferred, valid: b.valid }) },
+      ],
+    }),
   };
 }
 
@@ -52,7 +70,10 @@ export function statusIaNa(iaid: number, status: number, message: string, zeroed
       iaid,
       t1: 0,
       t2: 0,
-      options: [...zeroed.map((address) => ({ code: Opt6.IaAddr, data: encodeIaAddr({ address, preferred: 0, valid: 0 }) })), statusOption(status, message)],
+      options: [
+        ...zeroed.map((address) => ({ code: Opt6.IaAddr, data: encodeIaAddr({ address, preferred: 0, valid: 0 }) })),
+        statusOption(status, message),
+      ],
     }),
   };
 }

@@ -24,7 +24,9 @@ export const Msg = {
   RelayRepl: 13,
 } as const;
 
-const MSG_NAMES: Record<number, string> = Object.fromEntries(Object.entries(Msg).map(([k, v]) => [v, k.replace(/([a-z])([A-Z])/g, '$1-$2').toUpperCase()]));
+const MSG_NAMES: Record<number, string> = Object.fromEntries(
+  Object.entries(Msg).map(([k, v]) => [v, k.replace(/([a-z])([A-Z])/g, '$1-$2').toUpperCase()]),
+);
 export function msgName(t: number): string {
   return MSG_NAMES[t] ?? `type ${t}`;
 }
@@ -89,10 +91,14 @@ export function decodeOptions6(buf: Buffer, where: string): Option6[] {
   const out: Option6[] = [];
   let off = 0;
   while (off < buf.length) {
-    if (off + 4 > buf.length) throw new RangeError(`${where}: option header at byte ${off} runs past the end (${buf.length} bytes)`);
+    if (off + 4 > buf.length)
+      throw new RangeError(`${where}: option header at byte ${off} runs past the end (${buf.length} bytes)`);
     const code = buf.readUInt16BE(off);
     const len = buf.readUInt16BE(off + 2);
-    if (off + 4 + len > buf.length) throw new RangeError(`${where}: option ${code} of ${len} bytes at byte ${off} runs past the end (${buf.length - off - 4} left)`);
+    if (off + 4 + len > buf.length)
+      throw new RangeError(
+        `${where}: option ${code} of ${len} bytes at byte ${off} runs past the end (${buf.length - off - 4} left)`,
+      );
     out.push({ code, data: Buffer.from(buf.subarray(off + 4, off + 4 + len)) });
     off += 4 + len;
   }
@@ -113,7 +119,11 @@ export function encodeOptions6(options: readonly Option6[]): Buffer {
 
 export function decodeMessage6(buf: Buffer): Message6 {
   if (buf.length < 4) throw new RangeError(`DHCPv6 message of ${buf.length} bytes is shorter than its 4-byte header`);
-  return { type: buf[0]!, xid: buf.readUIntBE(1, 3), options: decodeOptions6(buf.subarray(4), `message type ${buf[0]}`) };
+  return {
+    type: buf[0]!,
+    xid: buf.readUIntBE(1, 3),
+    options: decodeOptions6(buf.subarray(4), `message type ${buf[0]}`),
+  };
 }
 
 export function encodeMessage6(m: Message6): Buffer {
@@ -200,7 +210,10 @@ export function encodeDomainList(domains: readonly string[]): Buffer {
     if (name === '') continue;
     for (const label of name.split('.')) {
       const l = Buffer.from(label, 'ascii');
-      if (l.length === 0 || l.length > 63) throw new RangeError(`search domain ${JSON.stringify(d)}: label ${JSON.stringify(label)} must be 1 to 63 bytes`);
+      if (l.length === 0 || l.length > 63)
+        throw new RangeError(
+          `search domain ${JSON.stringify(d)}: label ${JSON.stringify(label)} must be 1 to 63 bytes`,
+        );
       parts.push(Buffer.from([l.length]), l);
     }
     parts.push(Buffer.from([0]));

@@ -80,7 +80,13 @@ const RULES: Record<number, { client: Rule; server: Rule; ia: boolean }> = {
   [Msg.InformationRequest]: { client: 'may', server: 'may', ia: false },
 };
 
-function reply(req: Message6, type: typeof Msg.Advertise | typeof Msg.Reply, ctx: Answer6Context, body: Option6[], withInfo: boolean): Buffer {
+function reply(
+  req: Message6,
+  type: typeof Msg.Advertise | typeof Msg.Reply,
+  ctx: Answer6Context,
+  body: Option6[],
+  withInfo: boolean,
+): Buffer {
   const client = getOption6(req.options, Opt6.ClientId);
   return encodeMessage6({
     type,
@@ -112,7 +118,13 @@ function assign(req: Message6, ctx: Answer6Context, request: boolean): Option6[]
       const ia = decodeIaNa(o.data);
       const off = request ? offLink(ia, ctx.lease) : [];
       if (off.length > 0) {
-        out.push(statusIaNa(ia.iaid, Status.NotOnLink, `not on link ${ctx.lease.prefix}/${ctx.lease.prefixLength}: ${off.join(', ')}`));
+        out.push(
+          statusIaNa(
+            ia.iaid,
+            Status.NotOnLink,
+            `not on link ${ctx.lease.prefix}/${ctx.lease.prefixLength}: ${off.join(', ')}`,
+          ),
+        );
       } else if (!given) {
         out.push(leasedIaNa(ia.iaid, ctx.lease, ctx.built));
         given = true;
@@ -126,7 +138,10 @@ function assign(req: Message6, ctx: Answer6Context, request: boolean): Option6[]
     } else if (o.code === Opt6.IaPd) {
       if (o.data.length < 12) throw new RangeError(`IA_PD of ${o.data.length} bytes is shorter than 12`);
       const st = statusOption(Status.NoPrefixAvail, 'no prefix delegation');
-      out.push({ code: Opt6.IaPd, data: Buffer.concat([o.data.subarray(0, 4), Buffer.alloc(8), encodeOptions6([st])]) });
+      out.push({
+        code: Opt6.IaPd,
+        data: Buffer.concat([o.data.subarray(0, 4), Buffer.alloc(8), encodeOptions6([st])]),
+      });
     }
   }
   if (out.length === 0) out.push(statusOption(Status.NoAddrsAvail, 'no IA_NA asked for'));
@@ -143,12 +158,17 @@ export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
   if (!rule) return { kind: 'drop', why: `${name} is not a message a client sends to a server` };
   const clients = optionCount(req.options, Opt6.ClientId);
   const servers = optionCount(req.options, Opt6.ServerId);
-  if (clients > 1 || servers > 1) return { kind: 'drop', why: `${name} with ${clients} Client and ${servers} Server Identifiers` };
+  if (clients > 1 || servers > 1)
+    return { kind: 'drop', why: `${name} with ${clients} Client and ${servers} Server Identifiers` };
   if (rule.client === 'must' && clients === 0) return { kind: 'drop', why: `${name} without a Client Identifier` };
   if (rule.server === 'mustNot' && servers > 0) return { kind: 'drop', why: `${name} with a Server Identifier` };
   if (rule.server === 'must' && servers === 0) return { kind: 'drop', why: `${name} without a Server Identifier` };
   const sid = getOption6(req.options, Opt6.ServerId);
-  if (sid && !sid.equals(ctx.built.serverDuid)) return { kind: 'ignore', why: `${name} for server ${sid.toString('hex')}, we are ${ctx.built.serverDuid.toString('hex')}` };
+  if (sid && !sid.equals(ctx.built.serverDuid))
+    return {
+      kind: 'ignore',
+      why: `${name} for server ${sid.toString('hex')}, we are ${ctx.built.serverDuid.toString('hex')}`,
+    };
   if (!rule.ia && req.options.some((o) => o.code === Opt6.IaNa || o.code === Opt6.IaTa || o.code === Opt6.IaPd)) {
     return { kind: 'drop', why: `${name} with an IA option` };
   }
@@ -159,12 +179,25 @@ export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
       case Msg.Solicit: {
         const rapid = getOption6(req.options, Opt6.RapidCommit) !== undefined;
         const body = assign(req, ctx, false);
-        if (rapid) return { kind: 'reply', type: Msg.Reply, request: name, note: 'rapid commit', data: reply(req, Msg.Reply, ctx, [...body, { code: Opt6.RapidCommit, data: Buffer.alloc(0) }], true) };
+        if (rapid)
+          return {
+            kind: 'reply',
+            type: Msg.Reply,
+            request: name,
+            note: 'rapid commit',
+            data: reply(req, Msg.Reply, ctx, [...body, { code: Opt6.RapidCommit, data: Buffer.alloc(0) }], true),
+          };
         return { kind: 'reply', type: Msg.Advertise, request: name, data: reply(req, Msg.Advertise, ctx, body, true) };
       }
       case Msg.Request: {
         const off = iaNas.flatMap((ia) => offLink(ia, lease));
-        return { kind: 'reply', type: Msg.Reply, request: name, data: reply(req, Msg.Reply, ctx, assign(req, ctx, true), true), ...(off.length ? { note: `NotOnLink ${off.join(', ')}` } : {}) };
+        return {
+          kind: 'reply',
+          type: Msg.Reply,
+          request: name,
+          data: reply(req, Msg.Reply, ctx, assign(req, ctx, true), true),
+          ...(off.length ? { note: `NotOnLink ${off.join(', ')}` } : {}),
+        };
       }
       case Msg.Renew:
       case Msg.Rebind: {
@@ -174,9 +207,17 @@ export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
           const addrs = ia.addrs.map((a) => a.address);
           const foreign = addrs.filter((a) => a !== lease.ip);
           if (addrs.length === 0 || addrs.includes(lease.ip)) {
-            body.push(foreign.length === 0 ? leasedIaNa(ia.iaid, lease, built) : withZeroed(ia.iaid, lease, built, foreign));
+            body.push(
+              foreign.length === 0 ? leasedIaNa(ia.iaid, lease, built) : withZeroed(ia.iaid, lease, built, foreign),
+            );
           } else if (req.type === Msg.Renew) {
-            body.push(statusIaNa(ia.iaid, Status.NoBinding, `no binding for ${foreign.join(', ')}; the address of this client is ${lease.ip}`));
+            body.push(
+              statusIaNa(
+                ia.iaid,
+                Status.NoBinding,
+                `no binding for ${foreign.join(', ')}; the address of this client is ${lease.ip}`,
+              ),
+            );
             notes.push(`NoBinding for ${foreign.join(', ')}`);
           } else {
             body.push(withZeroed(ia.iaid, lease, built, foreign));
@@ -184,14 +225,29 @@ export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
           }
         }
         if (body.length === 0) body.push(statusOption(Status.NoBinding, 'no IA_NA in the message'));
-        return { kind: 'reply', type: Msg.Reply, request: name, data: reply(req, Msg.Reply, ctx, body, true), ...(notes.length ? { note: notes.join('; ') } : {}) };
+        return {
+          kind: 'reply',
+          type: Msg.Reply,
+          request: name,
+          data: reply(req, Msg.Reply, ctx, body, true),
+          ...(notes.length ? { note: notes.join('; ') } : {}),
+        };
       }
       case Msg.Confirm: {
         const addrs = iaNas.flatMap((ia) => ia.addrs.map((a) => a.address));
         if (addrs.length === 0) return { kind: 'ignore', why: 'CONFIRM names no address (RFC 8415 18.3.3: no reply)' };
         const off = addrs.filter((a) => !inSubnet6(a, lease.prefix, lease.prefixLength));
-        const st = off.length === 0 ? statusOption(Status.Success, 'all addresses still on link') : statusOption(Status.NotOnLink, `not on link ${lease.prefix}/${lease.prefixLength}: ${off.join(', ')}`);
-        return { kind: 'reply', type: Msg.Reply, request: name, data: reply(req, Msg.Reply, ctx, [st], false), ...(off.length ? { note: `NotOnLink ${off.join(', ')}` } : {}) };
+        const st =
+          off.length === 0
+            ? statusOption(Status.Success, 'all addresses still on link')
+            : statusOption(Status.NotOnLink, `not on link ${lease.prefix}/${lease.prefixLength}: ${off.join(', ')}`);
+        return {
+          kind: 'reply',
+          type: Msg.Reply,
+          request: name,
+          data: reply(req, Msg.Reply, ctx, [st], false),
+          ...(off.length ? { note: `NotOnLink ${off.join(', ')}` } : {}),
+        };
       }
       case Msg.Release:
       case Msg.Decline: {
@@ -201,7 +257,13 @@ export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
           type: Msg.Reply,
           request: name,
           note: `addresses ${addrs.join(', ') || '(none)'}`,
-          data: reply(req, Msg.Reply, ctx, [statusOption(Status.Success, req.type === Msg.Release ? 'released' : 'decline noted')], false),
+          data: reply(
+            req,
+            Msg.Reply,
+            ctx,
+            [statusOption(Status.Success, req.type === Msg.Release ? 'released' : 'decline noted')],
+            false,
+          ),
         };
       }
       case Msg.InformationRequest:
@@ -288,8 +350,23 @@ export class Dhcp6Server {
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'dhcp6', tap: opts.tap, mac: opts.lease.mac });
     const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ udpPort: DHCP6_SERVER_PORT }));
-    this.watch = new SocketWatch(this.io, fd, (f) => this.io.recvFrame(f, RECV_MAX), (r) => this.handle(r.data, r.csumNotReady), this.log, 'dhcp6 server');
-    this.log[opts.quiet === true ? 'debug' : 'info']({ nsPath: opts.nsPath, serverIp: this.serverIp, duid: built.serverDuid.toString('hex'), ip: `${opts.lease.ip}/${opts.lease.prefixLength}` }, 'dhcp6 server listening');
+    this.watch = new SocketWatch(
+      this.io,
+      fd,
+      (f) => this.io.recvFrame(f, RECV_MAX),
+      (r) => this.handle(r.data, r.csumNotReady),
+      this.log,
+      'dhcp6 server',
+    );
+    this.log[opts.quiet === true ? 'debug' : 'info'](
+      {
+        nsPath: opts.nsPath,
+        serverIp: this.serverIp,
+        duid: built.serverDuid.toString('hex'),
+        ip: `${opts.lease.ip}/${opts.lease.prefixLength}`,
+      },
+      'dhcp6 server listening',
+    );
   }
 
   get running(): boolean {
@@ -323,7 +400,8 @@ export class Dhcp6Server {
     const from = `[${f.src}]:${udp.srcPort} ${f.srcMac}`;
     if (udp.dstPort !== DHCP6_SERVER_PORT) return ignore(`UDP port ${udp.dstPort}`, from);
     if (f.srcMac !== this.lease.mac) return ignore(`from ${f.srcMac}, we serve ${this.lease.mac}`, from);
-    if (f.dst !== ALL_DHCP_SERVERS && f.dst !== this.serverIp) return ignore(`to ${f.dst}, we are ${ALL_DHCP_SERVERS} and ${this.serverIp}`, from);
+    if (f.dst !== ALL_DHCP_SERVERS && f.dst !== this.serverIp)
+      return ignore(`to ${f.dst}, we are ${ALL_DHCP_SERVERS} and ${this.serverIp}`, from);
     let d: Decision6;
     try {
       d = answer6(udp.data, this.ctx);
@@ -338,7 +416,12 @@ export class Dhcp6Server {
       return;
     }
     try {
-      const out = encodeUdp6Frame({ srcMac: this.serverMac, dstMac: f.srcMac, src: this.serverIp, dst: f.src, hopLimit: 64 }, DHCP6_SERVER_PORT, udp.srcPort, d.data);
+      const out = encodeUdp6Frame(
+        { srcMac: this.serverMac, dstMac: f.srcMac, src: this.serverIp, dst: f.src, hopLimit: 64 },
+        DHCP6_SERVER_PORT,
+        udp.srcPort,
+        d.data,
+      );
       this.io.writeAll(this.watch.fd, out);
     } catch (e) {
       this.log.warn({ from, err: errorChain(e) }, `dhcp6: sending ${msgName(d.type)} failed`);
@@ -352,14 +435,13 @@ export class Dhcp6Server {
   }
 }
 
-
 let warmed = false;
 
 /**
  * Once per process, at the first DHCPv6 server's start (before tapmanager answers that pod's add), as the DHCPv4
  * server does: a guest's SOLICIT with Rapid Commit and a REQUEST for the lease go through the whole path (frame
  * decode, answer6, the reply's frame), results thrown away. V8 compiles a function on its first call; without this
- * the first guest's first SOLICIT waits 1.5-9 ms for it (bench/dhcp6-first.mjs, a loaded 2-core machine).
+ * the first guest's first SOLICIT waits for it (bench/dhcp6-first.mjs; docs/performance.md).
  */
 export function warmUp6(ctx: Answer6Context, serverMac: string, serverIp: string): void {
   if (warmed) return;
@@ -367,11 +449,22 @@ export function warmUp6(ctx: Answer6Context, serverMac: string, serverIp: string
   try {
     const guest = formatIpv6(linkLocalFromMac(ctx.lease.mac));
     for (const m of warmUpMessages6(ctx)) {
-      const frame = encodeUdp6Frame({ srcMac: ctx.lease.mac, dstMac: '33:33:00:01:00:02', src: guest, dst: ALL_DHCP_SERVERS, hopLimit: 1 }, 546, DHCP6_SERVER_PORT, encodeMessage6(m));
+      const frame = encodeUdp6Frame(
+        { srcMac: ctx.lease.mac, dstMac: '33:33:00:01:00:02', src: guest, dst: ALL_DHCP_SERVERS, hopLimit: 1 },
+        546,
+        DHCP6_SERVER_PORT,
+        encodeMessage6(m),
+      );
       const f = decodeFrame6(frame);
       const udp = decodeUdp6(f.payload);
       const d = answer6(udp.data, ctx);
-      if (d.kind === 'reply') encodeUdp6Frame({ srcMac: serverMac, dstMac: f.srcMac, src: serverIp, dst: f.src, hopLimit: 64 }, DHCP6_SERVER_PORT, udp.srcPort, d.data);
+      if (d.kind === 'reply')
+        encodeUdp6Frame(
+          { srcMac: serverMac, dstMac: f.srcMac, src: serverIp, dst: f.src, hopLimit: 64 },
+          DHCP6_SERVER_PORT,
+          udp.srcPort,
+          d.data,
+        );
     }
   } catch {
     // a warm-up only: the real first packet compiles whatever this missed

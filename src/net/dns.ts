@@ -9,11 +9,13 @@ export function domainNameProblems(name: string, what: string): string[] {
   if (n === '') return [`${what} ${JSON.stringify(name)} is empty`];
   const problems: string[] = [];
   for (const label of n.split('.')) {
-    if (label.length > 63) problems.push(`${what} ${JSON.stringify(name)}: label ${JSON.stringify(label)} is ${label.length} bytes, at most 63`);
+    if (label.length > 63)
+      problems.push(
+        `${what} ${JSON.stringify(name)}: label ${JSON.stringify(label)} is ${label.length} bytes, at most 63`,
+      );
     else if (!LABEL.test(label)) problems.push(`${what} ${JSON.stringify(name)}: bad label ${JSON.stringify(label)}`);
   }
   const encoded = n.length + 2; // length byte per label (dots become length bytes) + first length + final zero
   if (encoded > 255) problems.push(`${what} ${JSON.stringify(name)} is ${encoded} bytes encoded, at most 255`);
   return problems;
 }
-

@@ -53,12 +53,15 @@ export function checksum6(src: Uint8Array, dst: Uint8Array, proto: number, msg: 
  * checked. Every length still is.
  */
 export function decodeFrame6(buf: Buffer, csumNotReady = false): Frame6 {
-  if (buf.length < ETH_HLEN + IP6_HLEN) throw new RangeError(`frame of ${buf.length} bytes is shorter than Ethernet + IPv6 headers`);
-  if (buf.readUInt16BE(12) !== ETHERTYPE_IPV6) throw new RangeError(`ethertype 0x${buf.readUInt16BE(12).toString(16)} is not IPv6`);
+  if (buf.length < ETH_HLEN + IP6_HLEN)
+    throw new RangeError(`frame of ${buf.length} bytes is shorter than Ethernet + IPv6 headers`);
+  if (buf.readUInt16BE(12) !== ETHERTYPE_IPV6)
+    throw new RangeError(`ethertype 0x${buf.readUInt16BE(12).toString(16)} is not IPv6`);
   const ip = buf.subarray(ETH_HLEN);
   if (ip[0]! >> 4 !== 6) throw new RangeError(`IP version ${ip[0]! >> 4}`);
   const plen = ip.readUInt16BE(4);
-  if (IP6_HLEN + plen > ip.length) throw new RangeError(`IPv6 payload length ${plen} runs past the frame (${ip.length - IP6_HLEN} bytes)`);
+  if (IP6_HLEN + plen > ip.length)
+    throw new RangeError(`IPv6 payload length ${plen} runs past the frame (${ip.length - IP6_HLEN} bytes)`);
   let proto = ip[6]!;
   let off = IP6_HLEN;
   const end = IP6_HLEN + plen;
@@ -78,7 +81,8 @@ export function decodeFrame6(buf: Buffer, csumNotReady = false): Frame6 {
     if (proto === NH_UDP && payload.length < 8) throw new RangeError('UDP header runs past the payload');
     if (proto === NH_ICMPV6 && payload.length < 4) throw new RangeError('ICMPv6 header runs past the payload');
     // a correct checksum sums to 0 (UDP's 0 = "none" is not allowed over IPv6, RFC 8200 8.1)
-    if (!csumNotReady && checksum6(src, dst, proto, payload) !== 0) throw new RangeError(`bad ${proto === NH_UDP ? 'UDP' : 'ICMPv6'} checksum`);
+    if (!csumNotReady && checksum6(src, dst, proto, payload) !== 0)
+      throw new RangeError(`bad ${proto === NH_UDP ? 'UDP' : 'ICMPv6'} checksum`);
   }
   return {
     dstMac: macText(buf.subarray(0, 6)),
@@ -95,8 +99,13 @@ export function decodeFrame6(buf: Buffer, csumNotReady = false): Frame6 {
 export function decodeUdp6(payload: Buffer): Udp6 {
   if (payload.length < 8) throw new RangeError('UDP header runs past the payload');
   const len = payload.readUInt16BE(4);
-  if (len < 8 || len > payload.length) throw new RangeError(`UDP length ${len} does not fit the ${payload.length} byte payload`);
-  return { srcPort: payload.readUInt16BE(0), dstPort: payload.readUInt16BE(2), data: Buffer.from(payload.subarray(8, len)) };
+  if (len < 8 || len > payload.length)
+    throw new RangeError(`UDP length ${len} does not fit the ${payload.length} byte payload`);
+  return {
+    srcPort: payload.readUInt16BE(0),
+    dstPort: payload.readUInt16BE(2),
+    data: Buffer.from(payload.subarray(8, len)),
+  };
 }
 
 export interface EncodeFrame6 {

@@ -39,7 +39,7 @@ export function isIpv4(s: string): boolean {
 }
 
 /** 4 or 6 for an IPv4 or IPv6 address (no zone), 0 for anything else: node:net's isIP without loading node:net
- * (its streams cost vmwrapper's start ~1 ms). */
+ * (its streams would weigh on every vmwrapper start: docs/performance.md). */
 export function ipFamily(s: string): 0 | 4 | 6 {
   return isIpv4(s) ? 4 : isIpv6(s) ? 6 : 0;
 }
@@ -118,5 +118,5 @@ export function inSubnet4(ip: string, cidr: string): boolean {
   const a = v4(ip);
   const c = cidr4(cidr);
   if (a < 0 || c === undefined) return false;
-  return ((a & prefixToMask(c.prefix)) >>> 0) === c.net;
+  return (a & prefixToMask(c.prefix)) >>> 0 === c.net;
 }

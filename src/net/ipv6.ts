@@ -3,7 +3,8 @@
 
 /** "2001:db8::1" -> 16 bytes; undefined for anything that is not an IPv6 address (no zone, no prefix). */
 export function parseIpv6(text: string): Buffer | undefined {
-  if (typeof text !== 'string' || text.length < 2 || text.length > 45 || !/^[0-9A-Fa-f:.]+$/.test(text)) return undefined;
+  if (typeof text !== 'string' || text.length < 2 || text.length > 45 || !/^[0-9A-Fa-f:.]+$/.test(text))
+    return undefined;
   let s = text;
   if (s.includes('.')) {
     // an embedded IPv4 in the last 32 bits (::ffff:10.1.2.3): rewritten as two hex groups
@@ -113,7 +114,8 @@ export function isMulticast6(b: Uint8Array): boolean {
 /** "aa:bb:cc:dd:ee:ff" -> 6 bytes; RangeError for anything else. */
 export function macBytes(mac: string): Buffer {
   const parts = mac.split(/[:-]/);
-  if (parts.length !== 6 || parts.some((p) => !/^[0-9A-Fa-f]{2}$/.test(p))) throw new RangeError(`not a MAC address: ${mac}`);
+  if (parts.length !== 6 || parts.some((p) => !/^[0-9A-Fa-f]{2}$/.test(p)))
+    throw new RangeError(`not a MAC address: ${mac}`);
   return Buffer.from(parts.map((p) => parseInt(p, 16)));
 }
 
@@ -138,4 +140,3 @@ export function linkLocalFromMac(mac: string): Buffer {
 export function multicastMac(addr: Uint8Array): Buffer {
   return Buffer.from([0x33, 0x33, addr[12]!, addr[13]!, addr[14]!, addr[15]!]);
 }
-

@@ -34,11 +34,38 @@ export const PAYLOAD_BASE = { LL: 0, NETWORK: 1, TRANSPORT: 2 } as const;
 export const META_KEY = { PROTOCOL: 1, IIFNAME: 6, OIFNAME: 7, L4PROTO: 16 } as const;
 const NF_DROP = 0;
 
-export const meta = (key: number): Expr => ['meta', [[1, be32(REG_1)], [2, be32(key)]]];
-export const payload = (base: number, offset: number, len: number): Expr => ['payload', [[1, be32(REG_1)], [2, be32(base)], [3, be32(offset)], [4, be32(len)]]];
+export const meta = (key: number): Expr => [
+  'meta',
+  [
+    [1, be32(REG_1)],
+    [2, be32(key)],
+  ],
+];
+export const payload = (base: number, offset: number, len: number): Expr => [
+  'payload',
+  [
+    [1, be32(REG_1)],
+    [2, be32(base)],
+    [3, be32(offset)],
+    [4, be32(len)],
+  ],
+];
 /** register 1 equals these bytes */
-export const cmpEq = (data: Buffer): Expr => ['cmp', [[1, be32(REG_1)], [2, be32(0)], [3, [[1, data]]]]];
-export const drop = (): Expr => ['immediate', [[1, be32(REG_VERDICT)], [2, [[2, [[1, be32(NF_DROP)]]]]]]];
+export const cmpEq = (data: Buffer): Expr => [
+  'cmp',
+  [
+    [1, be32(REG_1)],
+    [2, be32(0)],
+    [3, [[1, data]]],
+  ],
+];
+export const drop = (): Expr => [
+  'immediate',
+  [
+    [1, be32(REG_VERDICT)],
+    [2, [[2, [[1, be32(NF_DROP)]]]]],
+  ],
+];
 
 export interface NftChain {
   name: string;
@@ -51,7 +78,14 @@ function message(type: number, flags: number, attrs: Attr[], seq: number, bare =
   const gen = Buffer.alloc(4);
   gen[0] = bare ? 0 : NFPROTO_BRIDGE;
   gen.writeUInt16BE(bare ? NFNL_SUBSYS_NFTABLES : 0, 2);
-  const { msg } = nlMessage(bare ? type : (NFNL_SUBSYS_NFTABLES << 8) | type, flags | NLM_F_REQUEST, gen, attrs, undefined, true);
+  const { msg } = nlMessage(
+    bare ? type : (NFNL_SUBSYS_NFTABLES << 8) | type,
+    flags | NLM_F_REQUEST,
+    gen,
+    attrs,
+    undefined,
+    true,
+  );
   msg.writeUInt32LE(seq, 8);
   return msg;
 }
@@ -65,7 +99,9 @@ function batch(inner: ((seq: number) => Buffer)[]): Buffer {
 
 /** A transaction that makes the table (it must not exist), its base chains (policy accept) and their rules. */
 export function newTableBatch(table: string, chains: readonly NftChain[]): Buffer {
-  const msgs: ((seq: number) => Buffer)[] = [(seq) => message(MSG.NEWTABLE, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK, [[1, cstr(table)]], seq)];
+  const msgs: ((seq: number) => Buffer)[] = [
+    (seq) => message(MSG.NEWTABLE, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK, [[1, cstr(table)]], seq),
+  ];
   for (const c of chains) {
     msgs.push((seq) =>
       message(
@@ -74,7 +110,13 @@ export function newTableBatch(table: string, chains: readonly NftChain[]): Buffe
         [
           [1, cstr(table)],
           [3, cstr(c.name)],
-          [4, [[1, be32(c.hook)], [2, be32(PRI_FILTER)]]],
+          [
+            4,
+            [
+              [1, be32(c.hook)],
+              [2, be32(PRI_FILTER)],
+            ],
+          ],
           [5, be32(1)],
           [7, cstr('filter')],
         ],
@@ -82,8 +124,25 @@ export function newTableBatch(table: string, chains: readonly NftChain[]): Buffe
       ),
     );
     for (const exprs of c.rules) {
-      const list: Attr[] = exprs.map(([name, data]) => [1, [[1, cstr(name)], [2, data]]]);
-      msgs.push((seq) => message(MSG.NEWRULE, NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, [[1, cstr(table)], [2, cstr(c.name)], [4, list]], seq));
+      const list: Attr[] = exprs.map(([name, data]) => [
+        1,
+        [
+          [1, cstr(name)],
+          [2, data],
+        ],
+      ]);
+      msgs.push((seq) =>
+        message(
+          MSG.NEWRULE,
+          NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK,
+          [
+            [1, cstr(table)],
+            [2, cstr(c.name)],
+            [4, list],
+          ],
+          seq,
+        ),
+      );
     }
   }
   return batch(msgs);

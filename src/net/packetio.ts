@@ -32,4 +32,3 @@ export class RateLimit {
     return true;
   }
 }
-

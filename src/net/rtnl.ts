@@ -2,7 +2,20 @@
 // encoded, dumps decoded, and the batch format of the addon's netlinkInNetns (native/netlink.c). Pure.
 
 /** Message types. */
-export const RTM = { NEWLINK: 16, DELLINK: 17, GETLINK: 18, NEWADDR: 20, DELADDR: 21, GETADDR: 22, NEWROUTE: 24, DELROUTE: 25, GETROUTE: 26, NEWQDISC: 36, DELQDISC: 37, NEWTFILTER: 44 } as const;
+export const RTM = {
+  NEWLINK: 16,
+  DELLINK: 17,
+  GETLINK: 18,
+  NEWADDR: 20,
+  DELADDR: 21,
+  GETADDR: 22,
+  NEWROUTE: 24,
+  DELROUTE: 25,
+  GETROUTE: 26,
+  NEWQDISC: 36,
+  DELQDISC: 37,
+  NEWTFILTER: 44,
+} as const;
 /** nlmsg_flags. */
 export const NLM_F = { DUMP: 0x300, REPLACE: 0x100, EXCL: 0x200, CREATE: 0x400 } as const;
 export const AF_INET = 2;
@@ -43,13 +56,24 @@ export const cstr = (s: string): Buffer => Buffer.concat([Buffer.from(s), Buffer
  * A request of netlinkInNetns: a netlink message with the offsets where link names' ifindexes go, a persistent tap, an
  * nf_tables transaction (its messages, batch begin to batch end), or sysctls ("name=value", written in the netns).
  */
-export type NlRequest = { msg: Buffer; fix: { offset: number; name: string }[] } | { tap: string; flags: number } | { nftBatch: Buffer } | { sysctl: readonly string[] };
+export type NlRequest =
+  | { msg: Buffer; fix: { offset: number; name: string }[] }
+  | { tap: string; flags: number }
+  | { nftBatch: Buffer }
+  | { sysctl: readonly string[] };
 
 /**
  * Builds one message: header, the fixed part (its u32 at `indexOf.at`, when given, is the ifindex of link `indexOf.name`),
  * attributes (nested ones flagged NLA_F_NESTED when `nestedFlag`, as nf_tables wants).
  */
-export function nlMessage(type: number, flags: number, fixed: Buffer, attrs: Attr[], indexOf?: { at: number; name: string }, nestedFlag = false): { msg: Buffer; fix: { offset: number; name: string }[] } {
+export function nlMessage(
+  type: number,
+  flags: number,
+  fixed: Buffer,
+  attrs: Attr[],
+  indexOf?: { at: number; name: string },
+  nestedFlag = false,
+): { msg: Buffer; fix: { offset: number; name: string }[] } {
   const fix: { offset: number; name: string }[] = [];
   if (indexOf) fix.push({ offset: NLMSG_HDRLEN + indexOf.at, name: indexOf.name });
   const parts: Buffer[] = [Buffer.alloc(NLMSG_HDRLEN), fixed, Buffer.alloc(align4(fixed.length) - fixed.length)];

@@ -50,7 +50,13 @@ function tcmsg(handle: number, parent: number, info: number): Buffer {
 
 /** `tc qdisc add|del dev DEV ingress`. */
 export function ingressQdisc(dev: string, del = false): NlRequest {
-  return nlMessage(del ? RTM.DELQDISC : RTM.NEWQDISC, del ? 0 : NLM_F.CREATE | NLM_F.EXCL, tcmsg(INGRESS_HANDLE, TC_H_INGRESS, 0), [[TCA.KIND, cstr('ingress')]], { at: 4, name: dev });
+  return nlMessage(
+    del ? RTM.DELQDISC : RTM.NEWQDISC,
+    del ? 0 : NLM_F.CREATE | NLM_F.EXCL,
+    tcmsg(INGRESS_HANDLE, TC_H_INGRESS, 0),
+    [[TCA.KIND, cstr('ingress')]],
+    { at: 4, name: dev },
+  );
 }
 
 /**
@@ -94,7 +100,18 @@ function redirectAction(to: string): Attr {
   const parms = Buffer.alloc(28);
   parms.writeInt32LE(TC_ACT_STOLEN, 8);
   parms.writeInt32LE(TCA_EGRESS_REDIR, 20);
-  return [TCA_U32.ACT, [[1, [[TCA_ACT.KIND, cstr('mirred')], [TCA_ACT.OPTIONS | NLA_F_NESTED, [[TCA_MIRRED_PARMS, { bytes: parms, at: 24, ifindexOf: to }]]]]]]];
+  return [
+    TCA_U32.ACT,
+    [
+      [
+        1,
+        [
+          [TCA_ACT.KIND, cstr('mirred')],
+          [TCA_ACT.OPTIONS | NLA_F_NESTED, [[TCA_MIRRED_PARMS, { bytes: parms, at: 24, ifindexOf: to }]]],
+        ],
+      ],
+    ],
+  ];
 }
 
 /** `tc filter add dev DEV parent ffff: prio P protocol PROTO u32 <keys> (classid C | action mirred egress redirect dev T)`. */
@@ -103,7 +120,17 @@ export function u32FilterRequest(f: U32Filter): NlRequest {
   if (proto === undefined) throw new RangeError(`unknown tc protocol ${JSON.stringify(f.protocol)}`);
   // tcm_info: the priority in the high half, the EtherType in network order in the low half
   const info = ((f.prio << 16) | (((proto & 0xff) << 8) | (proto >> 8))) >>> 0;
-  const opts: Attr[] = 'classid' in f.target ? [[TCA_U32.CLASSID, u32(f.target.classid)]] : [redirectAction(f.target.redirectTo)];
+  const opts: Attr[] =
+    'classid' in f.target ? [[TCA_U32.CLASSID, u32(f.target.classid)]] : [redirectAction(f.target.redirectTo)];
   opts.push([TCA_U32.SEL, selector(f.keys)]);
-  return nlMessage(RTM.NEWTFILTER, NLM_F.CREATE | NLM_F.EXCL, tcmsg(0, INGRESS_HANDLE, info), [[TCA.KIND, cstr('u32')], [TCA.OPTIONS, opts]], { at: 4, name: f.dev });
+  return nlMessage(
+    RTM.NEWTFILTER,
+    NLM_F.CREATE | NLM_F.EXCL,
+    tcmsg(0, INGRESS_HANDLE, info),
+    [
+      [TCA.KIND, cstr('u32')],
+      [TCA.OPTIONS, opts],
+    ],
+    { at: 4, name: f.dev },
+  );
 }

@@ -24,8 +24,26 @@ import { Phase, StepName, newRecord, type PodRecord, type Step } from '../state/
 import type { PodInterface } from '../state/types.js';
 import { observeNetns } from './exec.js';
 import { completeResult, withPodDns } from './result.js';
-import { buildCsn, cniAddStep, planContainerSide, podNetnsSteps, preparedSteps, randomLaaMac, type ContainerSidePlan } from './plan.js';
-import { StepError, bindNetns, forgetStep, recordSteps, recordStepsThenSync, runSteps, stepError, undoRecord, type StepDeps } from './steps.js';
+import {
+  buildCsn,
+  cniAddStep,
+  planContainerSide,
+  podNetnsSteps,
+  preparedSteps,
+  randomLaaMac,
+  type ContainerSidePlan,
+} from './plan.js';
+import {
+  StepError,
+  bindNetns,
+  forgetStep,
+  recordSteps,
+  recordStepsThenSync,
+  runSteps,
+  stepError,
+  undoRecord,
+  type StepDeps,
+} from './steps.js';
 import { findVfs, planVfs } from './vf.js';
 import { chooseBinding, type Binding } from './binding.js';
 import type { ObservedLink } from './types.js';
@@ -60,7 +78,14 @@ export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNe
   const t0 = performance.now();
   const lap = (what: string): void => log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, what);
   await checkKeyFree(env, req, log);
-  const rec = newRecord({ key: req.key, desc: req.desc, nsPath: req.nsPath, phase: Phase.Adding, steps: [], cniIfNames: [env.ifName] });
+  const rec = newRecord({
+    key: req.key,
+    desc: req.desc,
+    nsPath: req.nsPath,
+    phase: Phase.Adding,
+    steps: [],
+    cniIfNames: [env.ifName],
+  });
   const held: Held = { fds: [] };
   try {
     const list = await readNetwork(env);
@@ -90,11 +115,17 @@ export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNe
 async function checkKeyFree(env: PodEnv, req: AddRequest, log: Logger): Promise<void> {
   const old = env.store.read(req.key);
   if (old?.phase === Phase.Ready) {
-    throw new VmpodError(ErrorCode.Conflict, `add ${req.key}: a pod network for this key exists; release it first`, { key: req.key, op: 'add' });
+    throw new VmpodError(ErrorCode.Conflict, `add ${req.key}: a pod network for this key exists; release it first`, {
+      key: req.key,
+      op: 'add',
+    });
   }
   if (old) await finishLeftover(env, old, log, 'add');
   if (existsSync(req.nsPath)) {
-    throw new VmpodError(ErrorCode.Conflict, `add ${req.key}: netns ${req.nsPath} exists already`, { key: req.key, op: 'add' });
+    throw new VmpodError(ErrorCode.Conflict, `add ${req.key}: netns ${req.nsPath} exists already`, {
+      key: req.key,
+      op: 'add',
+    });
   }
 }
 
@@ -175,7 +206,13 @@ function recordAdd(env: PodEnv, rec: PodRecord, list: NetworkConfigList): Record
 }
 
 /** The netns made while the record's fsyncs run (a reboot takes it anyway); both are over when this returns. */
-async function makeNetns(deps: StepDeps, rec: PodRecord, netns: NetnsSource, recorded: Recorded, signal?: AbortSignal): Promise<void> {
+async function makeNetns(
+  deps: StepDeps,
+  rec: PodRecord,
+  netns: NetnsSource,
+  recorded: Recorded,
+  signal?: AbortSignal,
+): Promise<void> {
   try {
     await netns.make(deps, rec, recorded.netns, signal);
   } finally {
@@ -189,7 +226,15 @@ async function makeNetns(deps: StepDeps, rec: PodRecord, netns: NetnsSource, rec
  * thread meanwhile, as the plugins take most of an add, waiting. Both are over before anything goes on, or back. A
  * first plugin that could not be executed ran nothing: its step leaves the record, and the rollback runs no DEL.
  */
-async function runCniAdd(env: PodEnv, rec: PodRecord, list: NetworkConfigList, netns: NetnsSource, recorded: Recorded, held: Held, signal?: AbortSignal): Promise<CniResult> {
+async function runCniAdd(
+  env: PodEnv,
+  rec: PodRecord,
+  list: NetworkConfigList,
+  netns: NetnsSource,
+  recorded: Recorded,
+  held: Held,
+  signal?: AbortSignal,
+): Promise<CniResult> {
   const prepared = netns.prepare(env.deps, rec, recorded.prepared, signal).then(
     () => undefined,
     (e: unknown) => e,
@@ -225,15 +270,32 @@ interface Planned {
 }
 
 /** The netns read, the result completed from it (and the request's DNS), VFs found and planned, the plan made. */
-async function observeAndPlan(env: PodEnv, rec: PodRecord, list: NetworkConfigList, added: CniResult, log: Logger, signal?: AbortSignal): Promise<Planned> {
+async function observeAndPlan(
+  env: PodEnv,
+  rec: PodRecord,
+  list: NetworkConfigList,
+  added: CniResult,
+  log: Logger,
+  signal?: AbortSignal,
+): Promise<Planned> {
   try {
     const observed = await observeNetns(rec.nsPath, signal);
     // the request's DNS goes into the result the runtime keeps (Virtlet's), and so to DHCP after a recover
     const result = withPodDns(completeResult(added, observed, rec.nsPath), rec.desc.DNS);
     const vfs = findVfs(env.deps.sysfs, observed, result);
-    const vfSetups = env.enableSriov ? await planVfs(env.deps.sysfs, env.deps.vfLink, observed, vfs, list, log, signal) : undefined;
+    const vfSetups = env.enableSriov
+      ? await planVfs(env.deps.sysfs, env.deps.vfLink, observed, vfs, list, log, signal)
+      : undefined;
     const bindingOf = (_i: number, link: ObservedLink): Binding => chooseBinding(env.binding, link);
-    const plan = planContainerSide({ observed, result, newMac: () => randomLaaMac(), vfs: new Set(vfs.keys()), prepared: env.ifName, bindingOf, ...(vfSetups ? { vfSetups } : {}) });
+    const plan = planContainerSide({
+      observed,
+      result,
+      newMac: () => randomLaaMac(),
+      vfs: new Set(vfs.keys()),
+      prepared: env.ifName,
+      bindingOf,
+      ...(vfSetups ? { vfSetups } : {}),
+    });
     log.debug({ observed, steps: plan.steps.length }, 'container-side network planned');
     return { plan, result };
   } catch (e) {
@@ -261,7 +323,14 @@ async function applyPlan(deps: StepDeps, rec: PodRecord, planned: Planned, req: 
     const csn = buildCsn(result, rec.nsPath, plan.interfaces);
     if (plan.dhcpEarly && req.whileApplying) {
       try {
-        req.whileApplying({ key: rec.key, nsPath: rec.nsPath, csn, interfaces: plan.interfaces, fds: [], desc: rec.desc });
+        req.whileApplying({
+          key: rec.key,
+          nsPath: rec.nsPath,
+          csn,
+          interfaces: plan.interfaces,
+          fds: [],
+          desc: rec.desc,
+        });
       } catch (e) {
         throw stepError('dhcp', undefined, e);
       }
@@ -303,7 +372,14 @@ async function markReady(env: PodEnv, rec: PodRecord, applied: Applied, held: He
   rec.csn = applied.csn;
   rec.interfaces = applied.interfaces;
   env.store.write(rec, false);
-  return { key: rec.key, nsPath: rec.nsPath, csn: applied.csn, interfaces: applied.interfaces, fds: held.fds, desc: rec.desc };
+  return {
+    key: rec.key,
+    nsPath: rec.nsPath,
+    csn: applied.csn,
+    interfaces: applied.interfaces,
+    fds: held.fds,
+    desc: rec.desc,
+  };
 }
 
 /**

@@ -4,7 +4,13 @@
 // docs/operations.md says what an operator does for each. prevResultForCheck and the bridge binding's check are pure.
 import { existsSync } from 'node:fs';
 import { errorChain } from '../errors.js';
-import { supportsCheck, type CniClient, type CniResult, type NetworkConfigList, type RuntimeConf } from '../cni/index.js';
+import {
+  supportsCheck,
+  type CniClient,
+  type CniResult,
+  type NetworkConfigList,
+  type RuntimeConf,
+} from '../cni/index.js';
 import type { PodInterface } from '../state/types.js';
 import { observeNetns, type NetExec } from './exec.js';
 import { hasSandbox } from './result.js';
@@ -98,14 +104,26 @@ export function checkBridgeBinding(iface: PodInterface, ctx: { observed: Observe
   const veth = find(iface.cniName);
   const bridge = find(iface.bridgeName);
   const tap = find(iface.tapName);
-  out.push(...linksUp(ctx.observed, [[iface.cniName, 'CNI interface'], [iface.bridgeName, 'bridge'], [iface.tapName, 'tap']]));
+  out.push(
+    ...linksUp(ctx.observed, [
+      [iface.cniName, 'CNI interface'],
+      [iface.bridgeName, 'bridge'],
+      [iface.tapName, 'tap'],
+    ]),
+  );
   for (const link of [veth, tap]) {
     if (link && bridge && link.master !== iface.bridgeName) {
-      out.push({ reason: CheckReason.LinkUnbridged, detail: `${link.name} is not a port of ${iface.bridgeName} (its master: ${link.master ?? 'none'})` });
+      out.push({
+        reason: CheckReason.LinkUnbridged,
+        detail: `${link.name} is not a port of ${iface.bridgeName} (its master: ${link.master ?? 'none'})`,
+      });
     }
   }
   if (veth && iface.vethMacNew !== undefined && veth.mac.toLowerCase() !== iface.vethMacNew.toLowerCase()) {
-    out.push({ reason: CheckReason.MacMisplaced, detail: `${iface.cniName} has MAC ${veth.mac}, the plan gave it ${iface.vethMacNew}` });
+    out.push({
+      reason: CheckReason.MacMisplaced,
+      detail: `${iface.cniName} has MAC ${veth.mac}, the plan gave it ${iface.vethMacNew}`,
+    });
   }
   return out;
 }
@@ -115,16 +133,28 @@ export function checkBridgeBinding(iface: PodInterface, ctx: { observed: Observe
  * ingress filter redirecting every frame to the other (tcredirect.ts), as `tc -j filter show` lists them.
  */
 export async function checkTcRedirectBinding(iface: PodInterface, ctx: BindingCheckContext): Promise<CheckFailure[]> {
-  const out = linksUp(ctx.observed, [[iface.cniName, 'CNI interface'], [iface.tapName, 'tap']]);
+  const out = linksUp(ctx.observed, [
+    [iface.cniName, 'CNI interface'],
+    [iface.tapName, 'tap'],
+  ]);
   const cni = ctx.observed.links.find((l) => l.name === iface.cniName);
   if (cni && cni.mac.toLowerCase() !== iface.vmMac.toLowerCase()) {
-    out.push({ reason: CheckReason.MacMisplaced, detail: `${iface.cniName} has MAC ${cni.mac}, not the ${iface.vmMac} it shares with the VM` });
+    out.push({
+      reason: CheckReason.MacMisplaced,
+      detail: `${iface.cniName} has MAC ${cni.mac}, not the ${iface.vmMac} it shares with the VM`,
+    });
   }
   if (!ctx.exec || out.some((f) => f.reason === CheckReason.LinkMissing)) return out;
-  for (const [dev, to] of [[iface.cniName, iface.tapName], [iface.tapName, iface.cniName]] as const) {
+  for (const [dev, to] of [
+    [iface.cniName, iface.tapName],
+    [iface.tapName, iface.cniName],
+  ] as const) {
     const r = await ctx.exec.inNetns(ctx.nsPath, ['tc', '-j', 'filter', 'show', 'dev', dev, 'ingress']);
     if (r.exitCode !== 0 || !redirectsTo(r.stdout, to)) {
-      out.push({ reason: CheckReason.RedirectMissing, detail: `${dev} has no ingress filter redirecting its frames to ${to}${r.exitCode !== 0 ? ` (tc: ${r.stderr.trim()})` : ''}` });
+      out.push({
+        reason: CheckReason.RedirectMissing,
+        detail: `${dev} has no ingress filter redirecting its frames to ${to}${r.exitCode !== 0 ? ` (tc: ${r.stderr.trim()})` : ''}`,
+      });
     }
   }
   return out;
@@ -141,7 +171,15 @@ export function redirectsTo(tcJson: string, to: string): boolean {
   if (!Array.isArray(filters)) return false;
   return filters.some((f) => {
     const actions = (f as { options?: { actions?: unknown } }).options?.actions;
-    return Array.isArray(actions) && actions.some((a) => (a as Record<string, unknown>).kind === 'mirred' && (a as Record<string, unknown>).mirred_action === 'redirect' && (a as Record<string, unknown>).to_dev === to);
+    return (
+      Array.isArray(actions) &&
+      actions.some(
+        (a) =>
+          (a as Record<string, unknown>).kind === 'mirred' &&
+          (a as Record<string, unknown>).mirred_action === 'redirect' &&
+          (a as Record<string, unknown>).to_dev === to,
+      )
+    );
   });
 }
 
@@ -158,14 +196,20 @@ export const BINDING_CHECKS: Record<ReturnType<typeof bindingOf>, BindingCheck> 
 };
 
 /** Every interface's binding, and the VM's MACs: on no link of the pod netns (the VM's NIC holds them). */
-export async function checkLinks(interfaces: readonly PodInterface[], ctx: BindingCheckContext): Promise<CheckFailure[]> {
+export async function checkLinks(
+  interfaces: readonly PodInterface[],
+  ctx: BindingCheckContext,
+): Promise<CheckFailure[]> {
   const out: CheckFailure[] = [];
   const { observed } = ctx;
   for (const iface of interfaces) {
     out.push(...(await BINDING_CHECKS[bindingOf(iface)](iface, ctx)));
     const holder = observed.links.find((l) => l.mac.toLowerCase() === iface.vmMac.toLowerCase());
     if (holder && macMoved(iface)) {
-      out.push({ reason: CheckReason.MacMisplaced, detail: `the VM's MAC ${iface.vmMac} is on ${holder.name} in the pod netns, not only on the VM's NIC` });
+      out.push({
+        reason: CheckReason.MacMisplaced,
+        detail: `the VM's MAC ${iface.vmMac} is on ${holder.name} in the pod netns, not only on the VM's NIC`,
+      });
     }
   }
   return out;
@@ -188,13 +232,25 @@ export interface PodCheckInput {
 /** Runs every check of one pod; never throws (a check that cannot run is a check-error failure). */
 export async function checkPod(p: PodCheckInput): Promise<PodCheck> {
   const failures: CheckFailure[] = [];
-  const done = (cni: PodCheck['cni']): PodCheck => ({ key: p.key, ok: failures.length === 0, failures, cni, at: new Date().toISOString() });
+  const done = (cni: PodCheck['cni']): PodCheck => ({
+    key: p.key,
+    ok: failures.length === 0,
+    failures,
+    cni,
+    at: new Date().toISOString(),
+  });
   if (!existsSync(p.nsPath)) {
     failures.push({ reason: CheckReason.NetnsMissing, detail: `the pod netns ${p.nsPath} is gone` });
     return done('not-run');
   }
   try {
-    failures.push(...(await checkLinks(p.interfaces, { observed: await observeNetns(p.nsPath), nsPath: p.nsPath, ...(p.exec ? { exec: p.exec } : {}) })));
+    failures.push(
+      ...(await checkLinks(p.interfaces, {
+        observed: await observeNetns(p.nsPath),
+        nsPath: p.nsPath,
+        ...(p.exec ? { exec: p.exec } : {}),
+      })),
+    );
   } catch (e) {
     failures.push({ reason: CheckReason.CheckError, detail: `reading the pod netns: ${errorChain(e)}` });
   }
@@ -204,7 +260,9 @@ export async function checkPod(p: PodCheckInput): Promise<PodCheck> {
   try {
     for (const list of await p.networks()) {
       if (!supportsCheck(list)) continue;
-      const r = await p.cni.check(list, p.runtime, { prevResult: (cached) => prevResultForCheck(cached, p.interfaces) });
+      const r = await p.cni.check(list, p.runtime, {
+        prevResult: (cached) => prevResultForCheck(cached, p.interfaces),
+      });
       if (r === 'checked' || cni === 'unsupported') cni = r;
     }
   } catch (e) {

@@ -42,7 +42,8 @@ export function lineRequest(args: readonly string[]): NlRequest {
 }
 
 /** A batch line as a command, for messages. */
-export const lineText = (args: readonly string[]): string => (args[0] === 'tc' ? args.join(' ') : `ip ${args.join(' ')}`);
+export const lineText = (args: readonly string[]): string =>
+  args[0] === 'tc' ? args.join(' ') : `ip ${args.join(' ')}`;
 
 /** An errno number as its name (the kernel's answers carry the number). */
 export function errnoName(errno: number): string {
@@ -68,13 +69,29 @@ export class NetExec {
   run(file: string, args: string[], opts: RunOpts = {}): Promise<RunResult> {
     const cmd = [file, ...args].join(' ');
     return new Promise((resolve, reject) => {
-      const child = execFile(file, args, { timeout: this.timeoutMs, killSignal: 'SIGKILL', maxBuffer: OUTPUT_LIMIT_BYTES, ...(opts.signal ? { signal: opts.signal } : {}) }, (err, stdout, stderr) => {
-        if (err === null) return resolve({ exitCode: 0, stdout, stderr });
-        if (typeof err.code === 'number') return resolve({ exitCode: err.code, stdout, stderr });
-        if (err.name === 'AbortError') return reject(new VmpodError(ErrorCode.Timeout, `${cmd}: aborted`, { cause: opts.signal?.reason }));
-        if (err.killed) return reject(new VmpodError(ErrorCode.Timeout, `${cmd}: timed out after ${this.timeoutMs} ms`));
-        reject(new VmpodError(ErrorCode.Netlink, `${cmd}: ${err.signal ? `killed by ${err.signal}` : err.message}`, { cause: err }));
-      });
+      const child = execFile(
+        file,
+        args,
+        {
+          timeout: this.timeoutMs,
+          killSignal: 'SIGKILL',
+          maxBuffer: OUTPUT_LIMIT_BYTES,
+          ...(opts.signal ? { signal: opts.signal } : {}),
+        },
+        (err, stdout, stderr) => {
+          if (err === null) return resolve({ exitCode: 0, stdout, stderr });
+          if (typeof err.code === 'number') return resolve({ exitCode: err.code, stdout, stderr });
+          if (err.name === 'AbortError')
+            return reject(new VmpodError(ErrorCode.Timeout, `${cmd}: aborted`, { cause: opts.signal?.reason }));
+          if (err.killed)
+            return reject(new VmpodError(ErrorCode.Timeout, `${cmd}: timed out after ${this.timeoutMs} ms`));
+          reject(
+            new VmpodError(ErrorCode.Netlink, `${cmd}: ${err.signal ? `killed by ${err.signal}` : err.message}`, {
+              cause: err,
+            }),
+          );
+        },
+      );
       child.stdin?.on('error', () => {}); // a program that does not read its input: its exit status tells
       child.stdin?.end(opts.input);
     });
@@ -83,7 +100,8 @@ export class NetExec {
   /** One ip command; throws VmpodError(Netlink) quoting it and ip's stderr. */
   async ip(args: string[], opts: RunOpts = {}): Promise<string> {
     const r = await this.run('ip', args, opts);
-    if (r.exitCode !== 0) throw new VmpodError(ErrorCode.Netlink, `ip ${args.join(' ')}: ${r.stderr.trim() || `exit code ${r.exitCode}`}`);
+    if (r.exitCode !== 0)
+      throw new VmpodError(ErrorCode.Netlink, `ip ${args.join(' ')}: ${r.stderr.trim() || `exit code ${r.exitCode}`}`);
     return r.stdout;
   }
 
@@ -97,7 +115,8 @@ export class NetExec {
 }
 
 async function netlink(nsPath: string, reqs: NlRequest[], force: boolean, signal?: AbortSignal): Promise<NlAnswer[]> {
-  if (signal?.aborted) throw new VmpodError(ErrorCode.Timeout, `netlink in ${nsPath}: aborted`, { cause: signal.reason });
+  if (signal?.aborted)
+    throw new VmpodError(ErrorCode.Timeout, `netlink in ${nsPath}: aborted`, { cause: signal.reason });
   try {
     return decodeAnswers(await native().netlinkInNetns(nsPath, encodeBatch(reqs), force));
   } catch (e) {
@@ -113,27 +132,49 @@ export type NetlinkLine = readonly string[] | { sysctl: readonly string[] };
  * thread (no process). As `ip -batch`, it stops at the first failing line; with force (`ip -force -batch`) every line
  * runs. Returns the failed lines, each with the kernel's errno and reason.
  */
-export async function runIpLines(nsPath: string, lines: readonly NetlinkLine[], opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<BatchFailure[]> {
-  const answers = await netlink(nsPath, lines.map((l) => ('sysctl' in l ? { sysctl: l.sysctl } : lineRequest(l))), opts.force ?? false, opts.signal);
-  return answers.flatMap((a, i) => (a.errno === 0 ? [] : [{ line: i + 1, code: errnoName(Math.abs(a.errno)), message: a.text }]));
+export async function runIpLines(
+  nsPath: string,
+  lines: readonly NetlinkLine[],
+  opts: { force?: boolean; signal?: AbortSignal } = {},
+): Promise<BatchFailure[]> {
+  const answers = await netlink(
+    nsPath,
+    lines.map((l) => ('sysctl' in l ? { sysctl: l.sysctl } : lineRequest(l))),
+    opts.force ?? false,
+    opts.signal,
+  );
+  return answers.flatMap((a, i) =>
+    a.errno === 0 ? [] : [{ line: i + 1, code: errnoName(Math.abs(a.errno)), message: a.text }],
+  );
 }
 
 /** The netns's links, addresses and main-table routes, from three rtnetlink dumps in one addon call. */
 export async function observeNetns(nsPath: string, signal?: AbortSignal): Promise<Observed> {
   const answers = await netlink(nsPath, OBSERVE_REQUESTS, false, signal);
   const failed = answers.find((a) => a.errno !== 0);
-  if (failed || answers.length !== 3) throw new VmpodError(ErrorCode.Netlink, `read links and routes of ${nsPath}: ${failed?.text ?? 'no answer'}`);
+  if (failed || answers.length !== 3)
+    throw new VmpodError(ErrorCode.Netlink, `read links and routes of ${nsPath}: ${failed?.text ?? 'no answer'}`);
   return decodeObserved(answers[0]!.data, answers[1]!.data, answers[2]!.data);
 }
 
 /** Makes the filter table `table` with these rules (ebtables' words, filter.ts) in the netns, in one transaction. */
-export async function addFilterTable(nsPath: string, table: string, rules: readonly (readonly string[])[], signal?: AbortSignal): Promise<void> {
+export async function addFilterTable(
+  nsPath: string,
+  table: string,
+  rules: readonly (readonly string[])[],
+  signal?: AbortSignal,
+): Promise<void> {
   const [a] = await netlink(nsPath, [filterRequest(table, rules)], false, signal);
-  if (!a || a.errno !== 0) throw new VmpodError(ErrorCode.Netlink, `nf_tables table bridge ${table} in ${nsPath}: ${a?.text ?? 'no answer'}`);
+  if (a?.errno !== 0)
+    throw new VmpodError(ErrorCode.Netlink, `nf_tables table bridge ${table} in ${nsPath}: ${a?.text ?? 'no answer'}`);
 }
 
 /** Deletes the filter table with its chains and rules; a table that is not there is "already undone" (ENOENT). */
 export async function deleteFilterTable(nsPath: string, table: string): Promise<void> {
   const [a] = await netlink(nsPath, [filterDelRequest(table)], false);
-  if (!a || (a.errno !== 0 && !isAlreadyUndone(errnoName(Math.abs(a.errno))))) throw new VmpodError(ErrorCode.Netlink, `delete nf_tables table bridge ${table} in ${nsPath}: ${a?.text ?? 'no answer'}`);
+  if (!a || (a.errno !== 0 && !isAlreadyUndone(errnoName(Math.abs(a.errno)))))
+    throw new VmpodError(
+      ErrorCode.Netlink,
+      `delete nf_tables table bridge ${table} in ${nsPath}: ${a?.text ?? 'no answer'}`,
+    );
 }

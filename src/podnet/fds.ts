@@ -29,7 +29,12 @@ export interface OpenFdsOptions {
  * and meanwhile the tap is attached and TUNSETIFF answers EBUSY. Nothing else can hold a tap of a netns made for this
  * add, so EBUSY is waited out. On a failure the fds already opened are closed.
  */
-export async function openFds(nsPath: string, interfaces: PodInterface[], log: Logger, opts: OpenFdsOptions = {}): Promise<number[]> {
+export async function openFds(
+  nsPath: string,
+  interfaces: PodInterface[],
+  log: Logger,
+  opts: OpenFdsOptions = {},
+): Promise<number[]> {
   const fds: number[] = [];
   try {
     for (const i of interfaces) fds.push(i.type === 'vf' ? openNull(i) : await openTap(nsPath, i, log, opts));
@@ -62,11 +67,19 @@ export interface QueueSource {
  * our own fd as the first queue, then new opens of the tap, each a new queue of it), one (a dup) for a single-queue tap
  * or a VF. queueFdIndices[i]: interface i's places in the fd list.
  */
-export async function queueFds(st: QueueSource, queues: number, log: Logger): Promise<{ fds: number[]; queueFdIndices: number[][] }> {
+export async function queueFds(
+  st: QueueSource,
+  queues: number,
+  log: Logger,
+): Promise<{ fds: number[]; queueFdIndices: number[][] }> {
   const counts = st.interfaces.map((i) => (i.type === 'tap' && i.multiQueue === true ? queues : 1));
   const total = counts.reduce((a, b) => a + b, 0);
   if (total > MAX_FDS) {
-    throw new VmpodError(ErrorCode.BadRequest, `get: ${queues} queues on each of ${counts.filter((c) => c > 1).length} taps need ${total} fds; one reply carries at most ${MAX_FDS}`, { op: 'get' });
+    throw new VmpodError(
+      ErrorCode.BadRequest,
+      `get: ${queues} queues on each of ${counts.filter((c) => c > 1).length} taps need ${total} fds; one reply carries at most ${MAX_FDS}`,
+      { op: 'get' },
+    );
   }
   const fds: number[] = [];
   const queueFdIndices: number[][] = [];
@@ -124,7 +137,11 @@ async function openTap(nsPath: string, i: PodInterface, log: Logger, opts: OpenF
   let flipped = false;
   for (let n = 0; ; n++) {
     try {
-      return await native().openTap(nsPath, tapName, { ...tapOpts(i), offLoop: opts.offLoop === true, exclusive: opts.exclusive === true });
+      return await native().openTap(nsPath, tapName, {
+        ...tapOpts(i),
+        offLoop: opts.offLoop === true,
+        exclusive: opts.exclusive === true,
+      });
     } catch (e) {
       if (!flipped && errnoOf(e) === 'EINVAL') {
         flipped = true;
@@ -135,7 +152,10 @@ async function openTap(nsPath: string, i: PodInterface, log: Logger, opts: OpenF
       if (flipped && errnoOf(e) === 'EINVAL') i.multiQueue = i.multiQueue !== true; // neither kind: as recorded
       const ms = opts.justMade === true ? NEW_TAP_BUSY_WAITS_MS[n] : undefined;
       if (!isBusy(e) || ms === undefined) throw tapError(nsPath, tapName, e);
-      log.debug({ nsPath, waitMs: ms }, 'a new tap is busy (a process forked meanwhile still holds the fd that made it): waiting');
+      log.debug(
+        { nsPath, waitMs: ms },
+        'a new tap is busy (a process forked meanwhile still holds the fd that made it): waiting',
+      );
       await new Promise((r) => setTimeout(r, ms));
     }
   }
@@ -160,7 +180,9 @@ export async function closeFds(fds: number[], log: Logger, opts: { offLoop?: boo
     }
     return;
   }
-  await Promise.all(all.map((fd) => new Promise<void>((resolve) => close(fd, (e) => (e ? failed(e, fd) : undefined, resolve())))));
+  await Promise.all(
+    all.map((fd) => new Promise<void>((resolve) => close(fd, (e) => (e ? failed(e, fd) : undefined, resolve())))),
+  );
 }
 
 /**

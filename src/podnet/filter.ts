@@ -3,7 +3,19 @@
 // in one transaction by the addon (no ebtables process). Only the forms the planner writes are known; any other rule
 // is an Internal error. Pure.
 import { ErrorCode, VmpodError } from '../errors.js';
-import { BRIDGE_HOOKS, META_KEY, PAYLOAD_BASE, cmpEq, delTableBatch, drop, meta, newTableBatch, payload, type Expr, type NftChain } from '../net/nft.js';
+import {
+  BRIDGE_HOOKS,
+  META_KEY,
+  PAYLOAD_BASE,
+  cmpEq,
+  delTableBatch,
+  drop,
+  meta,
+  newTableBatch,
+  payload,
+  type Expr,
+  type NftChain,
+} from '../net/nft.js';
 import { cstr, type NlRequest } from '../net/rtnl.js';
 
 const ETHER_TYPES: Record<string, number> = { IPv4: 0x0800, IPv6: 0x86dd };
@@ -29,9 +41,12 @@ export function ruleExprs(rule: readonly string[]): { chain: keyof typeof BRIDGE
     const [k, v] = [rest[i], rest[i + 1]];
     if (v === undefined) throw bad(rule, `${k} without a value`);
     if (k === '-p' && ETHER_TYPES[v] !== undefined) exprs.push(meta(META_KEY.PROTOCOL), cmpEq(be16(ETHER_TYPES[v])));
-    else if ((k === '--ip-proto' || k === '--ip6-proto') && L4_PROTOS[v] !== undefined) exprs.push(meta(META_KEY.L4PROTO), cmpEq(Buffer.from([L4_PROTOS[v]])));
-    else if ((k === '--ip-dport' || k === '--ip6-dport') && /^\d+$/.test(v) && Number(v) < 65536) exprs.push(payload(PAYLOAD_BASE.TRANSPORT, 2, 2), cmpEq(be16(Number(v))));
-    else if (k === '--ip6-icmp-type' && ICMP6_TYPES[v] !== undefined) exprs.push(payload(PAYLOAD_BASE.TRANSPORT, 0, 1), cmpEq(Buffer.from([ICMP6_TYPES[v]])));
+    else if ((k === '--ip-proto' || k === '--ip6-proto') && L4_PROTOS[v] !== undefined)
+      exprs.push(meta(META_KEY.L4PROTO), cmpEq(Buffer.from([L4_PROTOS[v]])));
+    else if ((k === '--ip-dport' || k === '--ip6-dport') && /^\d+$/.test(v) && Number(v) < 65536)
+      exprs.push(payload(PAYLOAD_BASE.TRANSPORT, 2, 2), cmpEq(be16(Number(v))));
+    else if (k === '--ip6-icmp-type' && ICMP6_TYPES[v] !== undefined)
+      exprs.push(payload(PAYLOAD_BASE.TRANSPORT, 0, 1), cmpEq(Buffer.from([ICMP6_TYPES[v]])));
     else if (k === '-j' && v === 'DROP' && i === rest.length - 2) exprs.push(drop());
     else throw bad(rule, `unknown ${k} ${v}`);
   }
@@ -59,7 +74,11 @@ export function filterRequest(table: string, rules: readonly (readonly string[])
 }
 
 function buildFilterRequest(table: string, rules: readonly (readonly string[])[]): NlRequest {
-  const chains: NftChain[] = (['INPUT', 'FORWARD', 'OUTPUT'] as const).map((name) => ({ name, hook: BRIDGE_HOOKS[name], rules: [] }));
+  const chains: NftChain[] = (['INPUT', 'FORWARD', 'OUTPUT'] as const).map((name) => ({
+    name,
+    hook: BRIDGE_HOOKS[name],
+    rules: [],
+  }));
   for (const r of rules) {
     const { chain, exprs } = ruleExprs(r);
     chains.find((c) => c.name === chain)!.rules.push(exprs);

@@ -5,7 +5,23 @@ import { ErrorCode, VmpodError } from '../errors.js';
 import { ipToBytes, isIpv4 } from '../net/ip.js';
 import { parseIpv6 } from '../net/ipv6.js';
 import { macBytes } from '../net/ipv6.js';
-import { AF_INET, AF_INET6, IFF_MULTI_QUEUE, IFF_NO_PI, IFF_TAP, IFF_UP, IFF_VNET_HDR, NLM_F, RTM, cstr, nlMessage, u32, u8, type Attr, type NlRequest } from '../net/rtnl.js';
+import {
+  AF_INET,
+  AF_INET6,
+  IFF_MULTI_QUEUE,
+  IFF_NO_PI,
+  IFF_TAP,
+  IFF_UP,
+  IFF_VNET_HDR,
+  NLM_F,
+  RTM,
+  cstr,
+  nlMessage,
+  u32,
+  u8,
+  type Attr,
+  type NlRequest,
+} from '../net/rtnl.js';
 
 const IFLA = { ADDRESS: 1, IFNAME: 3, MTU: 4, MASTER: 10, LINKINFO: 18, AF_SPEC: 26 } as const;
 const IFLA_INFO = { KIND: 1, DATA: 2 } as const;
@@ -19,7 +35,30 @@ const RT_TABLE_MAIN = 254;
 const RTN_UNICAST = 1;
 
 /** iproute2's names of route protocols and scopes (/etc/iproute2/rt_protos, rt_scopes); numbers are shown as numbers. */
-export const RT_PROTOS: Record<number, string> = { 0: 'unspec', 1: 'redirect', 2: 'kernel', 3: 'boot', 4: 'static', 8: 'gated', 9: 'ra', 10: 'mrt', 11: 'zebra', 12: 'bird', 13: 'dnrouted', 14: 'xorp', 15: 'ntk', 16: 'dhcp', 18: 'keepalived', 42: 'babel', 99: 'openr', 186: 'bgp', 187: 'isis', 188: 'ospf', 189: 'rip', 192: 'eigrp' };
+export const RT_PROTOS: Record<number, string> = {
+  0: 'unspec',
+  1: 'redirect',
+  2: 'kernel',
+  3: 'boot',
+  4: 'static',
+  8: 'gated',
+  9: 'ra',
+  10: 'mrt',
+  11: 'zebra',
+  12: 'bird',
+  13: 'dnrouted',
+  14: 'xorp',
+  15: 'ntk',
+  16: 'dhcp',
+  18: 'keepalived',
+  42: 'babel',
+  99: 'openr',
+  186: 'bgp',
+  187: 'isis',
+  188: 'ospf',
+  189: 'rip',
+  192: 'eigrp',
+};
 export const RT_SCOPES: Record<number, string> = { 0: 'global', 200: 'site', 253: 'link', 254: 'host', 255: 'nowhere' };
 const byName = (table: Record<number, string>, what: string, s: string): number => {
   for (const [n, name] of Object.entries(table)) if (name === s) return Number(n);
@@ -28,7 +67,7 @@ const byName = (table: Record<number, string>, what: string, s: string): number 
 };
 
 function bad(why: string, args?: readonly string[]): VmpodError {
-  return new VmpodError(ErrorCode.Internal, `ip ${args ? args.join(' ') + ': ' : ''}${why}`);
+  return new VmpodError(ErrorCode.Internal, `ip ${args ? `${args.join(' ')}: ` : ''}${why}`);
 }
 
 function addrBytes(s: string): Buffer {
@@ -40,16 +79,25 @@ function addrBytes(s: string): Buffer {
 
 /** "a/p", "a" (a host) or "default" (IPv4 unless the line says otherwise). */
 function prefix(s: string, v6Default = false): { family: number; bytes: Buffer; len: number } {
-  if (s === 'default') return v6Default ? { family: AF_INET6, bytes: Buffer.alloc(16), len: 0 } : { family: AF_INET, bytes: Buffer.alloc(4), len: 0 };
+  if (s === 'default')
+    return v6Default
+      ? { family: AF_INET6, bytes: Buffer.alloc(16), len: 0 }
+      : { family: AF_INET, bytes: Buffer.alloc(4), len: 0 };
   const [a, p] = s.split('/');
   const bytes = addrBytes(a ?? '');
   const len = p === undefined ? bytes.length * 8 : Number(p);
-  if (!Number.isInteger(len) || len < 0 || len > bytes.length * 8) throw bad(`bad prefix length in ${JSON.stringify(s)}`);
+  if (!Number.isInteger(len) || len < 0 || len > bytes.length * 8)
+    throw bad(`bad prefix length in ${JSON.stringify(s)}`);
   return { family: bytes.length === 4 ? AF_INET : AF_INET6, bytes, len };
 }
 
 /** Reads "key value" pairs and bare words of a line from `from` on. */
-function options(args: readonly string[], from: number, valued: readonly string[], words: readonly string[]): Map<string, string> {
+function options(
+  args: readonly string[],
+  from: number,
+  valued: readonly string[],
+  words: readonly string[],
+): Map<string, string> {
   const out = new Map<string, string>();
   for (let i = from; i < args.length; i++) {
     const k = args[i]!;
@@ -91,7 +139,10 @@ function linkAdd(args: readonly string[]): NlRequest {
   if (o.has('address')) attrs.push([IFLA.ADDRESS, macBytes(o.get('address')!)]);
   if (o.has('mtu')) attrs.push([IFLA.MTU, u32(Number(o.get('mtu')))]);
   const data: Attr[] = o.has('ageing_time') ? [[IFLA_BR_AGEING_TIME, u32(Number(o.get('ageing_time')))]] : [];
-  attrs.push([IFLA.LINKINFO, [[IFLA_INFO.KIND, cstr('bridge')], ...(data.length ? [[IFLA_INFO.DATA, data] as Attr] : [])]]);
+  attrs.push([
+    IFLA.LINKINFO,
+    [[IFLA_INFO.KIND, cstr('bridge')], ...(data.length ? [[IFLA_INFO.DATA, data] as Attr] : [])],
+  ]);
   return nlMessage(RTM.NEWLINK, NLM_F.CREATE | NLM_F.EXCL, ifinfo(), attrs);
 }
 
@@ -106,7 +157,11 @@ function addr(args: readonly string[]): NlRequest {
   fixed[1] = p.len;
   fixed[2] = o.has('nodad') ? IFA_F_NODAD : 0;
   // as iproute2: a scope given is sent; on add, 127/8 is host scope, the rest global (the kernel scopes IPv6 itself)
-  fixed[3] = o.has('scope') ? byName(RT_SCOPES, 'scope', o.get('scope')!) : verb !== 'del' && p.family === AF_INET && p.bytes[0] === 127 ? 254 : 0;
+  fixed[3] = o.has('scope')
+    ? byName(RT_SCOPES, 'scope', o.get('scope')!)
+    : verb !== 'del' && p.family === AF_INET && p.bytes[0] === 127
+      ? 254
+      : 0;
   const attrs: Attr[] = [
     [IFA.LOCAL, p.bytes],
     [IFA.ADDRESS, p.bytes],
@@ -129,7 +184,13 @@ function route(args: readonly string[]): NlRequest {
   // iproute2's defaults: add/replace is proto boot, unicast, universe scope (link scope when there is no gateway, IPv4);
   // del matches any protocol and type, scope nowhere (any)
   fixed[5] = o.has('proto') ? byName(RT_PROTOS, 'protocol', o.get('proto')!) : del ? 0 : 3;
-  fixed[6] = o.has('scope') ? byName(RT_SCOPES, 'scope', o.get('scope')!) : del ? 255 : dst.family === AF_INET && !via ? 253 : 0;
+  fixed[6] = o.has('scope')
+    ? byName(RT_SCOPES, 'scope', o.get('scope')!)
+    : del
+      ? 255
+      : dst.family === AF_INET && !via
+        ? 253
+        : 0;
   fixed[7] = del ? 0 : RTN_UNICAST;
   fixed.writeUInt32LE(o.has('onlink') ? 4 : 0, 8);
   const attrs: Attr[] = [];
@@ -146,12 +207,27 @@ export function ipRequest(args: readonly string[]): NlRequest {
   const [obj, verb] = args;
   if (obj === 'link' && verb === 'set' && args[2] === 'dev' && args.length > 4) return linkSet(args);
   if (obj === 'link' && verb === 'add') return linkAdd(args);
-  if (obj === 'link' && verb === 'del' && args[2] === 'dev' && args.length === 4) return nlMessage(RTM.DELLINK, 0, ifinfo(), [], { at: 4, name: args[3]! });
-  if (obj === 'tuntap' && verb === 'add' && args[2] === 'dev' && args[4] === 'mode' && args[5] === 'tap' && args.length <= 8) {
+  if (obj === 'link' && verb === 'del' && args[2] === 'dev' && args.length === 4)
+    return nlMessage(RTM.DELLINK, 0, ifinfo(), [], { at: 4, name: args[3]! });
+  if (
+    obj === 'tuntap' &&
+    verb === 'add' &&
+    args[2] === 'dev' &&
+    args[4] === 'mode' &&
+    args[5] === 'tap' &&
+    args.length <= 8
+  ) {
     const opts = args.slice(6);
     const unknown = opts.find((o) => o !== 'vnet_hdr' && o !== 'multi_queue');
     if (unknown !== undefined) throw bad(`unknown option ${JSON.stringify(unknown)}`, args);
-    return { tap: args[3]!, flags: IFF_TAP | IFF_NO_PI | (opts.includes('vnet_hdr') ? IFF_VNET_HDR : 0) | (opts.includes('multi_queue') ? IFF_MULTI_QUEUE : 0) };
+    return {
+      tap: args[3]!,
+      flags:
+        IFF_TAP |
+        IFF_NO_PI |
+        (opts.includes('vnet_hdr') ? IFF_VNET_HDR : 0) |
+        (opts.includes('multi_queue') ? IFF_MULTI_QUEUE : 0),
+    };
   }
   if (obj === 'addr' && (verb === 'add' || verb === 'del' || verb === 'replace') && args.length > 3) return addr(args);
   if (obj === 'route' && (verb === 'del' || verb === 'replace') && args.length > 3) return route(args);

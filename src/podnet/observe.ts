@@ -1,16 +1,47 @@
 // What the kernel shows of a netns (links with their addresses, the main table's routes), read from rtnetlink dumps
 // into the shape `ip -j -d` gives (types.ts): the same names, the same values. Pure.
-import { AF_INET, AF_INET6, IFF_UP, RTM, attrString, dumpRequest, parseAttrs, parseMessages, type NlRequest } from '../net/rtnl.js';
+import {
+  AF_INET,
+  AF_INET6,
+  IFF_UP,
+  RTM,
+  attrString,
+  dumpRequest,
+  parseAttrs,
+  parseMessages,
+  type NlRequest,
+} from '../net/rtnl.js';
 import { bytesToIp } from '../net/ip.js';
 import { formatIpv6 } from '../net/ipv6.js';
 import { RT_PROTOS, RT_SCOPES } from './iplines.js';
 import type { Observed, ObservedAddr, ObservedLink, ObservedRoute } from './types.js';
 
-const IFLA = { ADDRESS: 1, IFNAME: 3, MTU: 4, MASTER: 10, LINKINFO: 18, PARENT_DEV_NAME: 56, PARENT_DEV_BUS_NAME: 57 } as const;
+const IFLA = {
+  ADDRESS: 1,
+  IFNAME: 3,
+  MTU: 4,
+  MASTER: 10,
+  LINKINFO: 18,
+  PARENT_DEV_NAME: 56,
+  PARENT_DEV_BUS_NAME: 57,
+} as const;
 const IFA = { ADDRESS: 1, LOCAL: 2, BROADCAST: 4 } as const;
 const RTA = { DST: 1, OIF: 4, GATEWAY: 5, PRIORITY: 6, PREFSRC: 7, TABLE: 15 } as const;
 const RT_TABLE_MAIN = 254;
-const RTN_TYPES = ['unspec', 'unicast', 'local', 'broadcast', 'anycast', 'multicast', 'blackhole', 'unreachable', 'prohibit', 'throw', 'nat', 'xresolve'];
+const RTN_TYPES = [
+  'unspec',
+  'unicast',
+  'local',
+  'broadcast',
+  'anycast',
+  'multicast',
+  'blackhole',
+  'unreachable',
+  'prohibit',
+  'throw',
+  'nat',
+  'xresolve',
+];
 /** rtm_flags as iproute2 names them, in its order */
 const ROUTE_FLAGS: [number, string][] = [
   [1, 'dead'],
@@ -24,7 +55,11 @@ const ROUTE_FLAGS: [number, string][] = [
 ];
 
 /** The dumps observe asks for, in order: links, addresses, routes (IPv4 and IPv6). */
-export const OBSERVE_REQUESTS: NlRequest[] = [dumpRequest(RTM.GETLINK, 16), dumpRequest(RTM.GETADDR, 8), dumpRequest(RTM.GETROUTE, 12)];
+export const OBSERVE_REQUESTS: NlRequest[] = [
+  dumpRequest(RTM.GETLINK, 16),
+  dumpRequest(RTM.GETADDR, 8),
+  dumpRequest(RTM.GETROUTE, 12),
+];
 
 const name = (n: number, table: Record<number, string>): string => table[n] ?? String(n);
 const ipOf = (b: Buffer): string => (b.length === 4 ? bytesToIp(b) : formatIpv6(b));

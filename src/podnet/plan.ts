@@ -36,7 +36,16 @@ import { InterfaceType } from '../protocol/payloads.js';
 import { macToBase64, parseMac } from '../protocol/mac.js';
 import { StepName, type Op, type Step } from '../state/record.js';
 import type { VfSetupRecord } from '../devices/vf.js';
-import { BRIDGE_IP, BRIDGE_PREFIX, bridgeName, tapName, type Observed, type ObservedAddr, type ObservedLink, type ObservedRoute } from './types.js';
+import {
+  BRIDGE_IP,
+  BRIDGE_PREFIX,
+  bridgeName,
+  tapName,
+  type Observed,
+  type ObservedAddr,
+  type ObservedLink,
+  type ObservedRoute,
+} from './types.js';
 import type { PodInterface } from '../state/types.js';
 import { hasSandbox, nonKernelRoutes } from './result.js';
 import { guestFromCni, type Lease6 } from '../dhcp/lease.js';
@@ -109,7 +118,12 @@ export function podNetnsSteps(name: string): Step[] {
 /** CNI DEL must also follow a failed ADD (CNI spec), so the undo is recorded before ADD runs. */
 /** CNI ADD of `ifName`; `config` (the list's bytes, base64) is what its DEL runs with (see Op cni-del). */
 export function cniAddStep(ifName: string, config?: string): Step {
-  return { name: StepName.CniAdd, target: ifName, do: [{ op: 'cni-add', ifName }], undo: [{ op: 'cni-del', ifName, ...(config === undefined ? {} : { config }) }] };
+  return {
+    name: StepName.CniAdd,
+    target: ifName,
+    do: [{ op: 'cni-add', ifName }],
+    undo: [{ op: 'cni-del', ifName, ...(config === undefined ? {} : { config }) }],
+  };
 }
 
 export function loUpStep(): Step {
@@ -122,7 +136,15 @@ function dstArg(r: ObservedRoute, v6: boolean): string {
 }
 
 function routeDel(r: ObservedRoute, dev: string, v6 = false): string[] {
-  return ['route', 'del', dstArg(r, v6), ...(r.gateway ? ['via', r.gateway] : []), 'dev', dev, ...(r.metric !== undefined ? ['metric', String(r.metric)] : [])];
+  return [
+    'route',
+    'del',
+    dstArg(r, v6),
+    ...(r.gateway ? ['via', r.gateway] : []),
+    'dev',
+    dev,
+    ...(r.metric !== undefined ? ['metric', String(r.metric)] : []),
+  ];
 }
 
 function routeRestore(r: ObservedRoute, dev: string, v6 = false): string[] {
@@ -142,7 +164,16 @@ function routeRestore(r: ObservedRoute, dev: string, v6 = false): string[] {
 }
 
 function addrRestore(a: ObservedAddr, dev: string, v6 = false): string[] {
-  return ['addr', 'replace', `${a.local}/${a.prefixlen}`, ...(a.broadcast ? ['broadcast', a.broadcast] : []), ...(a.scope && a.scope !== 'global' ? ['scope', a.scope] : []), 'dev', dev, ...(v6 ? ['nodad'] : [])];
+  return [
+    'addr',
+    'replace',
+    `${a.local}/${a.prefixlen}`,
+    ...(a.broadcast ? ['broadcast', a.broadcast] : []),
+    ...(a.scope && a.scope !== 'global' ? ['scope', a.scope] : []),
+    'dev',
+    dev,
+    ...(v6 ? ['nodad'] : []),
+  ];
 }
 
 /**
@@ -190,7 +221,8 @@ export function dhcp6FilterRules(veth: string, tap: string): string[][] {
 /** The IPv6 lease a tap interface serves, undefined when the result gives it no IPv6 (validated: throws Config). */
 export function lease6Of(result: CniResult, index: number, mac: string): Lease6 | undefined {
   const one = result.interfaces.length <= 1;
-  if (!result.ips.some((e) => e.address.includes(':') && (e.interface ?? (one ? index : 0)) === index)) return undefined;
+  if (!result.ips.some((e) => e.address.includes(':') && (e.interface ?? (one ? index : 0)) === index))
+    return undefined;
   return guestFromCni({ result, ifIndex: index, mac }).v6;
 }
 
@@ -211,16 +243,22 @@ export interface ContainerSidePlanInput {
 }
 
 /** What to tell when a VF shows up and SR-IOV support is off. */
-export const SRIOV_DISABLED_HINT = 'SR-IOV support is not enabled (tapmanager --enable-sriov, env VIRTLET_SRIOV_SUPPORT=true)';
+export const SRIOV_DISABLED_HINT =
+  'SR-IOV support is not enabled (tapmanager --enable-sriov, env VIRTLET_SRIOV_SUPPORT=true)';
 
 /** The one step of a VF: the record (planVfSetup) turned into ops. Undo ops run in the order listed. */
 export function vfSetupStep(rec: VfSetupRecord): Step {
   const undo: Op[] = [
-    { op: 'vf-restore-driver', address: rec.address, ...(rec.originalDriver !== undefined ? { driver: rec.originalDriver } : {}) },
+    {
+      op: 'vf-restore-driver',
+      address: rec.address,
+      ...(rec.originalDriver !== undefined ? { driver: rec.originalDriver } : {}),
+    },
     { op: 'vf-link', pf: rec.pfIfname, vf: rec.vfIndex, mac: rec.originalMac, vlan: rec.originalVlan },
   ];
   // a VF that was on vfio-pci (or on no driver) had no netdev, and none comes back
-  if (rec.originalDriver !== undefined && rec.originalDriver !== 'vfio-pci') undo.push({ op: 'vf-netdev-return', address: rec.address, name: rec.ifname });
+  if (rec.originalDriver !== undefined && rec.originalDriver !== 'vfio-pci')
+    undo.push({ op: 'vf-netdev-return', address: rec.address, name: rec.ifname });
   return {
     name: StepName.VfSetup,
     target: rec.ifname,
@@ -260,7 +298,10 @@ function bridgeStep(br: string, mtu?: string, v6?: { mac: string; ip6: string })
           ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br),
           ip('addr', 'add', `${v6.ip6}/64`, 'dev', br, 'nodad'),
         ]
-      : [ip('link', 'add', 'name', br, ...mtuArgs, 'type', 'bridge', 'ageing_time', '0'), ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br)],
+      : [
+          ip('link', 'add', 'name', br, ...mtuArgs, 'type', 'bridge', 'ageing_time', '0'),
+          ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', br),
+        ],
     undo: [{ ...ip('link', 'del', 'dev', br), withNetns: true }],
   };
 }
@@ -274,7 +315,10 @@ function tapStep(tap: string, mtu?: string): Step {
   return {
     name: StepName.Tap,
     target: tap,
-    do: [ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr', 'multi_queue'), ...(mtu === undefined ? [] : [ip('link', 'set', 'dev', tap, 'mtu', mtu)])],
+    do: [
+      ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr', 'multi_queue'),
+      ...(mtu === undefined ? [] : [ip('link', 'set', 'dev', tap, 'mtu', mtu)]),
+    ],
     undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
   };
 }
@@ -286,7 +330,12 @@ function tapStep(tap: string, mtu?: string): Step {
  */
 function dhcpFilterStep(veth: string, tap: string): Step {
   const table = filterTable(veth);
-  return { name: StepName.DhcpFilter, target: veth, do: [{ op: 'nft', table, rules: [...dhcpFilterRules(veth), ...dhcp6FilterRules(veth, tap)] }], undo: [{ op: 'nft-del', table, withNetns: true }] };
+  return {
+    name: StepName.DhcpFilter,
+    target: veth,
+    do: [{ op: 'nft', table, rules: [...dhcpFilterRules(veth), ...dhcp6FilterRules(veth, tap)] }],
+    undo: [{ op: 'nft-del', table, withNetns: true }],
+  };
 }
 
 /**
@@ -308,7 +357,11 @@ export function dropPreparedStep(veth: string): Step {
   return {
     name: StepName.DropPrepared,
     target: bridgeName(0),
-    do: [ip('link', 'del', 'dev', bridgeName(0)), ip('link', 'del', 'dev', tapName(0)), { op: 'nft-del', table: filterTable(veth) }],
+    do: [
+      ip('link', 'del', 'dev', bridgeName(0)),
+      ip('link', 'del', 'dev', tapName(0)),
+      { op: 'nft-del', table: filterTable(veth) },
+    ],
     undo: [],
   };
 }
@@ -335,7 +388,13 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
   const bindingOf = input.bindingOf ?? ((_i: number, link: ObservedLink) => chooseBinding('auto', link));
   // the prepared bridge and filter are the bridge binding's: a tc-redirect interface 0 has them deleted first
   const firstLinks: LinksMade =
-    input.prepared !== undefined && first?.name === input.prepared && !input.vfs?.has(first.name) && firstLink !== undefined && bindingOf(0, firstLink) === Binding.Bridge ? 'prepared' : 'new';
+    input.prepared !== undefined &&
+    first?.name === input.prepared &&
+    !input.vfs?.has(first.name) &&
+    firstLink !== undefined &&
+    bindingOf(0, firstLink) === Binding.Bridge
+      ? 'prepared'
+      : 'new';
   const steps = planStart(input, firstLinks);
   const interfaces: PodInterface[] = [];
   const names = new Set(observed.links.map((l) => l.name));
@@ -347,9 +406,15 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     const i = ordinal++;
     const link = observed.links.find((l) => l.name === ci.name);
     if (!link) {
-      throw new VmpodError(ErrorCode.Netlink, `the CNI result names interface ${ci.name} in the pod netns, but the netns has no such link (links: ${[...names].join(', ')})`, { op: 'plan' });
+      throw new VmpodError(
+        ErrorCode.Netlink,
+        `the CNI result names interface ${ci.name} in the pod netns, but the netns has no such link (links: ${[...names].join(', ')})`,
+        { op: 'plan' },
+      );
     }
-    const one = input.vfs?.has(link.name) ? planVf(input, link, index) : planTap(input, link, index, i, i === 0 ? firstLinks : 'new', names, bindingOf(i, link));
+    const one = input.vfs?.has(link.name)
+      ? planVf(input, link, index)
+      : planTap(input, link, index, i, i === 0 ? firstLinks : 'new', names, bindingOf(i, link));
     steps.push(...one.steps);
     interfaces.push(one.iface);
   });
@@ -357,7 +422,8 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     throw new VmpodError(ErrorCode.Cni, 'the CNI result has no interface in the pod netns', { op: 'plan' });
   }
   const taps = interfaces.filter((i) => i.type === 'tap');
-  const dhcpEarly = firstLinks === 'prepared' && taps.every((i) => i.bridgeName === bridgeName(0) && i.bridgeIp6 === undefined);
+  const dhcpEarly =
+    firstLinks === 'prepared' && taps.every((i) => i.bridgeName === bridgeName(0) && i.bridgeIp6 === undefined);
   return { interfaces, steps, dhcpEarly };
 }
 
@@ -375,21 +441,56 @@ function planStart(input: ContainerSidePlanInput, firstLinks: LinksMade): Step[]
 }
 
 /** A VF gets no bridge or tap: it is bound to vfio-pci and passed through to the VM by its PCI address. */
-function planVf(input: ContainerSidePlanInput, link: ObservedLink, index: number): { steps: Step[]; iface: PodInterface } {
+function planVf(
+  input: ContainerSidePlanInput,
+  link: ObservedLink,
+  index: number,
+): { steps: Step[]; iface: PodInterface } {
   const vf = input.vfSetups?.get(link.name);
-  if (!vf) throw new VmpodError(ErrorCode.Device, `interface ${link.name} is an SR-IOV VF; ${SRIOV_DISABLED_HINT}`, { op: 'plan' });
-  const iface: PodInterface = { index, cniName: link.name, type: 'vf', vmMac: vf.mac, mtu: link.mtu, tapName: '', bridgeName: '', bridgeIp: '', pciAddress: vf.address, vlanId: vf.vlan, vf };
+  if (!vf)
+    throw new VmpodError(ErrorCode.Device, `interface ${link.name} is an SR-IOV VF; ${SRIOV_DISABLED_HINT}`, {
+      op: 'plan',
+    });
+  const iface: PodInterface = {
+    index,
+    cniName: link.name,
+    type: 'vf',
+    vmMac: vf.mac,
+    mtu: link.mtu,
+    tapName: '',
+    bridgeName: '',
+    bridgeIp: '',
+    pciAddress: vf.address,
+    vlanId: vf.vlan,
+    vf,
+  };
   return { steps: [vfSetupStep(vf)], iface };
 }
 
 /** Interface ordinal i (result index `index`) becomes veth + br<i> + tap<i>. */
-function planTap(input: ContainerSidePlanInput, link: ObservedLink, index: number, i: number, made: LinksMade, names: ReadonlySet<string>, binding: Binding): { steps: Step[]; iface: PodInterface } {
+function planTap(
+  input: ContainerSidePlanInput,
+  link: ObservedLink,
+  index: number,
+  i: number,
+  made: LinksMade,
+  names: ReadonlySet<string>,
+  binding: Binding,
+): { steps: Step[]; iface: PodInterface } {
   const tap = tapName(i);
   const br = bridgeName(i);
   for (const n of [tap, br]) {
-    if (names.has(n)) throw new VmpodError(ErrorCode.Conflict, `the pod netns already has a link named ${n}; it is reserved for the VM's interface ${i}`, { op: 'plan' });
+    if (names.has(n))
+      throw new VmpodError(
+        ErrorCode.Conflict,
+        `the pod netns already has a link named ${n}; it is reserved for the VM's interface ${i}`,
+        { op: 'plan' },
+      );
   }
-  if (Buffer.byteLength(link.name) > MAX_IFNAME) throw new VmpodError(ErrorCode.Netlink, `link name ${link.name} is longer than ${MAX_IFNAME} bytes`, { op: 'plan' });
+  if (Buffer.byteLength(link.name) > MAX_IFNAME)
+    throw new VmpodError(ErrorCode.Netlink, `link name ${link.name} is longer than ${MAX_IFNAME} bytes`, {
+      op: 'plan',
+    });
   const v = link.name;
   const mtu = String(link.mtu);
   const mac = input.newMac(i, link);
@@ -457,9 +558,26 @@ function stripSteps(observed: Observed, link: ObservedLink, v6: boolean): Step[]
 function vethMacSteps(link: ObservedLink, mac: string, v6: boolean): Step[] {
   if (mac.toLowerCase() === link.mac.toLowerCase() && !v6) return [];
   const v = link.name;
-  const do6 = v6 ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'none'), ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v))] : [];
-  const undo6 = v6 ? [ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'), ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad')] : [];
-  return [{ name: StepName.VethMac, target: v, do: [ip('link', 'set', 'dev', v, 'address', mac), ...do6], undo: [ip('link', 'set', 'dev', v, 'address', link.mac), ...undo6] }];
+  const do6 = v6
+    ? [
+        ip('link', 'set', 'dev', v, 'addrgenmode', 'none'),
+        ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
+      ]
+    : [];
+  const undo6 = v6
+    ? [
+        ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'),
+        ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad'),
+      ]
+    : [];
+  return [
+    {
+      name: StepName.VethMac,
+      target: v,
+      do: [ip('link', 'set', 'dev', v, 'address', mac), ...do6],
+      undo: [ip('link', 'set', 'dev', v, 'address', link.mac), ...undo6],
+    },
+  ];
 }
 
 /**
@@ -470,21 +588,47 @@ function enslaveStep(v: string, br: string, tap?: string): Step {
   return {
     name: StepName.Enslave,
     target: v,
-    do: [ip('link', 'set', 'dev', v, 'master', br), ...(tap === undefined ? [] : [ip('link', 'set', 'dev', tap, 'master', br)])],
+    do: [
+      ip('link', 'set', 'dev', v, 'master', br),
+      ...(tap === undefined ? [] : [ip('link', 'set', 'dev', tap, 'master', br)]),
+    ],
     undo: [{ ...ip('link', 'set', 'dev', v, 'nomaster'), withNetns: true }],
   };
 }
 
-const linksUpStep = (v: string, br: string, tap: string): Step => ({ name: StepName.LinksUp, target: br, do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
+const linksUpStep = (v: string, br: string, tap: string): Step => ({
+  name: StepName.LinksUp,
+  target: br,
+  do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')),
+  undo: [],
+});
 
 /** br<i> and tap<i> made now, the veth and the tap its ports, all up, and the veth's DHCP filter. */
 function newLinkSteps(v: string, br: string, tap: string, mtu: string, v6?: { mac: string; ip6: string }): Step[] {
-  return [bridgeStep(br, mtu, v6), tapStep(tap, mtu), enslaveStep(v, br, tap), linksUpStep(v, br, tap), dhcpFilterStep(v, tap)];
+  return [
+    bridgeStep(br, mtu, v6),
+    tapStep(tap, mtu),
+    enslaveStep(v, br, tap),
+    linksUpStep(v, br, tap),
+    dhcpFilterStep(v, tap),
+  ];
 }
 
 /** Interface 0's bridge, tap and filter, made while the plugins ran (preparedSteps) down, without MTU or IPv6: finished. */
-function finishPreparedSteps(v: string, br: string, tap: string, mtu: string, v6?: { mac: string; ip6: string }): Step[] {
-  const bridge6 = v6 ? [ip('link', 'set', 'dev', br, 'address', v6.mac), ip('link', 'set', 'dev', br, 'addrgenmode', 'none'), ip('addr', 'add', `${v6.ip6}/64`, 'dev', br, 'nodad')] : [];
+function finishPreparedSteps(
+  v: string,
+  br: string,
+  tap: string,
+  mtu: string,
+  v6?: { mac: string; ip6: string },
+): Step[] {
+  const bridge6 = v6
+    ? [
+        ip('link', 'set', 'dev', br, 'address', v6.mac),
+        ip('link', 'set', 'dev', br, 'addrgenmode', 'none'),
+        ip('addr', 'add', `${v6.ip6}/64`, 'dev', br, 'nodad'),
+      ]
+    : [];
   return [
     { name: StepName.Bridge, target: br, do: [ip('link', 'set', 'dev', br, 'mtu', mtu), ...bridge6], undo: [] },
     { name: StepName.Tap, target: tap, do: [ip('link', 'set', 'dev', tap, 'mtu', mtu)], undo: [] },
@@ -497,11 +641,23 @@ function finishPreparedSteps(v: string, br: string, tap: string, mtu: string, v6
 function ipv6Steps(br: string, v6: Lease6): Step[] {
   const routeOps = [
     ip('route', 'replace', `${v6.prefix}/${v6.prefixLength}`, 'dev', br),
-    ...v6.routes.filter((r) => r.dst !== `${v6.prefix}/${v6.prefixLength}`).map((r) => ip('route', 'replace', r.dst, ...(r.gw ? ['via', r.gw] : []), 'dev', br)),
+    ...v6.routes
+      .filter((r) => r.dst !== `${v6.prefix}/${v6.prefixLength}`)
+      .map((r) => ip('route', 'replace', r.dst, ...(r.gw ? ['via', r.gw] : []), 'dev', br)),
   ];
   return [
-    { name: StepName.Ipv6Forwarding, target: br, do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=1'] }], undo: [] },
-    { name: StepName.Ipv6Routes, target: br, do: routeOps, undo: routeOps.map((o) => ({ ...ip('route', 'del', ...o.args.slice(2)), withNetns: true as const })) },
+    {
+      name: StepName.Ipv6Forwarding,
+      target: br,
+      do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=1'] }],
+      undo: [],
+    },
+    {
+      name: StepName.Ipv6Routes,
+      target: br,
+      do: routeOps,
+      undo: routeOps.map((o) => ({ ...ip('route', 'del', ...o.args.slice(2)), withNetns: true as const })),
+    },
   ];
 }
 

@@ -85,7 +85,10 @@ export class PodNetwork {
     this.netnsDir = opts.netnsDir ?? IP_NETNS_DIR;
     if (![IP_NETNS_DIR, '/run/netns'].includes(resolve(this.netnsDir))) {
       // `ip netns add` and `ip -n NAME` only know NETNS_RUN_DIR; another dir would need our own bind mounts
-      throw new VmpodError(ErrorCode.Config, `netnsDir ${JSON.stringify(this.netnsDir)}: only ${IP_NETNS_DIR} (or /run/netns) is supported, as iproute2's "ip netns" uses it`);
+      throw new VmpodError(
+        ErrorCode.Config,
+        `netnsDir ${JSON.stringify(this.netnsDir)}: only ${IP_NETNS_DIR} (or /run/netns) is supported, as iproute2's "ip netns" uses it`,
+      );
     }
     const exec = new NetExec(opts.cmdTimeoutMs);
     const store = new StateStore(opts.stateDir);
@@ -118,7 +121,14 @@ export class PodNetwork {
     try {
       // a record of its own, never written: the add that takes the spare records these steps under its key
       const steps = preparedSteps(this.env.ifName);
-      const rec = newRecord({ key: 'spare', desc: { podId: '', podNs: '', podName: '' }, nsPath: `/proc/self/fd/${fd}`, phase: Phase.Adding, steps, cniIfNames: [this.env.ifName] });
+      const rec = newRecord({
+        key: 'spare',
+        desc: { podId: '', podNs: '', podName: '' },
+        nsPath: `/proc/self/fd/${fd}`,
+        phase: Phase.Adding,
+        steps,
+        cniIfNames: [this.env.ifName],
+      });
       await runSteps(this.env.deps, rec, steps);
     } catch (e) {
       native().close(fd);
@@ -137,14 +147,28 @@ export class PodNetwork {
   }
 
   /** Adds the pod network of `key` (add.ts: the pipeline, stage by stage); see AddRequest for whileApplying. */
-  async add(key: string, desc: PodNetworkDesc, signal?: AbortSignal, opts: Pick<AddRequest, 'whileApplying'> = {}): Promise<PodNetworkState> {
+  async add(
+    key: string,
+    desc: PodNetworkDesc,
+    signal?: AbortSignal,
+    opts: Pick<AddRequest, 'whileApplying'> = {},
+  ): Promise<PodNetworkState> {
     validateKey(key);
     if (this.states.has(key)) {
-      throw new VmpodError(ErrorCode.Conflict, `add ${key}: a pod network for this key exists; release it first`, { key, op: 'add' });
+      throw new VmpodError(ErrorCode.Conflict, `add ${key}: a pod network for this key exists; release it first`, {
+        key,
+        op: 'add',
+      });
     }
     this.spares.begin();
     try {
-      const st = await addPodNetwork(this.env, { key, desc, nsPath: this.nsPathOf(key), ...(signal ? { signal } : {}), ...opts });
+      const st = await addPodNetwork(this.env, {
+        key,
+        desc,
+        nsPath: this.nsPathOf(key),
+        ...(signal ? { signal } : {}),
+        ...opts,
+      });
       this.states.set(key, st);
       return st;
     } finally {
@@ -181,7 +205,12 @@ export class PodNetwork {
     validateKey(key);
     const rec = this.env.store.read(key);
     if (!rec) throw new VmpodError(ErrorCode.NotFound, `no pod network for key ${key}`, { key, op: 'check' });
-    if (rec.phase !== Phase.Ready) throw new VmpodError(ErrorCode.State, `pod network ${key} is in phase "${rec.phase}", not ready: nothing to check`, { key, op: 'check' });
+    if (rec.phase !== Phase.Ready)
+      throw new VmpodError(
+        ErrorCode.State,
+        `pod network ${key} is in phase "${rec.phase}", not ready: nothing to check`,
+        { key, op: 'check' },
+      );
     const ifName = rec.cniIfNames[0] ?? this.env.ifName;
     const del = rec.steps.find((st) => st.name === StepName.CniAdd)?.undo.find((o) => o.op === 'cni-del');
     const config = del?.op === 'cni-del' ? del.config : undefined;
@@ -224,21 +253,39 @@ export class PodNetwork {
     const rec = this.env.store.read(key);
     if (!rec) throw new VmpodError(ErrorCode.NotFound, `no pod network for key ${key}`, { key, op: 'get' });
     if (rec.phase !== Phase.Ready || !rec.csn) {
-      throw new VmpodError(ErrorCode.State, `pod network ${key} is in phase "${rec.phase}", not ready`, { key, op: 'get' });
+      throw new VmpodError(ErrorCode.State, `pod network ${key} is in phase "${rec.phase}", not ready`, {
+        key,
+        op: 'get',
+      });
     }
     try {
       const st = await attach(this.env, rec);
       this.states.set(key, st);
       return st;
     } catch (e) {
-      if (isBusy(e)) throw new VmpodError(ErrorCode.Conflict, `get ${key}: a tap of the pod is in use (EBUSY): the VM holds it already`, { cause: e, key, op: 'get' });
+      if (isBusy(e))
+        throw new VmpodError(
+          ErrorCode.Conflict,
+          `get ${key}: a tap of the pod is in use (EBUSY): the VM holds it already`,
+          { cause: e, key, op: 'get' },
+        );
       throw e;
     }
   }
 
   /** Daemon start: ready records get their taps reopened; records left adding/releasing are undone. */
-  async restore(): Promise<{ restored: string[]; rolledBack: string[]; netnsMissing: string[]; quarantined: string[] }> {
-    const out = { restored: [] as string[], rolledBack: [] as string[], netnsMissing: [] as string[], quarantined: [] as string[] };
+  async restore(): Promise<{
+    restored: string[];
+    rolledBack: string[];
+    netnsMissing: string[];
+    quarantined: string[];
+  }> {
+    const out = {
+      restored: [] as string[],
+      rolledBack: [] as string[],
+      netnsMissing: [] as string[],
+      quarantined: [] as string[],
+    };
     this.sweepTemps();
     for (const key of this.env.store.keys()) {
       const r = await this.restoreKey(key);

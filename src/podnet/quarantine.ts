@@ -11,7 +11,10 @@ import type { PodEnv } from './podenv.js';
 export function quarantine(store: StateStore, rec: PodRecord, errors: Error[], log: Logger): void {
   rec.phase = Phase.Releasing;
   rec.quarantine = { at: new Date().toISOString(), errors: errors.map((x) => errorChain(x)) };
-  log.error({ errors: rec.quarantine.errors }, 'undo incomplete: what is left is quarantined until the next add or release of the key');
+  log.error(
+    { errors: rec.quarantine.errors },
+    'undo incomplete: what is left is quarantined until the next add or release of the key',
+  );
   safeWrite(store, rec, log);
 }
 
@@ -26,10 +29,14 @@ export async function finishLeftover(env: PodEnv, rec: PodRecord, log: Logger, o
   const errors = await undoRecord(env.deps, rec, log);
   if (errors.length > 0) {
     quarantine(env.store, rec, errors, log);
-    throw new VmpodError(ErrorCode.Conflict, `${op} ${rec.key}: what an earlier failed operation left is quarantined and still cannot be undone: ${rec.quarantine!.errors.join('; ')}; fix the cause, or run "tapctl release --force ${rec.key}"`, {
-      key: rec.key,
-      op,
-    });
+    throw new VmpodError(
+      ErrorCode.Conflict,
+      `${op} ${rec.key}: what an earlier failed operation left is quarantined and still cannot be undone: ${rec.quarantine!.errors.join('; ')}; fix the cause, or run "tapctl release --force ${rec.key}"`,
+      {
+        key: rec.key,
+        op,
+      },
+    );
   }
   env.store.remove(rec.key);
   log.info('quarantine finished');

@@ -23,7 +23,9 @@ export function conventionRecord(key: string, nsPath: string, ifName: string, de
 
 /** The CNI result recover plans with: the csn's, with its interfaces made sandboxed and ips indexed. */
 export function resultForRecover(csn: ContainerSideNetwork, nsPath: string): CniResult {
-  const r: CniResult = csn.Result ? fromV031(csn.Result) : { cniVersion: '0.3.1', interfaces: [], ips: [], routes: [], dns: {} };
+  const r: CniResult = csn.Result
+    ? fromV031(csn.Result)
+    : { cniVersion: '0.3.1', interfaces: [], ips: [], routes: [], dns: {} };
   for (const ni of csn.Interfaces) {
     const ci = r.interfaces.find((c) => c.name === ni.Name);
     if (ci) {
@@ -43,10 +45,17 @@ export function checkRecoverCsn(key: string, csn: ContainerSideNetwork, enableSr
   const vf = csn.Interfaces.find((i) => i.Type === InterfaceType.VF);
   if (vf) {
     // what release must restore (the VF's original driver, MAC and VLAN on the PF) is in the record only
-    const why = enableSriov ? 'its original driver, MAC and VLAN are in the state record only, and there is none' : SRIOV_DISABLED_HINT;
-    throw new VmpodError(ErrorCode.Device, `recover ${key}: interface ${vf.Name} is an SR-IOV VF (${vf.PCIAddress}); ${why}`, { key, op: 'recover' });
+    const why = enableSriov
+      ? 'its original driver, MAC and VLAN are in the state record only, and there is none'
+      : SRIOV_DISABLED_HINT;
+    throw new VmpodError(
+      ErrorCode.Device,
+      `recover ${key}: interface ${vf.Name} is an SR-IOV VF (${vf.PCIAddress}); ${why}`,
+      { key, op: 'recover' },
+    );
   }
-  if (csn.Interfaces.length === 0) throw new VmpodError(ErrorCode.BadRequest, `recover ${key}: the csn has no interfaces`, { key, op: 'recover' });
+  if (csn.Interfaces.length === 0)
+    throw new VmpodError(ErrorCode.BadRequest, `recover ${key}: the csn has no interfaces`, { key, op: 'recover' });
 }
 
 export interface RecoverInput {
@@ -72,7 +81,12 @@ export function recoverRecord({ key, nsPath, ifName, desc, csn, live }: RecoverI
   csn.Interfaces.forEach((ni, i) => {
     if (!names.has(bridgeName(i))) redirected.add(i);
     for (const n of [ni.Name, tapName(i)]) {
-      if (!names.has(n)) throw new VmpodError(ErrorCode.State, `recover ${key}: netns ${nsPath} has no link ${n}: the container-side network is not there to recover`, { key, op: 'recover' });
+      if (!names.has(n))
+        throw new VmpodError(
+          ErrorCode.State,
+          `recover ${key}: netns ${nsPath} has no link ${n}: the container-side network is not there to recover`,
+          { key, op: 'recover' },
+        );
     }
     reserved.add(tapName(i)).add(bridgeName(i));
   });
@@ -113,8 +127,12 @@ function csnIdentity(csn: ContainerSideNetwork): string {
  */
 export function checkSameCsn(key: string, have: ContainerSideNetwork, asked: ContainerSideNetwork): void {
   if (csnIdentity(have) === csnIdentity(asked)) return;
-  throw new VmpodError(ErrorCode.Conflict, `recover ${key}: the pod network is live with another container-side network (interfaces or addresses differ from the csn given); release it first`, {
-    key,
-    op: 'recover',
-  });
+  throw new VmpodError(
+    ErrorCode.Conflict,
+    `recover ${key}: the pod network is live with another container-side network (interfaces or addresses differ from the csn given); release it first`,
+    {
+      key,
+      op: 'recover',
+    },
+  );
 }

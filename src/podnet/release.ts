@@ -22,11 +22,21 @@ export interface Released {
  * Releases the pod network of `key` (st: its live state, if any). force (tapctl release --force): the record goes
  * even when undo steps fail; what could not be undone is returned (and logged) instead of thrown.
  */
-export async function releasePodNetwork(env: PodEnv, key: string, nsPath: string, st: PodNetworkState | undefined, force: boolean): Promise<Released> {
+export async function releasePodNetwork(
+  env: PodEnv,
+  key: string,
+  nsPath: string,
+  st: PodNetworkState | undefined,
+  force: boolean,
+): Promise<Released> {
   const log = env.log.child({ key, op: 'release' });
   // the taps close on the pool while the undo runs: each waits for a grace period (closeFds offLoop)
   const t0 = performance.now();
-  const closing = st ? closeFds(st.fds, log, { offLoop: true }).then(() => log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, 'taps closed')) : undefined;
+  const closing = st
+    ? closeFds(st.fds, log, { offLoop: true }).then(() =>
+        log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, 'taps closed'),
+      )
+    : undefined;
   try {
     return await releaseRecorded(env, key, nsPath, st, log, force);
   } finally {
@@ -34,7 +44,14 @@ export async function releasePodNetwork(env: PodEnv, key: string, nsPath: string
   }
 }
 
-async function releaseRecorded(env: PodEnv, key: string, nsPath: string, st: PodNetworkState | undefined, log: Logger, force: boolean): Promise<Released> {
+async function releaseRecorded(
+  env: PodEnv,
+  key: string,
+  nsPath: string,
+  st: PodNetworkState | undefined,
+  log: Logger,
+  force: boolean,
+): Promise<Released> {
   const t0 = performance.now();
   const rec = recordToRelease(env, key, nsPath, st, log);
   rec.phase = Phase.Releasing;
@@ -42,25 +59,35 @@ async function releaseRecorded(env: PodEnv, key: string, nsPath: string, st: Pod
   const errors = await undoRecord(env.deps, rec, log);
   if (errors.length > 0 && force) {
     const leftovers = errors.map((x) => errorChain(x));
-    log.error({ leftovers }, 'release --force: undo steps failed, the record is removed anyway: what they held may remain on the node');
+    log.error(
+      { leftovers },
+      'release --force: undo steps failed, the record is removed anyway: what they held may remain on the node',
+    );
     env.store.remove(key);
     return { leftovers };
   }
   if (errors.length > 0) {
     quarantine(env.store, rec, errors, log);
     const first = errors[0]!;
-    throw new VmpodError(isVmpodError(first) ? first.code : ErrorCode.Internal, `release ${key}: ${errors.length} undo step(s) failed, the record stays quarantined for a retry (or "tapctl release --force ${key}"): ${errors.map((x) => errorChain(x)).join('; ')}`, {
-      cause: new AggregateError(errors, `release ${key}`),
-      key,
-      op: 'release',
-    });
+    throw new VmpodError(
+      isVmpodError(first) ? first.code : ErrorCode.Internal,
+      `release ${key}: ${errors.length} undo step(s) failed, the record stays quarantined for a retry (or "tapctl release --force ${key}"): ${errors.map((x) => errorChain(x)).join('; ')}`,
+      {
+        cause: new AggregateError(errors, `release ${key}`),
+        key,
+        op: 'release',
+      },
+    );
   }
   // not durable: a record that comes back after a crash of the machine is undone again, and every undo op
   // tolerates "already undone"
   log.debug({ ms: Math.round((performance.now() - t0) * 10) / 10 }, 'undone');
   await env.store.removeAsync(key);
   // the request's line says so at info; a quarantine finished here is worth one of its own
-  log[rec.quarantine ? 'info' : 'debug']({ durationMs: Math.round(performance.now() - t0), ...(rec.quarantine ? { quarantineFinished: true } : {}) }, 'pod network released');
+  log[rec.quarantine ? 'info' : 'debug'](
+    { durationMs: Math.round(performance.now() - t0), ...(rec.quarantine ? { quarantineFinished: true } : {}) },
+    'pod network released',
+  );
   return { leftovers: [] };
 }
 
@@ -69,7 +96,13 @@ async function releaseRecorded(env: PodEnv, key: string, nsPath: string, st: Pod
  * by convention: the container side cannot be restored without it, but CNI DEL frees the IPAM allocation and the
  * netns goes.
  */
-function recordToRelease(env: PodEnv, key: string, nsPath: string, st: PodNetworkState | undefined, log: Logger): PodRecord {
+function recordToRelease(
+  env: PodEnv,
+  key: string,
+  nsPath: string,
+  st: PodNetworkState | undefined,
+  log: Logger,
+): PodRecord {
   const { rec, corrupt } = readRecord(env.store, key);
   if (corrupt) log.error({ err: corrupt }, 'state record unreadable: releasing by convention (CNI DEL, netns removal)');
   if (rec) return rec;
@@ -84,9 +117,12 @@ function recordToRelease(env: PodEnv, key: string, nsPath: string, st: PodNetwor
  * The CNI DEL of an undo: with the cached ADD result as prevResult (the CNI client reads its cache), against the
  * network(s) the ADD used (networksForDel).
  */
-export function cniDel(env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>): (rec: PodRecord, ifName: string, config?: string) => Promise<void> {
+export function cniDel(
+  env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>,
+): (rec: PodRecord, ifName: string, config?: string) => Promise<void> {
   return async (rec, ifName, config) => {
-    for (const list of await networksForDel(env, rec, ifName, config)) await env.cni.del(list, runtimeConf(rec, ifName));
+    for (const list of await networksForDel(env, rec, ifName, config))
+      await env.cni.del(list, runtimeConf(rec, ifName));
   };
 }
 
@@ -96,14 +132,23 @@ export function cniDel(env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>): (rec:
  * config beside the result); else the config dir as it is now. A config dir that cannot be read does not stop
  * the release: the DEL is skipped, loudly (there is nothing to tell the network by).
  */
-export async function networksForDel(env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>, rec: PodRecord, ifName: string, config: string | undefined): Promise<NetworkConfigList[]> {
-  if (config !== undefined) return [parseConfList(Buffer.from(config, 'base64'), `the CNI config recorded for ${rec.key}`)];
+export async function networksForDel(
+  env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>,
+  rec: PodRecord,
+  ifName: string,
+  config: string | undefined,
+): Promise<NetworkConfigList[]> {
+  if (config !== undefined)
+    return [parseConfList(Buffer.from(config, 'base64'), `the CNI config recorded for ${rec.key}`)];
   const cached = await env.cni.cachedNetworks(rec.key, ifName);
   if (cached.length > 0) return cached;
   try {
     return [await env.loadConfList()];
   } catch (e) {
-    env.log.error({ key: rec.key, op: 'release', err: e }, 'CNI DEL skipped: no config recorded or cached for this pod and the config dir fails; IPAM allocations of the pod may remain');
+    env.log.error(
+      { key: rec.key, op: 'release', err: e },
+      'CNI DEL skipped: no config recorded or cached for this pod and the config dir fails; IPAM allocations of the pod may remain',
+    );
     return [];
   }
 }

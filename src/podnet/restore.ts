@@ -28,7 +28,10 @@ export async function attach(env: PodEnv, rec: PodRecord, tolerateBusy = false):
     fds = await openFds(rec.nsPath, rec.interfaces, env.log, { exclusive: true });
   } catch (e) {
     if (!(tolerateBusy && isBusy(e))) throw e;
-    env.log.warn({ key: rec.key, op: 'attach', err: e }, 'a tap is in use (a running VM holds it): attached without fds');
+    env.log.warn(
+      { key: rec.key, op: 'attach', err: e },
+      'a tap is in use (a running VM holds it): attached without fds',
+    );
   }
   return { key: rec.key, nsPath: rec.nsPath, csn: rec.csn!, interfaces: rec.interfaces, fds, desc: rec.desc };
 }
@@ -37,7 +40,10 @@ export async function attach(env: PodEnv, rec: PodRecord, tolerateBusy = false):
  * Restores one key at daemon start: a ready record gets its taps reopened (st); a record left adding or releasing (an
  * add or release cut off by kill -9 or a crash) is undone, with the config its ADD used, and goes.
  */
-export async function restoreRecord(env: PodEnv, key: string): Promise<{ outcome: RestoreOutcome; st?: PodNetworkState }> {
+export async function restoreRecord(
+  env: PodEnv,
+  key: string,
+): Promise<{ outcome: RestoreOutcome; st?: PodNetworkState }> {
   const log = env.log.child({ key, op: 'restore' });
   const { rec, corrupt } = readRecord(env.store, key);
   if (corrupt) log.error({ err: corrupt }, 'state record unreadable: left as it is (release the key to clean up)');
@@ -53,7 +59,10 @@ export async function restoreRecord(env: PodEnv, key: string): Promise<{ outcome
   if (rec.phase === Phase.Ready) {
     // the netns is gone (a node reboot, or someone deleted it): no guessing what else went with it; the
     // record stays, so that the runtime's release runs the CNI DEL that frees the pod's IP
-    log.error({ nsPath: rec.nsPath }, 'pod network is recorded ready but its netns is missing: kept for release (not torn down)');
+    log.error(
+      { nsPath: rec.nsPath },
+      'pod network is recorded ready but its netns is missing: kept for release (not torn down)',
+    );
     return { outcome: 'netnsMissing' };
   }
   log.warn({ phase: rec.phase, netnsExists: existsSync(rec.nsPath) }, 'undoing a pod network left halfway');
@@ -72,14 +81,24 @@ export async function restoreRecord(env: PodEnv, key: string): Promise<{ outcome
  * Re-attaches to an existing pod network (after a restart), without CNI ADD: from its ready record, or else rebuilt
  * from the runtime's csn and the live netns. `have`: the key's live state (the same csn again is a no-op).
  */
-export async function recoverPodNetwork(env: PodEnv, key: string, nsPath: string, have: PodNetworkState | undefined, payload: RecoverPayload): Promise<PodNetworkState> {
+export async function recoverPodNetwork(
+  env: PodEnv,
+  key: string,
+  nsPath: string,
+  have: PodNetworkState | undefined,
+  payload: RecoverPayload,
+): Promise<PodNetworkState> {
   const log = env.log.child({ key, op: 'recover' });
   // a live key: the same csn again is a no-op (the runtime retried), another one is an error
   if (have) {
     checkSameCsn(key, have.csn, payload.csn);
     if (have.fds.length === have.interfaces.length) return have;
   }
-  if (!existsSync(nsPath)) throw new VmpodError(ErrorCode.NotFound, `recover ${key}: netns ${nsPath} does not exist: nothing to recover`, { key, op: 'recover' });
+  if (!existsSync(nsPath))
+    throw new VmpodError(ErrorCode.NotFound, `recover ${key}: netns ${nsPath} does not exist: nothing to recover`, {
+      key,
+      op: 'recover',
+    });
   const { rec, corrupt } = readRecord(env.store, key);
   if (corrupt) log.warn({ err: corrupt }, 'state record unreadable: rebuilding it from the netns and the csn');
   if (rec && rec.phase === Phase.Ready && rec.csn) {
@@ -87,7 +106,11 @@ export async function recoverPodNetwork(env: PodEnv, key: string, nsPath: string
     return attach(env, rec, true);
   }
   if (rec && rec.phase !== Phase.Ready) {
-    throw new VmpodError(ErrorCode.State, `recover ${key}: the pod network was left in phase "${rec.phase}"; release it`, { key, op: 'recover' });
+    throw new VmpodError(
+      ErrorCode.State,
+      `recover ${key}: the pod network was left in phase "${rec.phase}"; release it`,
+      { key, op: 'recover' },
+    );
   }
   const csn = payload.csn;
   checkRecoverCsn(key, csn, env.enableSriov);

@@ -24,7 +24,9 @@ export function routeDstToCidr(dst: string): string {
 /** The routes of the main table through `dev` that someone added (not the kernel's prefix routes). */
 export function nonKernelRoutes(routes: ObservedRoute[], dev: string): ObservedRoute[] {
   // `ip route show` lists IPv4 only; "kernel" marks the prefix routes the kernel derives from addresses
-  return routes.filter((r) => r.dev === dev && r.protocol !== 'kernel' && (r.type === undefined || r.type === 'unicast'));
+  return routes.filter(
+    (r) => r.dev === dev && r.protocol !== 'kernel' && (r.type === undefined || r.type === 'unicast'),
+  );
 }
 
 export function hasSandbox(i: { sandbox?: string }): boolean {
@@ -57,7 +59,9 @@ export function completeResult(input: CniResult, observed: Observed, nsPath: str
   if (sandboxed.length === 0) {
     const veths = observed.links.filter((l) => l.kind === 'veth');
     if (veths.length !== 1) {
-      throw fail(`the CNI result names no interface in the pod netns, and the netns has ${veths.length} veths (${veths.map((v) => v.name).join(', ') || 'none'}): cannot tell which is the pod's`);
+      throw fail(
+        `the CNI result names no interface in the pod netns, and the netns has ${veths.length} veths (${veths.map((v) => v.name).join(', ') || 'none'}): cannot tell which is the pod's`,
+      );
     }
     rebuiltLink = veths[0]!;
     r.interfaces.push({ name: rebuiltLink.name, mac: rebuiltLink.mac, sandbox: nsPath });
@@ -66,18 +70,23 @@ export function completeResult(input: CniResult, observed: Observed, nsPath: str
   const unindexed = r.ips.filter((ip) => ip.interface === undefined);
   if (unindexed.length > 0) {
     if (sandboxed.length !== 1) {
-      throw fail(`the CNI result has ${unindexed.length} IPs without an interface index and ${sandboxed.length} interfaces in the pod netns: cannot tell which IP is whose`);
+      throw fail(
+        `the CNI result has ${unindexed.length} IPs without an interface index and ${sandboxed.length} interfaces in the pod netns: cannot tell which IP is whose`,
+      );
     }
     for (const ip of unindexed) ip.interface = sandboxed[0]!;
   }
   const firstIdx = sandboxed[0]!;
   const first = r.interfaces[firstIdx]!;
   const link = rebuiltLink ?? observed.links.find((l) => l.name === first.name);
-  const gatewayOf = (dev: string): string | undefined => observed.routes4.find((x) => x.dev === dev && x.dst === 'default' && x.gateway)?.gateway;
+  const gatewayOf = (dev: string): string | undefined =>
+    observed.routes4.find((x) => x.dev === dev && x.dst === 'default' && x.gateway)?.gateway;
   if (r.ips.length === 0) {
     if (!link) throw fail(`the CNI result has no IPs and the pod netns has no link ${first.name} to take one from`);
     if (link.addrs4.length !== 1) {
-      throw fail(`the CNI result has no IPs and ${link.name} has ${link.addrs4.length} IPv4 addresses: cannot tell the pod's`);
+      throw fail(
+        `the CNI result has no IPs and ${link.name} has ${link.addrs4.length} IPv4 addresses: cannot tell the pod's`,
+      );
     }
     const a = link.addrs4[0]!;
     const ip: CniIpConfig = { address: `${a.local}/${a.prefixlen}`, interface: firstIdx };
@@ -112,7 +121,13 @@ export function fixOffSubnetGateways(r: CniResult): CniResult {
 
 /** Does this DNS config name anything (a nameserver, a search domain, a domain or an option)? */
 export function namesDns(d: CniDns | null | undefined): d is CniDns {
-  return d != null && ((d.nameservers?.length ?? 0) > 0 || (d.search?.length ?? 0) > 0 || (d.options?.length ?? 0) > 0 || (d.domain ?? '') !== '');
+  return (
+    d != null &&
+    ((d.nameservers?.length ?? 0) > 0 ||
+      (d.search?.length ?? 0) > 0 ||
+      (d.options?.length ?? 0) > 0 ||
+      (d.domain ?? '') !== '')
+  );
 }
 
 /**

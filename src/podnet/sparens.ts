@@ -8,7 +8,7 @@ import type { Logger } from '../log.js';
 
 /**
  * How long no add or release must have been in flight before a spare is made: the next pod start comes seconds
- * later, and the ~2 ms of work never lands in a run of back-to-back requests.
+ * later, and the work never lands in a run of back-to-back requests.
  */
 export const SPARE_IDLE_MS = 100;
 

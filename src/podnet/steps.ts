@@ -14,7 +14,15 @@ import { bindToVfio } from '../devices/bind.js';
 import { vfLinkArgv } from '../devices/vf.js';
 import type { StateStore } from '../state/store.js';
 import type { Op, PodRecord, Step } from '../state/record.js';
-import { addFilterTable, deleteFilterTable, isAlreadyUndone, lineText, runIpLines, type NetExec, type NetlinkLine } from './exec.js';
+import {
+  addFilterTable,
+  deleteFilterTable,
+  isAlreadyUndone,
+  lineText,
+  runIpLines,
+  type NetExec,
+  type NetlinkLine,
+} from './exec.js';
 import { restoreVfDriver, restoreVfLink, returnVfNetdev, type VfLink } from './vf.js';
 
 /** What the engine works with; PodNetwork builds it once. */
@@ -36,7 +44,10 @@ export class StepError extends VmpodError {}
 
 export function stepError(step: string, target: string | undefined, cause: unknown): StepError {
   const code: ErrorCodeT = isVmpodError(cause) ? cause.code : ErrorCode.Internal;
-  return new StepError(code, `step "${step}"${target ? ` on ${target}` : ''} failed: ${errorChain(cause)}`, { cause, op: step });
+  return new StepError(code, `step "${step}"${target ? ` on ${target}` : ''} failed: ${errorChain(cause)}`, {
+    cause,
+    op: step,
+  });
 }
 
 /**
@@ -77,7 +88,13 @@ export function runsOf(items: readonly StepOp[]): Run[] {
   for (const { step, op } of items) {
     const last = runs[runs.length - 1];
     if (op.op === 'sysctl' && last?.kind === 'one' && last.op.op === 'netns-add') {
-      runs[runs.length - 1] = { kind: 'netns', step: last.step, name: last.op.name, sysctl: step, settings: op.settings };
+      runs[runs.length - 1] = {
+        kind: 'netns',
+        step: last.step,
+        name: last.op.name,
+        sysctl: step,
+        settings: op.settings,
+      };
     } else if (op.op === 'ip' || op.op === 'tc' || op.op === 'sysctl') {
       if (last?.kind === 'ip') last.lines.push({ step, op });
       else runs.push({ kind: 'ip', lines: [{ step, op }] });
@@ -90,8 +107,10 @@ export function runsOf(items: readonly StepOp[]): Run[] {
 }
 
 /** A netlink op as runIpLines takes it (a tc line marked by its leading "tc": exec.ts lineRequest); and as a message shows it. */
-const lineOf = (op: NetlinkOp): NetlinkLine => (op.op === 'sysctl' ? { sysctl: op.settings } : op.op === 'tc' ? ['tc', ...op.args] : op.args);
-const textOf = (op: NetlinkOp): string => (op.op === 'sysctl' ? `sysctl -w ${op.settings.join(' ')}` : lineText(lineOf(op) as readonly string[]));
+const lineOf = (op: NetlinkOp): NetlinkLine =>
+  op.op === 'sysctl' ? { sysctl: op.settings } : op.op === 'tc' ? ['tc', ...op.args] : op.args;
+const textOf = (op: NetlinkOp): string =>
+  op.op === 'sysctl' ? `sysctl -w ${op.settings.join(' ')}` : lineText(lineOf(op) as readonly string[]);
 
 /** Pure: ebtables-restore input that changes the filter table by these rules (no flush), in one transaction. */
 export function ebtablesRestoreInput(rules: readonly (readonly string[])[]): string {
@@ -130,7 +149,12 @@ const OUTLIVES_REBOOT: ReadonlySet<string> = new Set(['cni-add', 'vf-bind', 'vf-
 export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void> {
   // the rule the undo relies on, kept by the engine: no step runs that is not in the record
   const unrecorded = steps.find((s) => !rec.steps.includes(s));
-  if (unrecorded) throw stepError(unrecorded.name, unrecorded.target, new VmpodError(ErrorCode.Internal, 'applied before it was recorded'));
+  if (unrecorded)
+    throw stepError(
+      unrecorded.name,
+      unrecorded.target,
+      new VmpodError(ErrorCode.Internal, 'applied before it was recorded'),
+    );
   const sig = signal ? { signal } : {};
   for (const run of runsOf(steps.flatMap((step) => step.do.map((op) => ({ step, op }))))) {
     if (run.kind === 'netns') await addNetnsWithSysctls(deps, rec, run);
@@ -139,7 +163,8 @@ export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], si
       const { step } = run;
       try {
         // ebtables rules are only ever undone (records of earlier versions); the filter is an nft op now
-        if (run.kind === 'ebtables') throw new VmpodError(ErrorCode.Internal, `step ${step.name}: ebtables rules are no longer applied`);
+        if (run.kind === 'ebtables')
+          throw new VmpodError(ErrorCode.Internal, `step ${step.name}: ebtables rules are no longer applied`);
         await applyOne(deps, rec, step, run.op, sig);
       } catch (e) {
         if (run.kind === 'one' && run.op.op === 'netns-add') forgetNetns(deps, rec, step);
@@ -150,10 +175,18 @@ export async function runSteps(deps: StepDeps, rec: PodRecord, steps: Step[], si
 }
 
 /** One netlink batch of do-ops; the first failing line names its step. */
-async function runNetlinkOps(rec: PodRecord, lines: { step: Step; op: NetlinkOp }[], sig: { signal?: AbortSignal }): Promise<void> {
+async function runNetlinkOps(
+  rec: PodRecord,
+  lines: { step: Step; op: NetlinkOp }[],
+  sig: { signal?: AbortSignal },
+): Promise<void> {
   let failures;
   try {
-    failures = await runIpLines(rec.nsPath, lines.map((g) => lineOf(g.op)), sig);
+    failures = await runIpLines(
+      rec.nsPath,
+      lines.map((g) => lineOf(g.op)),
+      sig,
+    );
   } catch (e) {
     throw stepError(lines[0]!.step.name, lines[0]!.step.target, e);
   }
@@ -177,7 +210,11 @@ function forgetNetns(deps: StepDeps, rec: PodRecord, step: Step): void {
  * A netns step and the sysctl step after it, applied by one netnsAdd. Its failure is the netns step's: the addon
  * removes a netns whose sysctls fail, as if it had never been made, and its error says which sysctl failed.
  */
-async function addNetnsWithSysctls(deps: StepDeps, rec: PodRecord, run: Extract<Run, { kind: 'netns' }>): Promise<void> {
+async function addNetnsWithSysctls(
+  deps: StepDeps,
+  rec: PodRecord,
+  run: Extract<Run, { kind: 'netns' }>,
+): Promise<void> {
   try {
     await netnsAdd(deps.netnsDir, run.name, run.settings);
   } catch (e) {
@@ -203,7 +240,13 @@ export async function bindNetns(deps: StepDeps, rec: PodRecord, netns: Step, nam
 }
 
 /** One do-op that runs alone (not ip, not ebtables). */
-async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig: { signal?: AbortSignal }): Promise<void> {
+async function applyOne(
+  deps: StepDeps,
+  rec: PodRecord,
+  step: Step,
+  op: Op,
+  sig: { signal?: AbortSignal },
+): Promise<void> {
   switch (op.op) {
     case 'vf-bind':
       // host side, synchronous sysfs writes; the VF's netdev leaves the pod netns as its driver lets go
@@ -213,7 +256,9 @@ async function applyOne(deps: StepDeps, rec: PodRecord, step: Step, op: Op, sig:
       try {
         await deps.vfLink(vfLinkArgv(op.pf, op.vf, op.mac, op.vlan));
       } catch (e) {
-        throw new VmpodError(ErrorCode.Device, `set MAC ${op.mac} VLAN ${op.vlan} on VF ${op.vf} of ${op.pf}`, { cause: e });
+        throw new VmpodError(ErrorCode.Device, `set MAC ${op.mac} VLAN ${op.vlan} on VF ${op.vf} of ${op.pf}`, {
+          cause: e,
+        });
       }
       return;
     case 'netns-add':
@@ -300,12 +345,20 @@ function dropUnmountedNetns(nsPath: string, log: Logger): void {
 /** Undo lines run as `ip -force -batch` would: every line runs; the failures that are not "already undone", each naming its step. */
 async function undoIpLines(rec: PodRecord, lines: { step: Step; op: NetlinkOp }[]): Promise<Error[]> {
   const key = rec.key;
-  const failures = await runIpLines(rec.nsPath, lines.map((g) => lineOf(g.op)), { force: true });
+  const failures = await runIpLines(
+    rec.nsPath,
+    lines.map((g) => lineOf(g.op)),
+    { force: true },
+  );
   return failures
     .filter((f) => !isAlreadyUndone(f.code))
     .map((f) => {
       const g = lines[f.line - 1] ?? lines[0]!;
-      return new VmpodError(ErrorCode.Netlink, `undo "${g.step.name}"${g.step.target ? ` on ${g.step.target}` : ''}: ${textOf(g.op)}: ${f.message}`, { key, op: g.step.name });
+      return new VmpodError(
+        ErrorCode.Netlink,
+        `undo "${g.step.name}"${g.step.target ? ` on ${g.step.target}` : ''}: ${textOf(g.op)}: ${f.message}`,
+        { key, op: g.step.name },
+      );
     });
 }
 

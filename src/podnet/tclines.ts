@@ -4,7 +4,15 @@
 // Pure.
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { NlRequest } from '../net/rtnl.js';
-import { INGRESS_HANDLE, TC_PROTOCOLS, ingressQdisc, packMatch, u32FilterRequest, type FilterTarget, type U32Key } from '../net/tc.js';
+import {
+  INGRESS_HANDLE,
+  TC_PROTOCOLS,
+  ingressQdisc,
+  packMatch,
+  u32FilterRequest,
+  type FilterTarget,
+  type U32Key,
+} from '../net/tc.js';
 
 function bad(args: readonly string[], why: string): VmpodError {
   return new VmpodError(ErrorCode.Internal, `tc ${args.join(' ')}: ${why}`);
@@ -31,8 +39,10 @@ function u32Rest(args: readonly string[], from: number): { keys: U32Key[]; targe
     const size = args[i + 1];
     const [value, mask, off] = [num(args[i + 2]), num(args[i + 3]), args[i + 4] === 'at' ? Number(args[i + 5]) : NaN];
     const bits = size === 'u8' ? 8 : size === 'u16' ? 16 : size === 'u32' ? 32 : undefined;
-    if (bits === undefined || value === undefined || mask === undefined || !Number.isInteger(off)) throw bad(args, `bad match at word ${i + 1}`);
-    if (!packMatch(keys, bits, value, mask, off)) throw bad(args, `match at word ${i + 1} is misaligned or contradicts another`);
+    if (bits === undefined || value === undefined || mask === undefined || !Number.isInteger(off))
+      throw bad(args, `bad match at word ${i + 1}`);
+    if (!packMatch(keys, bits, value, mask, off))
+      throw bad(args, `match at word ${i + 1} is misaligned or contradicts another`);
     i += 6;
   }
   if (keys.length === 0) throw bad(args, 'no match');
@@ -42,7 +52,8 @@ function u32Rest(args: readonly string[], from: number): { keys: U32Key[]; targe
     if (c === undefined) throw bad(args, `bad classid ${JSON.stringify(rest[1])}`);
     return { keys, target: { classid: c } };
   }
-  if (rest.length === 6 && rest.slice(0, 5).join(' ') === 'action mirred egress redirect dev' && rest[5]) return { keys, target: { redirectTo: rest[5] } };
+  if (rest.length === 6 && rest.slice(0, 5).join(' ') === 'action mirred egress redirect dev' && rest[5])
+    return { keys, target: { redirectTo: rest[5] } };
   throw bad(args, `unknown ending ${JSON.stringify(rest.join(' '))}`);
 }
 
@@ -50,8 +61,14 @@ function u32Rest(args: readonly string[], from: number): { keys: U32Key[]; targe
 export function tcRequest(args: readonly string[]): NlRequest {
   const [obj, verb, devKw, dev] = args;
   if (devKw !== 'dev' || !dev) throw bad(args, 'no dev');
-  if (obj === 'qdisc' && (verb === 'add' || verb === 'del') && args.length === 5 && args[4] === 'ingress') return ingressQdisc(dev, verb === 'del');
-  if (obj === 'filter' && verb === 'add' && args[4] === 'parent' && classid(args[5]?.endsWith(':') ? `${args[5]}0` : args[5]) === INGRESS_HANDLE) {
+  if (obj === 'qdisc' && (verb === 'add' || verb === 'del') && args.length === 5 && args[4] === 'ingress')
+    return ingressQdisc(dev, verb === 'del');
+  if (
+    obj === 'filter' &&
+    verb === 'add' &&
+    args[4] === 'parent' &&
+    classid(args[5]?.endsWith(':') ? `${args[5]}0` : args[5]) === INGRESS_HANDLE
+  ) {
     const prio = num(args[7]);
     if (args[6] !== 'prio' || prio === undefined || prio < 1 || prio > 0xffff) throw bad(args, 'bad prio');
     if (args[8] !== 'protocol' || TC_PROTOCOLS[args[9] ?? ''] === undefined) throw bad(args, 'bad protocol');

@@ -32,23 +32,72 @@ const ICMPV6 = 58;
 /** u32 matches of one kind of frame: [protocol, matches]. */
 type Match = [protocol: 'ip' | 'ipv6' | 'arp', words: string[]];
 
-const udp4 = (port: number): Match => ['ip', ['match', 'u8', String(UDP), '0xff', 'at', '9', 'match', 'u16', String(port), '0xffff', 'at', '22']];
-const udp6 = (port: number): Match => ['ipv6', ['match', 'u8', String(UDP), '0xff', 'at', '6', 'match', 'u16', String(port), '0xffff', 'at', '42']];
-const icmp6 = (type: number): Match => ['ipv6', ['match', 'u8', String(ICMPV6), '0xff', 'at', '6', 'match', 'u8', String(type), '0xff', 'at', '40']];
+const udp4 = (port: number): Match => [
+  'ip',
+  ['match', 'u8', String(UDP), '0xff', 'at', '9', 'match', 'u16', String(port), '0xffff', 'at', '22'],
+];
+const udp6 = (port: number): Match => [
+  'ipv6',
+  ['match', 'u8', String(UDP), '0xff', 'at', '6', 'match', 'u16', String(port), '0xffff', 'at', '42'],
+];
+const icmp6 = (type: number): Match => [
+  'ipv6',
+  ['match', 'u8', String(ICMPV6), '0xff', 'at', '6', 'match', 'u8', String(type), '0xff', 'at', '40'],
+];
 /** ARP whose target protocol address (offset 24) is the DHCP server's */
-const arpFor = (ipv4: string): Match => ['arp', ['match', 'u32', `0x${Buffer.from(ipv4.split('.').map(Number)).toString('hex')}`, '0xffffffff', 'at', '24']];
+const arpFor = (ipv4: string): Match => [
+  'arp',
+  ['match', 'u32', `0x${Buffer.from(ipv4.split('.').map(Number)).toString('hex')}`, '0xffffffff', 'at', '24'],
+];
 
 /** What stays in the pod netns, by the device it arrives on. */
 export const KEPT_FROM_NETWORK: readonly Match[] = [udp4(68), udp4(67), udp6(546), udp6(547)];
-export const KEPT_FROM_VM: readonly Match[] = [udp4(67), udp4(68), arpFor(BRIDGE_IP), udp6(547), udp6(546), icmp6(133), icmp6(134)];
+export const KEPT_FROM_VM: readonly Match[] = [
+  udp4(67),
+  udp4(68),
+  arpFor(BRIDGE_IP),
+  udp6(547),
+  udp6(546),
+  icmp6(133),
+  icmp6(134),
+];
 
 /** The tc lines of one direction: the ingress qdisc of `dev`, its keep filters, then the redirect to `to`. */
 export function redirectLines(dev: string, to: string, kept: readonly Match[]): string[][] {
   const head = ['filter', 'add', 'dev', dev, 'parent', 'ffff:'];
   return [
     ['qdisc', 'add', 'dev', dev, 'ingress'],
-    ...kept.map(([proto, words], n) => [...head, 'prio', String(n + 1), 'protocol', proto, 'u32', ...words, 'classid', KEEP_CLASSID]),
-    [...head, 'prio', String(REDIRECT_PRIO), 'protocol', 'all', 'u32', 'match', 'u8', '0', '0', 'at', '0', 'action', 'mirred', 'egress', 'redirect', 'dev', to],
+    ...kept.map(([proto, words], n) => [
+      ...head,
+      'prio',
+      String(n + 1),
+      'protocol',
+      proto,
+      'u32',
+      ...words,
+      'classid',
+      KEEP_CLASSID,
+    ]),
+    [
+      ...head,
+      'prio',
+      String(REDIRECT_PRIO),
+      'protocol',
+      'all',
+      'u32',
+      'match',
+      'u8',
+      '0',
+      '0',
+      'at',
+      '0',
+      'action',
+      'mirred',
+      'egress',
+      'redirect',
+      'dev',
+      to,
+    ],
   ];
 }
 
@@ -65,7 +114,10 @@ export interface TcRedirectInput {
 }
 
 /** The steps after strip-routes/strip-addrs, and the interface the record keeps. */
-export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput): { steps: Step[]; iface: PodInterface } {
+export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput): {
+  steps: Step[];
+  iface: PodInterface;
+} {
   const v = link.name;
   const tap = tapName(i);
   const mtu = String(link.mtu);
@@ -76,8 +128,14 @@ export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput):
     steps.push({
       name: StepName.LinkLocalOff,
       target: v,
-      do: [ip('link', 'set', 'dev', v, 'addrgenmode', 'none'), ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v))],
-      undo: [ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'), ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad')],
+      do: [
+        ip('link', 'set', 'dev', v, 'addrgenmode', 'none'),
+        ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
+      ],
+      undo: [
+        ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'),
+        ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad'),
+      ],
     });
   }
   steps.push({
@@ -91,7 +149,12 @@ export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput):
     ],
     undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
   });
-  steps.push({ name: StepName.LinksUp, target: tap, do: [v, tap].map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
+  steps.push({
+    name: StepName.LinksUp,
+    target: tap,
+    do: [v, tap].map((n) => ip('link', 'set', 'dev', n, 'up')),
+    undo: [],
+  });
   steps.push({
     name: StepName.TcRedirect,
     target: v,

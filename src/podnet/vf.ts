@@ -4,14 +4,21 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { ErrorCode, VmpodError, errorChain } from '../errors.js';
+import { ErrorCode, VmpodError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { NetworkConfigList } from '../cni/index.js';
 import type { CniResult } from '../cni/types.js';
 import type { Sysfs } from '../devices/sysfs.js';
 import { restoreDriver } from '../devices/bind.js';
 import { isPciAddress } from '../devices/pci.js';
-import { describeVfAt, parseVfState, planVfSetup, vfLinkArgv, type VfLinkState, type VfSetupRecord } from '../devices/vf.js';
+import {
+  describeVfAt,
+  parseVfState,
+  planVfSetup,
+  vfLinkArgv,
+  type VfLinkState,
+  type VfSetupRecord,
+} from '../devices/vf.js';
 import type { PodRecord } from '../state/record.js';
 import type { NetExec } from './exec.js';
 import { vlanFromConf } from './plan.js';
@@ -27,7 +34,8 @@ export type VfLink = (argv: string[]) => Promise<string>;
 /** The default VfLink: NetExec's ip, and nothing but ip. */
 export function ipVfLink(exec: NetExec): VfLink {
   return async (argv) => {
-    if (argv[0] !== 'ip') throw new VmpodError(ErrorCode.Internal, `vfLink runs ip only, not ${JSON.stringify(argv[0])}`);
+    if (argv[0] !== 'ip')
+      throw new VmpodError(ErrorCode.Internal, `vfLink runs ip only, not ${JSON.stringify(argv[0])}`);
     return exec.ip(argv.slice(1));
   };
 }
@@ -47,7 +55,8 @@ export function findVfs(sysfs: Sysfs, observed: Observed, result: CniResult): Ma
     const link = observed.links.find((l) => l.name === ci.name);
     if (!link) continue;
     let addr: string | undefined;
-    if (link.parentBus === 'pci' && link.parentDev !== undefined && isPciAddress(link.parentDev)) addr = link.parentDev.toLowerCase();
+    if (link.parentBus === 'pci' && link.parentDev !== undefined && isPciAddress(link.parentDev))
+      addr = link.parentDev.toLowerCase();
     else if (link.parentBus === undefined && !liveSysfs) addr = sysfs.netDevicePci(link.name);
     if (addr !== undefined && sysfs.exists(`bus/pci/devices/${addr}/physfn`)) vfs.set(link.name, addr);
   }
@@ -79,7 +88,10 @@ export async function planVfs(
     try {
       current = parseVfState(await vfLink(['ip', '-d', '-j', 'link', 'show', 'dev', desc.pfIfname]), desc.vfIndex);
     } catch (e) {
-      log.warn({ err: e, pf: desc.pfIfname, vf: desc.vfIndex }, "the PF does not report the VF's MAC and VLAN: taking the netdev's MAC and VLAN 0 as the ones to restore");
+      log.warn(
+        { err: e, pf: desc.pfIfname, vf: desc.vfIndex },
+        "the PF does not report the VF's MAC and VLAN: taking the netdev's MAC and VLAN 0 as the ones to restore",
+      );
     }
     const original = current ?? { mac: link.mac, vlan: 0 };
     out.set(name, planVfSetup(desc, original, { mac: link.mac, vlan: confVlan ?? current?.vlan ?? 0 }));
@@ -98,7 +110,12 @@ export function restoreVfDriver(sysfs: Sysfs, op: { address: string; driver?: st
 }
 
 /** Undo of vf-link: the MAC and VLAN the PF had for the VF before. */
-export async function restoreVfLink(vfLink: VfLink, sysfs: Sysfs, op: { pf: string; vf: number; mac: string; vlan: number }, log: Logger): Promise<void> {
+export async function restoreVfLink(
+  vfLink: VfLink,
+  sysfs: Sysfs,
+  op: { pf: string; vf: number; mac: string; vlan: number },
+  log: Logger,
+): Promise<void> {
   try {
     await vfLink(vfLinkArgv(op.pf, op.vf, op.mac, op.vlan));
   } catch (e) {
@@ -107,7 +124,9 @@ export async function restoreVfLink(vfLink: VfLink, sysfs: Sysfs, op: { pf: stri
       log.warn({ err: e, pf: op.pf }, 'the PF is gone: no VF MAC/VLAN to restore');
       return;
     }
-    throw new VmpodError(ErrorCode.Device, `restore MAC ${op.mac} VLAN ${op.vlan} on VF ${op.vf} of ${op.pf}`, { cause: e });
+    throw new VmpodError(ErrorCode.Device, `restore MAC ${op.mac} VLAN ${op.vlan} on VF ${op.vf} of ${op.pf}`, {
+      cause: e,
+    });
   }
 }
 
@@ -133,7 +152,8 @@ export async function returnVfNetdev(
     return;
   }
   const inPod = await deps.exec.ip(['-n', rec.key, '-d', '-j', 'link', 'show']);
-  const links = inPod.trim() === '' ? [] : (JSON.parse(inPod) as { ifname?: string; parentbus?: string; parentdev?: string }[]);
+  const links =
+    inPod.trim() === '' ? [] : (JSON.parse(inPod) as { ifname?: string; parentbus?: string; parentdev?: string }[]);
   if (links.some((l) => l.parentbus === 'pci' && l.parentdev?.toLowerCase() === op.address)) return;
   const timeoutMs = deps.vfNetdevTimeoutMs;
   const deadline = performance.now() + timeoutMs;
@@ -144,7 +164,10 @@ export async function returnVfNetdev(
   }
   const dev = names[0];
   if (dev === undefined) {
-    throw new VmpodError(ErrorCode.Device, `VF ${op.address}: no netdev under ${sysfs.path(`bus/pci/devices/${op.address}/net`)} ${timeoutMs} ms after its driver was restored: cannot return it to the pod netns as ${op.name}`);
+    throw new VmpodError(
+      ErrorCode.Device,
+      `VF ${op.address}: no netdev under ${sysfs.path(`bus/pci/devices/${op.address}/net`)} ${timeoutMs} ms after its driver was restored: cannot return it to the pod netns as ${op.name}`,
+    );
   }
   // one RTM_NEWLINK: the kernel moves the link, then renames it in the target netns
   await deps.vfLink(['ip', 'link', 'set', 'dev', dev, 'netns', rec.key, 'name', op.name]);

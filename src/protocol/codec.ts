@@ -24,7 +24,6 @@ import {
   type RecoverPayload,
 } from './payloads.js';
 
-
 /** Collects "path: problem (got value)" lines. */
 class Problems {
   readonly list: string[] = [];
@@ -61,7 +60,14 @@ function reqStr(o: Obj, f: string, path: string, p: Problems): string {
 }
 
 /** A field that may be missing or null (Go's zero value): undefined then; a value `is` accepts; else a problem. */
-function optional<T>(o: Obj, f: string, path: string, p: Problems, is: (v: unknown) => v is T, must: string): T | undefined {
+function optional<T>(
+  o: Obj,
+  f: string,
+  path: string,
+  p: Problems,
+  is: (v: unknown) => v is T,
+  must: string,
+): T | undefined {
   const v = o[f];
   if (v === undefined || v === null) return undefined;
   if (is(v)) return v;
@@ -102,7 +108,14 @@ function optStrArr(o: Obj, f: string, path: string, p: Problems): string[] | und
 }
 
 /** An optional array field whose items are objects: each built with its path prefix, a non-object is a problem. */
-function objArr<T>(o: Obj, f: string, pre: string, p: Problems, empty: T, build: (e: Obj, itemPre: string) => T): T[] | undefined {
+function objArr<T>(
+  o: Obj,
+  f: string,
+  pre: string,
+  p: Problems,
+  empty: T,
+  build: (e: Obj, itemPre: string) => T,
+): T[] | undefined {
   return optArr(o, f, pre, p)?.map((e, i) => {
     const path = `${pre}${f}[${i}]`;
     if (isObj(e)) return build(e, `${path}.`);
@@ -165,8 +178,11 @@ function dns(v: unknown, path: string, p: Problems): CniDns {
   const search = optStrArr(v, 'search', `${path}.`, p);
   const options = optStrArr(v, 'options', `${path}.`, p);
   // the same rule the DHCP lease applies later, checked at the door so a bad name fails before anything is built
-  search?.forEach((s, i) => domainNameProblems(s, 'search domain').forEach((why) => p.add(`${path}.search[${i}]`, why, s)));
-  if (domain !== undefined && domain !== '') domainNameProblems(domain, 'domain name').forEach((why) => p.add(`${path}.domain`, why, domain));
+  search?.forEach((s, i) =>
+    domainNameProblems(s, 'search domain').forEach((why) => p.add(`${path}.search[${i}]`, why, s)),
+  );
+  if (domain !== undefined && domain !== '')
+    domainNameProblems(domain, 'domain name').forEach((why) => p.add(`${path}.domain`, why, domain));
   if (nameservers) out.nameservers = nameservers;
   if (domain !== undefined) out.domain = domain;
   if (search) out.search = search;
@@ -218,7 +234,14 @@ function podNetworkDesc(v: unknown, path: string, p: Problems): PodNetworkDesc {
     podName: reqStr(v, 'podName', pre, p),
     DNS: v.DNS === undefined || v.DNS === null ? null : dns(v.DNS, `${pre}DNS`, p),
   };
-  const ports = objArr(v, 'portMappings', pre, p, { hostPort: 0, containerPort: 0, protocol: 'tcp' as const, hostIP: '' }, (e, itemPre) => portMapping(e, itemPre, p));
+  const ports = objArr(
+    v,
+    'portMappings',
+    pre,
+    p,
+    { hostPort: 0, containerPort: 0, protocol: 'tcp' as const, hostIP: '' },
+    (e, itemPre) => portMapping(e, itemPre, p),
+  );
   if (ports !== undefined && ports.length > 0) desc.portMappings = ports;
   if (v.bandwidth !== undefined && v.bandwidth !== null) desc.bandwidth = bandwidth(v.bandwidth, `${pre}bandwidth`, p);
   // the one identity rule, up front: these names go into CNI_ARGS, the state record and DHCP
@@ -323,7 +346,9 @@ function decodeObject<T>(buf: Buffer, what: string, build: (v: Obj, p: Problems)
 
 /** add (0) request payload: {"podNetworkDesc": {...}}. */
 export function decodeGetFDPayload(buf: Buffer): GetFDPayload {
-  return decodeObject(buf, 'add payload', (v, p) => ({ podNetworkDesc: podNetworkDesc(v.podNetworkDesc, 'podNetworkDesc', p) }));
+  return decodeObject(buf, 'add payload', (v, p) => ({
+    podNetworkDesc: podNetworkDesc(v.podNetworkDesc, 'podNetworkDesc', p),
+  }));
 }
 
 /** recover (3) request payload: {"podNetworkDesc", "csn", "HaveRunningContainers"}. */
@@ -393,7 +418,8 @@ export function decodeGetInfo(buf: Buffer): GetInfo[] {
       else p.add(`${pre}mtu`, 'must be an integer in 68..65535', e.mtu);
     }
     const q = optArr(e, 'queueFdIndices', pre, p);
-    if (q !== undefined) info.queueFdIndices = queueIndices(q, fdIndex, `${pre}queueFdIndices`, p, (x, qp) => index(x, qp, i));
+    if (q !== undefined)
+      info.queueFdIndices = queueIndices(q, fdIndex, `${pre}queueFdIndices`, p, (x, qp) => index(x, qp, i));
     return info;
   });
   if (p.list.length) fail(what, p);
@@ -401,7 +427,13 @@ export function decodeGetInfo(buf: Buffer): GetInfo[] {
 }
 
 /** queueFdIndices: 1..MAX_TAP_QUEUES indices, the first one fdIndex (which `index` has counted already). */
-function queueIndices(q: unknown[], fdIndex: number, path: string, p: Problems, index: (x: unknown, path: string) => number): number[] {
+function queueIndices(
+  q: unknown[],
+  fdIndex: number,
+  path: string,
+  p: Problems,
+  index: (x: unknown, path: string) => number,
+): number[] {
   if (q.length === 0 || q.length > MAX_TAP_QUEUES) p.add(path, `must hold 1..${MAX_TAP_QUEUES} fd indices`, q);
   else if (q[0] !== fdIndex) p.add(`${path}[0]`, 'must be fdIndex', q[0]);
   return q.map((x, k) => (k === 0 ? fdIndex : index(x, `${path}[${k}]`)));
@@ -490,7 +522,16 @@ function descObject(d: PodNetworkDesc): unknown {
     podNs: d.podNs,
     podName: d.podName,
     DNS: d.DNS ? encodeDns(d.DNS) : null,
-    ...(d.portMappings && d.portMappings.length > 0 ? { portMappings: d.portMappings.map((m) => ({ hostPort: m.hostPort, containerPort: m.containerPort, protocol: m.protocol, hostIP: m.hostIP })) } : {}),
+    ...(d.portMappings && d.portMappings.length > 0
+      ? {
+          portMappings: d.portMappings.map((m) => ({
+            hostPort: m.hostPort,
+            containerPort: m.containerPort,
+            protocol: m.protocol,
+            hostIP: m.hostIP,
+          })),
+        }
+      : {}),
     ...(d.bandwidth ? { bandwidth: { ...d.bandwidth } } : {}),
   };
 }

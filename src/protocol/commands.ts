@@ -1,7 +1,17 @@
 // The fd-server protocol's constants (docs/protocol.md; Virtlet pkg/tapmanager/fdserver.go).
 
 /** Request command codes. 0..3 are Virtlet's and never change meaning; ours start at 4. */
-export const Command = { Add: 0, Release: 1, Get: 2, Recover: 3, List: 4, ReleaseForce: 5, Status: 6, Gc: 7, Check: 8 } as const;
+export const Command = {
+  Add: 0,
+  Release: 1,
+  Get: 2,
+  Recover: 3,
+  List: 4,
+  ReleaseForce: 5,
+  Status: 6,
+  Gc: 7,
+  Check: 8,
+} as const;
 export type Command = (typeof Command)[keyof typeof Command];
 
 /** A response carries `request | RESPONSE_BIT` (Virtlet's fdResponse). */

@@ -1,16 +1,7 @@
 // Request framing for the server side and response framing (docs/protocol.md).
 // Pure: bytes in, requests out. The socket loop lives in src/tapmanager/.
 import { ErrorCode, VmpodError } from '../errors.js';
-import {
-  Command,
-  HEADER_SIZE,
-  MAGIC,
-  MAX_PAYLOAD,
-  cmsgSpace,
-  commandName,
-  isCommand,
-  responseOf,
-} from './commands.js';
+import { Command, HEADER_SIZE, MAGIC, MAX_PAYLOAD, cmsgSpace, commandName, isCommand, responseOf } from './commands.js';
 import { escapeOutput } from '../escape.js';
 import { decodeHeader, encodeErrorHeader, encodeHeader, type Header } from './header.js';
 
@@ -119,7 +110,10 @@ export class RequestReader {
     for (let i = from; i < Math.min(to, MAGIC_BYTES.length); i++) {
       if (this.head[i] !== MAGIC_BYTES[i]) {
         const got = this.head.subarray(0, Math.min(to, MAGIC_BYTES.length)).toString('hex');
-        throw new VmpodError(ErrorCode.Protocol, `bad magic 0x${got}${i + 1 < 4 ? '...' : ''}, expected 0x${MAGIC.toString(16)}`);
+        throw new VmpodError(
+          ErrorCode.Protocol,
+          `bad magic 0x${got}${i + 1 < 4 ? '...' : ''}, expected 0x${MAGIC.toString(16)}`,
+        );
       }
     }
   }
@@ -127,14 +121,20 @@ export class RequestReader {
   private startBody(h: Header): Body {
     const what = `${commandName(h.command)} request for key ${JSON.stringify(h.key)}`;
     if (!isCommand(h.command)) {
-      throw new VmpodError(ErrorCode.Protocol, `bad command 0x${h.command.toString(16).padStart(2, '0')} (key ${JSON.stringify(h.key)})`, { key: h.key });
+      throw new VmpodError(
+        ErrorCode.Protocol,
+        `bad command 0x${h.command.toString(16).padStart(2, '0')} (key ${JSON.stringify(h.key)})`,
+        { key: h.key },
+      );
     }
     // the client never sends fds: an oobSize in a request means a confused or hostile peer
     if (h.oobSize !== 0) {
       throw new VmpodError(ErrorCode.Protocol, `${what}: oobSize ${h.oobSize}, requests carry no fds`, { key: h.key });
     }
     if (h.dataSize > MAX_PAYLOAD) {
-      throw new VmpodError(ErrorCode.Protocol, `${what}: payload of ${h.dataSize} bytes exceeds ${MAX_PAYLOAD}`, { key: h.key });
+      throw new VmpodError(ErrorCode.Protocol, `${what}: payload of ${h.dataSize} bytes exceeds ${MAX_PAYLOAD}`, {
+        key: h.key,
+      });
     }
     return {
       header: h,
@@ -146,7 +146,8 @@ export class RequestReader {
 }
 
 function finish(body: Body): Request {
-  const data = body.parts === null ? Buffer.alloc(0) : body.parts.length === 1 ? body.parts[0]! : Buffer.concat(body.parts);
+  const data =
+    body.parts === null ? Buffer.alloc(0) : body.parts.length === 1 ? body.parts[0]! : Buffer.concat(body.parts);
   return { command: body.command, key: body.header.key, data };
 }
 
@@ -155,10 +156,19 @@ function finish(body: Body): Request {
  * oobSize is exactly CMSG_SPACE(4 * nfds). With fds and no payload, the sender adds one filler byte
  * (native trySendMsg does) while dataSize stays 0.
  */
-export function encodeResponse(command: Command, key: string, payload: Buffer | null, nfds: number): { header: Buffer; data: Buffer } {
+export function encodeResponse(
+  command: Command,
+  key: string,
+  payload: Buffer | null,
+  nfds: number,
+): { header: Buffer; data: Buffer } {
   const data = payload ?? Buffer.alloc(0);
   if (data.length > MAX_PAYLOAD) {
-    throw new VmpodError(ErrorCode.Internal, `${commandName(command)} response for key ${JSON.stringify(key)}: payload of ${data.length} bytes exceeds ${MAX_PAYLOAD}`, { key });
+    throw new VmpodError(
+      ErrorCode.Internal,
+      `${commandName(command)} response for key ${JSON.stringify(key)}: payload of ${data.length} bytes exceeds ${MAX_PAYLOAD}`,
+      { key },
+    );
   }
   const header = encodeHeader({ command: responseOf(command), dataSize: data.length, oobSize: cmsgSpace(nfds), key });
   return { header, data };

@@ -14,7 +14,13 @@ export interface Header {
 
 /** Where each field starts. native/protocol.h is generated from this and commands.ts (scripts/protocol-h.mjs). */
 export const HEADER_LAYOUT = { magic: 0, command: 4, dataSize: 5, oobSize: 9, key: 13 } as const;
-const { magic: OFF_MAGIC, command: OFF_COMMAND, dataSize: OFF_DATA_SIZE, oobSize: OFF_OOB_SIZE, key: OFF_KEY } = HEADER_LAYOUT;
+const {
+  magic: OFF_MAGIC,
+  command: OFF_COMMAND,
+  dataSize: OFF_DATA_SIZE,
+  oobSize: OFF_OOB_SIZE,
+  key: OFF_KEY,
+} = HEADER_LAYOUT;
 
 /**
  * The bytes trimmed from both ends of a key: Go's strings.TrimSpace on ASCII (\t \n \v \f \r space) plus NUL, which
@@ -40,10 +46,16 @@ function checkU32(name: string, n: number): void {
 function keyBytes(key: string): Buffer {
   const bad = [...key].filter((c) => c < ' ' || c > '~');
   if (bad.length > 0) {
-    throw new VmpodError(ErrorCode.BadKey, `bad key ${JSON.stringify(key)}: not printable ASCII (${JSON.stringify(bad.join(''))})`);
+    throw new VmpodError(
+      ErrorCode.BadKey,
+      `bad key ${JSON.stringify(key)}: not printable ASCII (${JSON.stringify(bad.join(''))})`,
+    );
   }
   if (key.length > KEY_SIZE) {
-    throw new VmpodError(ErrorCode.BadKey, `bad key ${JSON.stringify(key)}: ${key.length} bytes, the header holds ${KEY_SIZE}`);
+    throw new VmpodError(
+      ErrorCode.BadKey,
+      `bad key ${JSON.stringify(key)}: ${key.length} bytes, the header holds ${KEY_SIZE}`,
+    );
   }
   const out = Buffer.alloc(KEY_SIZE, SPACE);
   out.write(key, 0, 'latin1');
@@ -74,7 +86,6 @@ export function encodeErrorHeader(dataSize: number): Buffer {
   return pack(ERROR_COMMAND, dataSize, 0, Buffer.alloc(KEY_SIZE, 0));
 }
 
-
 /** Decodes the first 77 bytes of buf. Throws Protocol on a short buffer or a bad magic. */
 export function decodeHeader(buf: Buffer): Header {
   if (buf.length < HEADER_SIZE) {
@@ -82,7 +93,10 @@ export function decodeHeader(buf: Buffer): Header {
   }
   const magic = buf.readUInt32BE(OFF_MAGIC);
   if (magic !== MAGIC) {
-    throw new VmpodError(ErrorCode.Protocol, `bad magic 0x${magic.toString(16).padStart(8, '0')}, expected 0x${MAGIC.toString(16)}`);
+    throw new VmpodError(
+      ErrorCode.Protocol,
+      `bad magic 0x${magic.toString(16).padStart(8, '0')}, expected 0x${MAGIC.toString(16)}`,
+    );
   }
   let start = OFF_KEY;
   let end = OFF_KEY + KEY_SIZE;

@@ -13,7 +13,16 @@ export interface PodSummary {
   state: string;
   /** when the record was created (ISO 8601) */
   createdAt: string;
-  interfaces: { name: string; type: 'tap' | 'vf'; mac: string; tap: string; bridge: string; mtu: number; pciAddress: string; ip?: string }[];
+  interfaces: {
+    name: string;
+    type: 'tap' | 'vf';
+    mac: string;
+    tap: string;
+    bridge: string;
+    mtu: number;
+    pciAddress: string;
+    ip?: string;
+  }[];
   dhcp: boolean;
   /** the pod's last check when it failed (state "degraded"): each reason and what was found; absent otherwise */
   degraded?: { at: string; failures: { reason: string; detail: string }[] };

@@ -26,7 +26,11 @@ function duplicates<T>(xs: T[]): T[] {
  * Validates everything first and throws one VmpodError(BadRequest) listing every problem; renders nothing
  * when anything is wrong.
  */
-export function buildQemuArgv(libvirtArgs: readonly string[], nets: readonly TapNet[], vfio: readonly VfioDev[]): string[] {
+export function buildQemuArgv(
+  libvirtArgs: readonly string[],
+  nets: readonly TapNet[],
+  vfio: readonly VfioDev[],
+): string[] {
   const netdevs = nets.map((n) => new QemuNetdev(n));
   const hostdevs = vfio.map((d) => new QemuVfioDevice(d));
   const q35 = isQ35(libvirtArgs);
@@ -36,7 +40,8 @@ export function buildQemuArgv(libvirtArgs: readonly string[], nets: readonly Tap
     for (const p of nd.validate()) problems.push(`net ${i} (index ${String(nd.net.index)}): ${p}`);
   });
   hostdevs.forEach((hd, i) => {
-    for (const p of hd.validate()) problems.push(`vfio ${i} (${String(hd.dev.address)} from ${String(hd.dev.source)}): ${p}`);
+    for (const p of hd.validate())
+      problems.push(`vfio ${i} (${String(hd.dev.address)} from ${String(hd.dev.source)}): ${p}`);
   });
   for (const x of duplicates(nets.map((n) => n.index))) problems.push(`net index ${x} given twice`);
   for (const x of duplicates(nets.flatMap((n) => n.fds ?? [])))

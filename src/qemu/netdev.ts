@@ -49,10 +49,19 @@ export class QemuNetdev {
     const queues = fds.length;
 
     // qemu net/tap.c: fds= takes a ':'-separated list, one fd per queue (Kata govmm NetDevice: fds= and vhost=)
-    const netdev = [NetdevBackend.Tap as string, `id=${netdevId}`, queues === 1 ? `fd=${fds[0]}` : `fds=${fds.join(':')}`];
+    const netdev = [
+      NetdevBackend.Tap as string,
+      `id=${netdevId}`,
+      queues === 1 ? `fd=${fds[0]}` : `fds=${fds.join(':')}`,
+    ];
     if (vhost !== undefined) netdev.push(`vhost=${vhost ? 'on' : 'off'}`);
 
-    const dev = [QemuDriver.VirtioNetPci as string, `netdev=${netdevId}`, `id=${nicId}`, `mac=${escapeQemuValue(mac.toLowerCase())}`];
+    const dev = [
+      QemuDriver.VirtioNetPci as string,
+      `netdev=${netdevId}`,
+      `id=${nicId}`,
+      `mac=${escapeQemuValue(mac.toLowerCase())}`,
+    ];
     // host_mtu: virtio-net advertises VIRTIO_NET_F_MTU, so the guest driver starts with the pod's MTU
     if (mtu !== undefined) dev.push(`host_mtu=${mtu}`);
     if (queues > 1) {

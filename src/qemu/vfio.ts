@@ -19,7 +19,10 @@ export class QemuVfioDevice {
     // qemu's host= takes domain:bus:slot.fn; Virtlet dropped the domain, which breaks non-zero PCI domains
     if (typeof address !== 'string' || !PCI_ADDRESS_RE.test(address))
       p.push(`PCI address ${JSON.stringify(address)} is not a full lower-case dddd:bb:dd.f`);
-    if (sysfsdev !== undefined && (typeof sysfsdev !== 'string' || !sysfsdev.startsWith('/') || !MDEV_RE.test(sysfsdev)))
+    if (
+      sysfsdev !== undefined &&
+      (typeof sysfsdev !== 'string' || !sysfsdev.startsWith('/') || !MDEV_RE.test(sysfsdev))
+    )
       p.push(`sysfsdev ${JSON.stringify(sysfsdev)} is not an absolute path ending in a mediated device uuid`);
     if (typeof source !== 'string' || source === '') p.push('no source');
     return p;
@@ -56,15 +59,23 @@ export class QemuPcieRootPort {
   validate(): string[] {
     const p: string[] = [];
     // both are 8-bit registers (PCIe Slot Capabilities chassis number as qemu models it; Link Capabilities port number)
-    if (!(Number.isInteger(this.chassis) && this.chassis >= 0 && this.chassis <= 255)) p.push(`chassis ${this.chassis} is outside 0..255`);
-    if (!(Number.isInteger(this.port) && this.port >= 0 && this.port <= 255)) p.push(`port ${this.port} is outside 0..255`);
+    if (!(Number.isInteger(this.chassis) && this.chassis >= 0 && this.chassis <= 255))
+      p.push(`chassis ${this.chassis} is outside 0..255`);
+    if (!(Number.isInteger(this.port) && this.port >= 0 && this.port <= 255))
+      p.push(`port ${this.port} is outside 0..255`);
     return p;
   }
 
   /** Returns the argv and the id that the device behind it names with bus=. */
   toArgs(ids: IdAllocator): { id: string; args: string[] } {
     const id = ids.next(IdPrefix.RootPort);
-    const dev = [QemuDriver.PcieRootPort, `id=${id}`, 'bus=pcie.0', `chassis=${this.chassis}`, `port=0x${this.port.toString(16)}`];
+    const dev = [
+      QemuDriver.PcieRootPort,
+      `id=${id}`,
+      'bus=pcie.0',
+      `chassis=${this.chassis}`,
+      `port=0x${this.port.toString(16)}`,
+    ];
     return { id, args: ['-device', dev.join(',')] };
   }
 }

@@ -28,7 +28,16 @@ export function raFromLease(lease: Lease6, routerMac: string): RouterAdvertiseme
     retransTimer: 0,
     sourceMac: routerMac,
     ...(lease.mtu !== undefined ? { mtu: lease.mtu } : {}),
-    prefixes: [{ prefix: lease.prefix, length: lease.prefixLength, onLink: true, autonomous: false, valid: PREFIX_VALID, preferred: PREFIX_PREFERRED }],
+    prefixes: [
+      {
+        prefix: lease.prefix,
+        length: lease.prefixLength,
+        onLink: true,
+        autonomous: false,
+        valid: PREFIX_VALID,
+        preferred: PREFIX_PREFERRED,
+      },
+    ],
     ...(lease.dns.length > 0 ? { rdnss: { lifetime: DNS_LIFETIME, servers: [...lease.dns] } } : {}),
     ...(lease.search.length > 0 ? { dnssl: { lifetime: DNS_LIFETIME, domains: [...lease.search] } } : {}),
   };

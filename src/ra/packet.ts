@@ -29,7 +29,10 @@ export function decodeNdOptions(buf: Buffer): NdOption[] {
     const type = buf[off]!;
     const len = buf[off + 1]! * 8;
     if (len === 0) throw new RangeError(`ND option ${type} at byte ${off} has length 0`);
-    if (off + len > buf.length) throw new RangeError(`ND option ${type} of ${len} bytes at byte ${off} runs past the end (${buf.length - off} left)`);
+    if (off + len > buf.length)
+      throw new RangeError(
+        `ND option ${type} of ${len} bytes at byte ${off} runs past the end (${buf.length - off} left)`,
+      );
     out.push({ type, body: Buffer.from(buf.subarray(off + 2, off + len)) });
     off += len;
   }
@@ -75,7 +78,8 @@ export function decodeNs(msg: Buffer, src: string): NeighborSolicitation {
   if (msg[1] !== 0) throw new RangeError(`NS code ${msg[1]} is not 0`);
   if (msg[8] === 0xff) throw new RangeError('NS for a multicast target');
   const opts = decodeNdOptions(msg.subarray(24));
-  if (src === '::' && opts.some((o) => o.type === NdOpt.SourceLinkAddr)) throw new RangeError('NS from :: with a source link-layer address option');
+  if (src === '::' && opts.some((o) => o.type === NdOpt.SourceLinkAddr))
+    throw new RangeError('NS from :: with a source link-layer address option');
   return { target: formatIpv6(msg.subarray(8, 24)) };
 }
 
@@ -100,7 +104,14 @@ export interface RouterAdvertisement {
   retransTimer: number;
   sourceMac?: string;
   mtu?: number;
-  prefixes: { prefix: string; length: number; onLink: boolean; autonomous: boolean; valid: number; preferred: number }[];
+  prefixes: {
+    prefix: string;
+    length: number;
+    onLink: boolean;
+    autonomous: boolean;
+    valid: number;
+    preferred: number;
+  }[];
   rdnss?: { lifetime: number; servers: string[] };
   dnssl?: { lifetime: number; domains: string[] };
 }
@@ -168,10 +179,18 @@ export function decodeRa(msg: Buffer): RouterAdvertisement {
   };
   for (const o of decodeNdOptions(msg.subarray(16))) {
     const b = o.body;
-    if (o.type === NdOpt.SourceLinkAddr && b.length >= 6) ra.sourceMac = [...b.subarray(0, 6)].map((x) => x.toString(16).padStart(2, '0')).join(':');
+    if (o.type === NdOpt.SourceLinkAddr && b.length >= 6)
+      ra.sourceMac = [...b.subarray(0, 6)].map((x) => x.toString(16).padStart(2, '0')).join(':');
     else if (o.type === NdOpt.Mtu && b.length >= 6) ra.mtu = b.readUInt32BE(2);
     else if (o.type === NdOpt.PrefixInfo && b.length >= 30) {
-      ra.prefixes.push({ length: b[0]!, onLink: (b[1]! & 0x80) !== 0, autonomous: (b[1]! & 0x40) !== 0, valid: b.readUInt32BE(2), preferred: b.readUInt32BE(6), prefix: formatIpv6(b.subarray(14, 30)) });
+      ra.prefixes.push({
+        length: b[0]!,
+        onLink: (b[1]! & 0x80) !== 0,
+        autonomous: (b[1]! & 0x40) !== 0,
+        valid: b.readUInt32BE(2),
+        preferred: b.readUInt32BE(6),
+        prefix: formatIpv6(b.subarray(14, 30)),
+      });
     } else if (o.type === NdOpt.Rdnss && b.length >= 22) {
       const servers: string[] = [];
       for (let off = 6; off + 16 <= b.length; off += 16) servers.push(formatIpv6(b.subarray(off, off + 16)));

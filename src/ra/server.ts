@@ -26,7 +26,13 @@ import { SocketWatch } from '../net/watch.js';
 import { bpfIpv6Filter, decodeFrame6, encodeIcmp6Frame, ETH_HLEN, IP6_HLEN, NH_ICMPV6 } from '../net/frame6.js';
 import { normaliseIpv6 } from '../net/ipv6.js';
 import { type PacketIo, RateLimit } from '../net/packetio.js';
-import { MAX_INITIAL_RTR_ADVERT_INTERVAL, MAX_INITIAL_RTR_ADVERTISEMENTS, MAX_RTR_ADV_INTERVAL, MIN_RTR_ADV_INTERVAL, raFromLease } from './options.js';
+import {
+  MAX_INITIAL_RTR_ADVERT_INTERVAL,
+  MAX_INITIAL_RTR_ADVERTISEMENTS,
+  MAX_RTR_ADV_INTERVAL,
+  MIN_RTR_ADV_INTERVAL,
+  raFromLease,
+} from './options.js';
 import { ALL_NODES, ALL_ROUTERS, decodeNs, decodeRs, encodeNa, encodeRa, ICMP6_NS, ICMP6_RS } from './packet.js';
 
 export interface RaStats {
@@ -60,7 +66,10 @@ export interface RaServerOptions {
   answerNs?: boolean;
 }
 
-export type RsDecision = { kind: 'answer'; dst: string; dstMac: string } | { kind: 'ignore'; why: string } | { kind: 'drop'; why: string };
+export type RsDecision =
+  | { kind: 'answer'; dst: string; dstMac: string }
+  | { kind: 'ignore'; why: string }
+  | { kind: 'drop'; why: string };
 
 /**
  * What to do with one frame (pure): RFC 4861 6.1.1's validity checks, then whether it is ours to answer.
@@ -73,7 +82,8 @@ export function answerRs(frameBuf: Buffer, vmMac: string, routerIp: string, csum
   } catch (e) {
     return { kind: 'drop', why: errorChain(e) };
   }
-  if (f.proto !== NH_ICMPV6 || f.payload[0] !== ICMP6_RS) return { kind: 'ignore', why: `not a router solicitation (next header ${f.proto})` };
+  if (f.proto !== NH_ICMPV6 || f.payload[0] !== ICMP6_RS)
+    return { kind: 'ignore', why: `not a router solicitation (next header ${f.proto})` };
   if (f.srcMac !== vmMac) return { kind: 'ignore', why: `RS from ${f.srcMac}, we serve ${vmMac}` };
   if (f.hopLimit !== 255) return { kind: 'drop', why: `RS with hop limit ${f.hopLimit}, not 255 (RFC 4861 6.1.1)` };
   if (f.dst !== ALL_ROUTERS && f.dst !== routerIp) return { kind: 'ignore', why: `RS to ${f.dst}` };
@@ -83,7 +93,9 @@ export function answerRs(frameBuf: Buffer, vmMac: string, routerIp: string, csum
     return { kind: 'drop', why: errorChain(e) };
   }
   // from :: (before the guest has an address) the answer goes to all nodes (RFC 4861 6.2.6)
-  return f.src === '::' ? { kind: 'answer', dst: ALL_NODES, dstMac: '33:33:00:00:00:01' } : { kind: 'answer', dst: f.src, dstMac: f.srcMac };
+  return f.src === '::'
+    ? { kind: 'answer', dst: ALL_NODES, dstMac: '33:33:00:00:00:01' }
+    : { kind: 'answer', dst: f.src, dstMac: f.srcMac };
 }
 
 /**
@@ -97,7 +109,8 @@ export function answerNs(frameBuf: Buffer, vmMac: string, routerIp: string, csum
   } catch (e) {
     return { kind: 'drop', why: errorChain(e) };
   }
-  if (f.proto !== NH_ICMPV6 || f.payload[0] !== ICMP6_NS) return { kind: 'ignore', why: `not a neighbour solicitation (next header ${f.proto})` };
+  if (f.proto !== NH_ICMPV6 || f.payload[0] !== ICMP6_NS)
+    return { kind: 'ignore', why: `not a neighbour solicitation (next header ${f.proto})` };
   if (f.srcMac !== vmMac) return { kind: 'ignore', why: `NS from ${f.srcMac}, we serve ${vmMac}` };
   if (f.hopLimit !== 255) return { kind: 'drop', why: `NS with hop limit ${f.hopLimit}, not 255 (RFC 4861 7.1.1)` };
   let target: string;
@@ -140,12 +153,35 @@ export class RaServer {
     this.ra = encodeRa(raFromLease(opts.lease, this.routerMac));
     this.na = opts.answerNs === true ? encodeNa(this.routerIp, this.routerMac) : undefined;
     this.io = opts.io ?? native();
-    this.intervals = opts.intervals ?? { min: MIN_RTR_ADV_INTERVAL, max: MAX_RTR_ADV_INTERVAL, initial: MAX_INITIAL_RTR_ADVERT_INTERVAL };
+    this.intervals = opts.intervals ?? {
+      min: MIN_RTR_ADV_INTERVAL,
+      max: MAX_RTR_ADV_INTERVAL,
+      initial: MAX_INITIAL_RTR_ADVERT_INTERVAL,
+    };
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'ra', tap: opts.tap, mac: this.vmMac });
-    const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ icmpTypes: this.na ? [ICMP6_RS, ICMP6_NS] : [ICMP6_RS] }));
-    this.watch = new SocketWatch(this.io, fd, (f) => this.io.recvFrame(f, RECV_MAX), (r) => this.handle(r.data, r.csumNotReady), this.log, 'ra');
-    this.log[opts.quiet === true ? 'debug' : 'info']({ router: this.routerIp, prefix: `${opts.lease.prefix}/${opts.lease.prefixLength}`, defaultRouter: opts.lease.defaultRoute, mtu: opts.lease.mtu }, 'router advertisements on');
+    const fd = this.io.packetSocketInNetns(
+      opts.nsPath,
+      opts.tap,
+      bpfIpv6Filter({ icmpTypes: this.na ? [ICMP6_RS, ICMP6_NS] : [ICMP6_RS] }),
+    );
+    this.watch = new SocketWatch(
+      this.io,
+      fd,
+      (f) => this.io.recvFrame(f, RECV_MAX),
+      (r) => this.handle(r.data, r.csumNotReady),
+      this.log,
+      'ra',
+    );
+    this.log[opts.quiet === true ? 'debug' : 'info'](
+      {
+        router: this.routerIp,
+        prefix: `${opts.lease.prefix}/${opts.lease.prefixLength}`,
+        defaultRouter: opts.lease.defaultRoute,
+        mtu: opts.lease.mtu,
+      },
+      'router advertisements on',
+    );
     this.advertise();
   }
 
@@ -175,7 +211,10 @@ export class RaServer {
 
   private send(dst: string, dstMac: string, msg = this.ra): boolean {
     try {
-      this.io.writeAll(this.watch.fd, encodeIcmp6Frame({ srcMac: this.routerMac, dstMac, src: this.routerIp, dst, hopLimit: 255 }, msg));
+      this.io.writeAll(
+        this.watch.fd,
+        encodeIcmp6Frame({ srcMac: this.routerMac, dstMac, src: this.routerIp, dst, hopLimit: 255 }, msg),
+      );
       return true;
     } catch (e) {
       // a tap nobody holds, or a full queue: the next one goes later, the guest's RS gets its own answer
@@ -190,7 +229,9 @@ export class RaServer {
     const ns = this.na !== undefined && frameBuf[ETH_HLEN + IP6_HLEN] === ICMP6_NS;
     let d: RsDecision;
     try {
-      d = ns ? answerNs(frameBuf, this.vmMac, this.routerIp, csumNotReady) : answerRs(frameBuf, this.vmMac, this.routerIp, csumNotReady);
+      d = ns
+        ? answerNs(frameBuf, this.vmMac, this.routerIp, csumNotReady)
+        : answerRs(frameBuf, this.vmMac, this.routerIp, csumNotReady);
     } catch (e) {
       d = { kind: 'drop', why: `internal: ${errorChain(e)}` };
     }

@@ -52,7 +52,7 @@ export type StepName = (typeof StepName)[keyof typeof StepName];
  * Undo ops must tolerate "already undone" (a batch can fail halfway, a crash can come between record and apply).
  * `withNetns` marks an undo op whose object lives only inside the pod netns (tap, bridge, filter table): when
  * the same undo run deletes the netns, the kernel removes it anyway and the op is skipped (deleting a bridge
- * costs ~40 ms of RCU waits, a tap ~15 ms; netns cleanup does it off our path).
+ * waits for RCU grace periods under rtnl_lock; the netns cleanup does it off our path).
  */
 export type Op =
   | { op: 'netns-add'; name: string }
@@ -122,27 +122,64 @@ export interface PodRecord {
 }
 
 /** A new record: what the caller knows, interfaces empty unless given, createdAt now. */
-export function newRecord(fields: Pick<PodRecord, 'key' | 'desc' | 'nsPath' | 'phase' | 'steps' | 'cniIfNames'> & Partial<Pick<PodRecord, 'interfaces' | 'result' | 'csn'>>): PodRecord {
+export function newRecord(
+  fields: Pick<PodRecord, 'key' | 'desc' | 'nsPath' | 'phase' | 'steps' | 'cniIfNames'> &
+    Partial<Pick<PodRecord, 'interfaces' | 'result' | 'csn'>>,
+): PodRecord {
   const { interfaces = [], result, csn, ...rest } = fields;
-  return { kind: RECORD_KIND, ...rest, ...(result ? { result } : {}), ...(csn ? { csn } : {}), interfaces, createdAt: new Date().toISOString() };
+  return {
+    kind: RECORD_KIND,
+    ...rest,
+    ...(result ? { result } : {}),
+    ...(csn ? { csn } : {}),
+    interfaces,
+    createdAt: new Date().toISOString(),
+  };
 }
 
 const PHASES: readonly string[] = Object.values(Phase);
 const STEP_NAMES: readonly string[] = Object.values(StepName);
-const OP_NAMES: readonly string[] = ['netns-add', 'netns-del', 'ip', 'tc', 'ebtables', 'nft', 'nft-del', 'sysctl', 'cni-add', 'cni-del', 'vf-bind', 'vf-restore-driver', 'vf-link', 'vf-netdev-return'];
+const OP_NAMES: readonly string[] = [
+  'netns-add',
+  'netns-del',
+  'ip',
+  'tc',
+  'ebtables',
+  'nft',
+  'nft-del',
+  'sysctl',
+  'cni-add',
+  'cni-del',
+  'vf-bind',
+  'vf-restore-driver',
+  'vf-link',
+  'vf-netdev-return',
+];
 
 function opProblems(o: unknown, where: string): string[] {
   if (!isObj(o) || typeof o.op !== 'string' || !OP_NAMES.includes(o.op)) return [`${where}: not an op`];
-  if ((o.op === 'ip' || o.op === 'tc' || o.op === 'ebtables') && !(Array.isArray(o.args) && o.args.every((a) => typeof a === 'string'))) {
+  if (
+    (o.op === 'ip' || o.op === 'tc' || o.op === 'ebtables') &&
+    !(Array.isArray(o.args) && o.args.every((a) => typeof a === 'string'))
+  ) {
     return [`${where}: ${o.op} op without string args`];
   }
-  if (o.op === 'sysctl' && !(Array.isArray(o.settings) && o.settings.every((a) => typeof a === 'string' && /^[\w./-]+=\S+$/.test(a)))) {
+  if (
+    o.op === 'sysctl' &&
+    !(Array.isArray(o.settings) && o.settings.every((a) => typeof a === 'string' && /^[\w./-]+=\S+$/.test(a)))
+  ) {
     return [`${where}: sysctl op without "name=value" settings`];
   }
-  const need = (f: string, t: 'string' | 'number') => (typeof o[f] === t ? [] : [`${where}: ${o.op} op without ${t} ${f}`]);
+  const need = (f: string, t: 'string' | 'number') =>
+    typeof o[f] === t ? [] : [`${where}: ${o.op} op without ${t} ${f}`];
   switch (o.op) {
     case 'nft':
-      return [...need('table', 'string'), ...(Array.isArray(o.rules) && o.rules.every((r) => Array.isArray(r) && r.every((a) => typeof a === 'string')) ? [] : [`${where}: nft op without rules`])];
+      return [
+        ...need('table', 'string'),
+        ...(Array.isArray(o.rules) && o.rules.every((r) => Array.isArray(r) && r.every((a) => typeof a === 'string'))
+          ? []
+          : [`${where}: nft op without rules`]),
+      ];
     case 'nft-del':
       return need('table', 'string');
     case 'vf-bind':
@@ -165,7 +202,8 @@ export function recordProblems(x: unknown, key: string): string[] {
   const p: string[] = [];
   if (x.kind !== RECORD_KIND) p.push(`kind is ${JSON.stringify(x.kind)}, expected "${RECORD_KIND}"`);
   if (x.key !== key) p.push(`key is ${JSON.stringify(x.key)}, expected ${JSON.stringify(key)}`);
-  if (typeof x.phase !== 'string' || !PHASES.includes(x.phase)) p.push(`phase ${JSON.stringify(x.phase)} is not one of ${PHASES.join(', ')}`);
+  if (typeof x.phase !== 'string' || !PHASES.includes(x.phase))
+    p.push(`phase ${JSON.stringify(x.phase)} is not one of ${PHASES.join(', ')}`);
   if (typeof x.nsPath !== 'string') p.push('nsPath is not a string');
   if (!isObj(x.desc)) p.push('desc is not an object');
   if (!Array.isArray(x.cniIfNames)) p.push('cniIfNames is not an array');
@@ -173,8 +211,10 @@ export function recordProblems(x: unknown, key: string): string[] {
   if (!Array.isArray(x.steps)) p.push('steps is not an array');
   else
     x.steps.forEach((s, i) => {
-      if (!isObj(s) || typeof s.name !== 'string' || !STEP_NAMES.includes(s.name)) p.push(`steps[${i}]: unknown step ${JSON.stringify(isObj(s) ? s.name : s)}`);
-      else if (!Array.isArray(s.do) || !Array.isArray(s.undo)) p.push(`steps[${i}] (${s.name}): do/undo are not arrays`);
+      if (!isObj(s) || typeof s.name !== 'string' || !STEP_NAMES.includes(s.name))
+        p.push(`steps[${i}]: unknown step ${JSON.stringify(isObj(s) ? s.name : s)}`);
+      else if (!Array.isArray(s.do) || !Array.isArray(s.undo))
+        p.push(`steps[${i}] (${s.name}): do/undo are not arrays`);
       else {
         s.do.forEach((o, j) => p.push(...opProblems(o, `steps[${i}].do[${j}]`)));
         s.undo.forEach((o, j) => p.push(...opProblems(o, `steps[${i}].undo[${j}]`)));
@@ -189,11 +229,18 @@ export function parseRecord(text: string, key: string, path: string): PodRecord 
   try {
     x = JSON.parse(text);
   } catch (e) {
-    throw new VmpodError(ErrorCode.State, `state record ${path} for key ${key} is corrupt: not JSON`, { cause: e, key, op: 'state-read' });
+    throw new VmpodError(ErrorCode.State, `state record ${path} for key ${key} is corrupt: not JSON`, {
+      cause: e,
+      key,
+      op: 'state-read',
+    });
   }
   const problems = recordProblems(x, key);
   if (problems.length > 0) {
-    throw new VmpodError(ErrorCode.State, `state record ${path} for key ${key} is corrupt: ${problems.join('; ')}`, { key, op: 'state-read' });
+    throw new VmpodError(ErrorCode.State, `state record ${path} for key ${key} is corrupt: ${problems.join('; ')}`, {
+      key,
+      op: 'state-read',
+    });
   }
   return x as PodRecord;
 }

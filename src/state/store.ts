@@ -6,7 +6,21 @@
 // vanish with the kernel (docs/decisions.md). The dir holds the records of live pods only (and their scratch files).
 // Synchronous on purpose: records are small, and a record must be written before the step it announces runs (a
 // durable one may finish its fsyncs on the pool while what does not outlive a reboot goes on: writeThenSync).
-import { closeSync, existsSync, fsync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, chmodSync, writeSync, constants } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fsync,
+  fsyncSync,
+  ftruncateSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  chmodSync,
+  writeSync,
+  constants,
+} from 'node:fs';
 import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
@@ -96,7 +110,11 @@ export class StateStore {
     } catch (e) {
       this.#scratches.delete(rec.key);
       rmSync(scratch, { force: true });
-      throw new VmpodError(ErrorCode.State, `write state record ${path}`, { cause: e, key: rec.key, op: 'state-write' });
+      throw new VmpodError(ErrorCode.State, `write state record ${path}`, {
+        cause: e,
+        key: rec.key,
+        op: 'state-write',
+      });
     }
   }
 
@@ -111,7 +129,11 @@ export class StateStore {
     return Promise.all([fsyncPath(path), fsyncPath(this.dir)]).then(
       () => undefined,
       (e: unknown) => {
-        throw new VmpodError(ErrorCode.State, `write state record ${path}: fsync`, { cause: e, key: rec.key, op: 'state-write' });
+        throw new VmpodError(ErrorCode.State, `write state record ${path}: fsync`, {
+          cause: e,
+          key: rec.key,
+          op: 'state-write',
+        });
       },
     );
   }
@@ -137,7 +159,8 @@ export class StateStore {
     try {
       this.#scratches.delete(key);
       // unlink, not rm: rm stats each path first (it could be a dir); these are files, and may be missing
-      const gone = (p: string): Promise<void> => unlink(p).catch((e: unknown) => (errno(e) === 'ENOENT' ? undefined : Promise.reject(e)));
+      const gone = (p: string): Promise<void> =>
+        unlink(p).catch((e: unknown) => (errno(e) === 'ENOENT' ? undefined : Promise.reject(e)));
       await Promise.all([gone(path), gone(this.scratchOf(key))]);
     } catch (e) {
       throw new VmpodError(ErrorCode.State, `remove state record ${path}`, { cause: e, key, op: 'state-remove' });

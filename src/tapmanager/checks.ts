@@ -32,7 +32,10 @@ export class PodChecker {
     }
     this.failing.set(key, r);
     for (const reason of new Set(r.failures.map((f) => f.reason))) this.d.onFailure?.(reason);
-    log.error({ reasons: r.failures.map((f) => f.reason), failures: r.failures, cni: r.cni }, 'pod check failed: degraded (nothing is repaired)');
+    log.error(
+      { reasons: r.failures.map((f) => f.reason), failures: r.failures, cni: r.cni },
+      'pod check failed: degraded (nothing is repaired)',
+    );
     return r;
   }
 
@@ -57,7 +60,9 @@ export class PodChecker {
 
   private async runAll(): Promise<void> {
     for (const key of this.d.readyKeys()) {
-      await this.checkOne(key).catch((e: unknown) => this.d.log.warn({ key, op: 'check', err: e }, 'pod check could not run'));
+      await this.checkOne(key).catch((e: unknown) =>
+        this.d.log.warn({ key, op: 'check', err: e }, 'pod check could not run'),
+      );
     }
   }
 

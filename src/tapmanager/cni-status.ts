@@ -42,9 +42,17 @@ export class CniStatusMonitor {
     } catch {
       return; // the add fails on the config itself, with its own error
     }
-    const a = this.last !== undefined && this.last.list === list && Date.now() - this.last.at < this.d.intervalMs ? this.last : await this.ask();
+    const a =
+      this.last !== undefined && this.last.list === list && Date.now() - this.last.at < this.d.intervalMs
+        ? this.last
+        : await this.ask();
     const bad = a.statuses.find((s) => s.code !== 0);
-    if (bad) throw new VmpodError(ErrorCode.Cni, `add refused: ${describe(a.list.name, bad)}; the network cannot take adds now`, { op: 'add' });
+    if (bad)
+      throw new VmpodError(
+        ErrorCode.Cni,
+        `add refused: ${describe(a.list.name, bad)}; the network cannot take adds now`,
+        { op: 'add' },
+      );
   }
 
   /** For /readyz and status: one sentence per plugin that answered an error at the last STATUS. */
@@ -55,7 +63,8 @@ export class CniStatusMonitor {
 
   /** At start: asks now, then every intervalMs. */
   start(): void {
-    const tick = (): void => void this.ask().catch((e: unknown) => this.d.log.warn({ err: e }, 'CNI STATUS could not be asked'));
+    const tick = (): void =>
+      void this.ask().catch((e: unknown) => this.d.log.warn({ err: e }, 'CNI STATUS could not be asked'));
     tick();
     this.timer = setInterval(tick, this.d.intervalMs);
     this.timer.unref();
@@ -80,7 +89,11 @@ export class CniStatusMonitor {
     this.last = { at: Date.now(), list, statuses };
     this.d.onStatus?.(list.name, statuses);
     const now = this.reasons();
-    if (now.join('\n') !== before.join('\n')) this.d.log[now.length > 0 ? 'error' : 'info']({ network: list.name, statuses }, now.length > 0 ? 'CNI STATUS: the network cannot take adds' : 'CNI STATUS: the network takes adds');
+    if (now.join('\n') !== before.join('\n'))
+      this.d.log[now.length > 0 ? 'error' : 'info'](
+        { network: list.name, statuses },
+        now.length > 0 ? 'CNI STATUS: the network cannot take adds' : 'CNI STATUS: the network takes adds',
+      );
     return this.last;
   }
 }

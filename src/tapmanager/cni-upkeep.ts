@@ -28,14 +28,29 @@ export interface CniUpkeep {
 
 /** Sets the service's admitAdd and gc hooks; nothing runs until start. */
 export function cniUpkeep(d: CniUpkeepDeps): CniUpkeep {
-  const status = new CniStatusMonitor({ status: (l) => d.cni.status(l), loadConfList: d.loadConfList, intervalMs: d.config.cniStatusIntervalMs, log: d.log, ...(d.onStatus ? { onStatus: d.onStatus } : {}) });
+  const status = new CniStatusMonitor({
+    status: (l) => d.cni.status(l),
+    loadConfList: d.loadConfList,
+    intervalMs: d.config.cniStatusIntervalMs,
+    log: d.log,
+    ...(d.onStatus ? { onStatus: d.onStatus } : {}),
+  });
   let restored: Promise<unknown> = Promise.resolve();
   let stopped = false;
   let gcTimer: { stop(): void } | undefined;
   // a GC must know every pod the state dir holds: it waits for the restore
   const gcOnce = () =>
     restored.then(() =>
-      runGc({ gc: (l, v, o) => d.cni.gc(l, v, o), loadConfList: d.loadConfList, liveKeys: () => d.pods.keys(), netnsExists: (key) => d.pods.netnsExists(key), ifName: d.pods.cniIfName, plugins: d.config.cniGcPlugins, lock: d.service.ops, log: d.log }),
+      runGc({
+        gc: (l, v, o) => d.cni.gc(l, v, o),
+        loadConfList: d.loadConfList,
+        liveKeys: () => d.pods.keys(),
+        netnsExists: (key) => d.pods.netnsExists(key),
+        ifName: d.pods.cniIfName,
+        plugins: d.config.cniGcPlugins,
+        lock: d.service.ops,
+        log: d.log,
+      }),
     );
   d.service.hooks.admitAdd = () => status.admitAdd();
   d.service.hooks.gc = gcOnce;

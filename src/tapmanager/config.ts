@@ -174,7 +174,7 @@ export const FLAGS = {
     env: 'VMPOD_BINDING',
     def: 'auto',
     kind: 'string',
-    help: 'how a CNI interface is joined to the VM\'s tap: bridge, tc-redirect, or auto (tc-redirect for macvlan and ipvlan, whose MAC cannot move to the VM; bridge otherwise)',
+    help: "how a CNI interface is joined to the VM's tap: bridge, tc-redirect, or auto (tc-redirect for macvlan and ipvlan, whose MAC cannot move to the VM; bridge otherwise)",
   },
   cniStatusIntervalMs: {
     flag: '--cni-status-interval',
@@ -213,7 +213,12 @@ type Key = keyof typeof FLAGS;
  * `--flag=false` (or true, 0, 1, yes, no, on, off), which wins over the env var like any flag.
  */
 const CLI_OPTIONS: Record<string, OptionSpec> = {
-  ...Object.fromEntries((Object.values(FLAGS) as FlagSpec[]).map((s) => [s.flag.slice(2), (s.kind === 'bool' ? { type: 'boolean', inlineValue: true } : { type: 'string' }) as OptionSpec])),
+  ...Object.fromEntries(
+    (Object.values(FLAGS) as FlagSpec[]).map((s) => [
+      s.flag.slice(2),
+      (s.kind === 'bool' ? { type: 'boolean', inlineValue: true } : { type: 'string' }) as OptionSpec,
+    ]),
+  ),
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean' },
 };
@@ -237,7 +242,10 @@ export function parseListen(s: string): { host: string; port: number } | undefin
 export type ParseResult = { ok: true; config: TapmanagerConfig } | { ok: false; errors: string[] };
 
 /** Each flag's value as given (the flag over its env var) or its default, and the command line's errors. */
-function readValues(argv: string[], env: Record<string, string | undefined>): { get: (k: Key) => string; errors: string[]; help: boolean; version: boolean } {
+function readValues(
+  argv: string[],
+  env: Record<string, string | undefined>,
+): { get: (k: Key) => string; errors: string[]; help: boolean; version: boolean } {
   const raw = new Map<Key, string>();
   for (const k of Object.keys(FLAGS) as Key[]) {
     const spec: FlagSpec = FLAGS[k];
@@ -250,25 +258,35 @@ function readValues(argv: string[], env: Record<string, string | undefined>): { 
     const k = BY_NAME.get(name);
     if (k) raw.set(k, value === true ? 'true' : value);
   }
-  return { get: (k: Key): string => raw.get(k) ?? FLAGS[k].def, errors, help: args.values.has('help'), version: args.values.has('version') };
+  return {
+    get: (k: Key): string => raw.get(k) ?? FLAGS[k].def,
+    errors,
+    help: args.values.has('help'),
+    version: args.values.has('version'),
+  };
 }
 
 /** The numeric flags, checked (each error said in `errors`). */
 function readNumbers(get: (k: Key) => string, errors: string[]) {
   const timeout = Number(get('cniTimeoutMs'));
-  if (!Number.isInteger(timeout) || timeout <= 0) errors.push(`--cni-timeout ${JSON.stringify(get('cniTimeoutMs'))} is not a positive integer (ms)`);
+  if (!Number.isInteger(timeout) || timeout <= 0)
+    errors.push(`--cni-timeout ${JSON.stringify(get('cniTimeoutMs'))} is not a positive integer (ms)`);
   const positive = (k: 'requestTimeoutMs' | 'maxConnections' | 'stopTimeoutMs'): number => {
     const v = Number(get(k));
-    if (!Number.isInteger(v) || v <= 0) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} is not a positive integer`);
+    if (!Number.isInteger(v) || v <= 0)
+      errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} is not a positive integer`);
     return v;
   };
   const spareNetns = Number(get('spareNetns'));
-  if (!Number.isInteger(spareNetns) || spareNetns < 0 || spareNetns > 16) errors.push(`--spare-netns ${JSON.stringify(get('spareNetns'))} is not an integer from 0 to 16`);
+  if (!Number.isInteger(spareNetns) || spareNetns < 0 || spareNetns > 16)
+    errors.push(`--spare-netns ${JSON.stringify(get('spareNetns'))} is not an integer from 0 to 16`);
   const statusInterval = Number(get('cniStatusIntervalMs'));
-  if (!Number.isInteger(statusInterval) || statusInterval <= 0) errors.push(`--cni-status-interval ${JSON.stringify(get('cniStatusIntervalMs'))} is not a positive integer (ms)`);
+  if (!Number.isInteger(statusInterval) || statusInterval <= 0)
+    errors.push(`--cni-status-interval ${JSON.stringify(get('cniStatusIntervalMs'))} is not a positive integer (ms)`);
   const zeroOrMore = (k: 'cniGcIntervalMs' | 'checkIntervalMs'): number => {
     const v = Number(get(k));
-    if (!Number.isInteger(v) || v < 0) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} is not a non-negative integer (ms; 0: never)`);
+    if (!Number.isInteger(v) || v < 0)
+      errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} is not a non-negative integer (ms; 0: never)`);
     return v;
   };
   return {
@@ -287,27 +305,41 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   const { get, errors, help, version } = readValues(argv, env);
   const numbers = readNumbers(get, errors);
   const logLevel = get('logLevel');
-  if (!isLogLevel(logLevel)) errors.push(`--log-level ${JSON.stringify(logLevel)} is not one of fatal, error, warn, info, debug, trace, silent`);
+  if (!isLogLevel(logLevel))
+    errors.push(`--log-level ${JSON.stringify(logLevel)} is not one of fatal, error, warn, info, debug, trace, silent`);
   const sriov = parseBool(get('enableSriov'));
-  if (sriov === undefined) errors.push(`--enable-sriov / VIRTLET_SRIOV_SUPPORT ${JSON.stringify(get('enableSriov'))} is not a boolean`);
+  if (sriov === undefined)
+    errors.push(`--enable-sriov / VIRTLET_SRIOV_SUPPORT ${JSON.stringify(get('enableSriov'))} is not a boolean`);
   for (const k of ['socket', 'cniConfDir', 'cniCacheDir', 'stateDir', 'sysfsRoot'] as const) {
     if (!get(k).startsWith('/')) errors.push(`${FLAGS[k].flag} ${JSON.stringify(get(k))} must be an absolute path`);
   }
-  const binDirs = get('cniBinDirs').split(':').filter((d) => d !== '');
+  const binDirs = get('cniBinDirs')
+    .split(':')
+    .filter((d) => d !== '');
   if (binDirs.length === 0 || binDirs.some((d) => !d.startsWith('/'))) {
     errors.push(`--cni-bin-dir ${JSON.stringify(get('cniBinDirs'))} must be absolute paths separated by ':'`);
   }
-  const defaultDns = get('defaultDns').split(',').map((d) => d.trim()).filter((d) => d !== '');
+  const defaultDns = get('defaultDns')
+    .split(',')
+    .map((d) => d.trim())
+    .filter((d) => d !== '');
   for (const d of defaultDns) {
     if (!isIpv4(d)) errors.push(`--default-dns ${JSON.stringify(d)} is not an IPv4 address`);
   }
   const gcMode = get('cniGc');
-  if (gcMode !== '' && gcMode !== 'plugins') errors.push(`--cni-gc / VMPOD_CNI_GC ${JSON.stringify(gcMode)} is not "plugins" (or empty)`);
+  if (gcMode !== '' && gcMode !== 'plugins')
+    errors.push(`--cni-gc / VMPOD_CNI_GC ${JSON.stringify(gcMode)} is not "plugins" (or empty)`);
   const httpRaw = get('httpListen');
   const http = httpRaw === '' ? undefined : parseListen(httpRaw);
-  if (httpRaw !== '' && !http) errors.push(`--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9731 or [::1]:9731)`);
+  if (httpRaw !== '' && !http)
+    errors.push(
+      `--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9731 or [::1]:9731)`,
+    );
   const binding = BINDING_MODES.find((b) => b === get('binding'));
-  if (binding === undefined) errors.push(`--binding / VMPOD_BINDING ${JSON.stringify(get('binding'))} is not one of ${BINDING_MODES.join(', ')}`);
+  if (binding === undefined)
+    errors.push(
+      `--binding / VMPOD_BINDING ${JSON.stringify(get('binding'))} is not one of ${BINDING_MODES.join(', ')}`,
+    );
   if (errors.length > 0) return { ok: false, errors };
   const group = get('socketGroup');
   return {
@@ -334,7 +366,13 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
 }
 
 export function usage(): string {
-  const lines = ['Usage: tapmanager [flags]', '', 'Serves the Virtlet fd protocol: sets up VM pod networks and hands over their tap fds.', '', 'Flags (env var in brackets):'];
+  const lines = [
+    'Usage: tapmanager [flags]',
+    '',
+    'Serves the Virtlet fd protocol: sets up VM pod networks and hands over their tap fds.',
+    '',
+    'Flags (env var in brackets):',
+  ];
   for (const spec of Object.values(FLAGS) as FlagSpec[]) {
     const env = spec.env ? ` [${spec.env}]` : '';
     const def = spec.def === '' ? '' : ` (default ${spec.def})`;

@@ -29,7 +29,11 @@ export class DhcpServers {
   start(st: PodNetworkState, opts: { quiet?: boolean } = {}): void {
     this.stop(st.key);
     const result = st.csn.Result ? fromV031(st.csn.Result) : undefined;
-    if (!result) throw new VmpodError(ErrorCode.State, `pod ${st.key} has no CNI result to serve over DHCP`, { key: st.key, op: 'dhcp' });
+    if (!result)
+      throw new VmpodError(ErrorCode.State, `pod ${st.key} has no CNI result to serve over DHCP`, {
+        key: st.key,
+        op: 'dhcp',
+      });
     const servers: (DhcpServer | Dhcp6Server | RaServer)[] = [];
     // each server binds what names it (DHCPv4 its bridge, RA and DHCPv6 their tap), so the pod's logger adds the key only
     const log = this.log.child({ key: st.key });
@@ -48,24 +52,65 @@ export class DhcpServers {
         });
         // tc-redirect: no bridge; the server's address is on the tap, where the VM's DHCP stays (podnet tcredirect.ts)
         const tcRedirect = iface.binding === 'tc-redirect';
-        if (guest.v4) servers.push(DhcpServer.start({ nsPath: st.nsPath, bridge: tcRedirect ? iface.tapName : iface.bridgeName, serverIp: iface.bridgeIp, lease: guest.v4, log, quiet, ...this.hooks }));
+        if (guest.v4)
+          servers.push(
+            DhcpServer.start({
+              nsPath: st.nsPath,
+              bridge: tcRedirect ? iface.tapName : iface.bridgeName,
+              serverIp: iface.bridgeIp,
+              lease: guest.v4,
+              log,
+              quiet,
+              ...this.hooks,
+            }),
+          );
         if (guest.v6) {
           // records written before IPv6 support carry no bridgeMac: the planner's rule (the veth's new MAC) applies
           const mac = iface.bridgeMac ?? iface.vethMacNew;
-          if (!mac) throw new VmpodError(ErrorCode.State, `pod ${st.key} interface ${iface.cniName} has no bridge MAC to serve IPv6 from`, { key: st.key, op: 'dhcp6' });
+          if (!mac)
+            throw new VmpodError(
+              ErrorCode.State,
+              `pod ${st.key} interface ${iface.cniName} has no bridge MAC to serve IPv6 from`,
+              { key: st.key, op: 'dhcp6' },
+            );
           const ip6 = iface.bridgeIp6 ?? formatIpv6(linkLocalFromMac(mac));
           // tc-redirect: the pod netns routes nothing for the VM, which is on the CNI network's link: our RA gives the
           // prefix, DNS and the DHCPv6 flag but no default route (that network's own routers advertise theirs)
           const ra = tcRedirect ? { ...guest.v6, defaultRoute: false } : guest.v6;
           // tc-redirect: no link of the pod netns holds the servers' link-local, so the RA server answers the guest's
           // neighbour solicitations for it (else no unicast to the DHCPv6 server: renewals, releases)
-          servers.push(RaServer.start({ nsPath: st.nsPath, tap: iface.tapName, routerMac: mac, routerIp: ip6, lease: ra, log, quiet, answerNs: tcRedirect }));
-          servers.push(Dhcp6Server.start({ nsPath: st.nsPath, tap: iface.tapName, serverMac: mac, serverIp: ip6, lease: guest.v6, log, quiet }));
+          servers.push(
+            RaServer.start({
+              nsPath: st.nsPath,
+              tap: iface.tapName,
+              routerMac: mac,
+              routerIp: ip6,
+              lease: ra,
+              log,
+              quiet,
+              answerNs: tcRedirect,
+            }),
+          );
+          servers.push(
+            Dhcp6Server.start({
+              nsPath: st.nsPath,
+              tap: iface.tapName,
+              serverMac: mac,
+              serverIp: ip6,
+              lease: guest.v6,
+              log,
+              quiet,
+            }),
+          );
         }
       }
     } catch (e) {
       for (const s of servers) s.stop();
-      throw new VmpodError(e instanceof VmpodError && e.code === ErrorCode.Config ? ErrorCode.Config : ErrorCode.Internal, `start DHCP/RA for pod ${st.key}`, { cause: e, key: st.key, op: 'dhcp' });
+      throw new VmpodError(
+        e instanceof VmpodError && e.code === ErrorCode.Config ? ErrorCode.Config : ErrorCode.Internal,
+        `start DHCP/RA for pod ${st.key}`,
+        { cause: e, key: st.key, op: 'dhcp' },
+      );
     }
     this.byKey.set(st.key, servers);
   }
@@ -78,7 +123,8 @@ export class DhcpServers {
   /** The latest DHCPv4 lease granted on any interface of the pod, undefined when none since this process started. */
   lastLease(key: string): Date | undefined {
     let last: Date | undefined;
-    for (const s of this.byKey.get(key) ?? []) if (s instanceof DhcpServer && s.lastLeaseAt && (!last || s.lastLeaseAt > last)) last = s.lastLeaseAt;
+    for (const s of this.byKey.get(key) ?? [])
+      if (s instanceof DhcpServer && s.lastLeaseAt && (!last || s.lastLeaseAt > last)) last = s.lastLeaseAt;
     return last;
   }
 
@@ -87,7 +133,9 @@ export class DhcpServers {
     const servers = this.byKey.get(key);
     if (servers === undefined) return `no DHCP server runs for pod ${key}`;
     const stopped = servers.filter((s) => !s.running);
-    return stopped.length === 0 ? undefined : `${stopped.length} of the pod's ${servers.length} DHCP/RA servers stopped listening`;
+    return stopped.length === 0
+      ? undefined
+      : `${stopped.length} of the pod's ${servers.length} DHCP/RA servers stopped listening`;
   }
 
   running(key: string): boolean {

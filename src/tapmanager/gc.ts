@@ -27,10 +27,18 @@ export function runGc(d: GcDeps): Promise<GcReport> {
   return d.lock.runExclusive(async () => {
     const list = await d.loadConfList();
     const valid = d.liveKeys().map((containerId) => ({ containerId, ifName: d.ifName }));
-    const report = await d.gc(list, valid, { plugins: d.plugins, ifNames: [d.ifName], stillHeld: (a) => d.netnsExists(a.containerId) });
+    const report = await d.gc(list, valid, {
+      plugins: d.plugins,
+      ifNames: [d.ifName],
+      stillHeld: (a) => d.netnsExists(a.containerId),
+    });
     const log = d.log.child({ op: 'gc', network: report.network });
     if (report.disabled) log.info('CNI GC: the network config has disableGC: nothing done');
-    else log[report.removed.length > 0 ? 'info' : 'debug']({ removed: report.removed, pluginsAsked: report.pluginsAsked, live: valid.length }, 'CNI GC done');
+    else
+      log[report.removed.length > 0 ? 'info' : 'debug'](
+        { removed: report.removed, pluginsAsked: report.pluginsAsked, live: valid.length },
+        'CNI GC done',
+      );
     for (const error of report.errors) log.error({ error }, 'CNI GC: a part failed');
     return report;
   });

@@ -39,11 +39,28 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
   // dashboard and alert written for prom-client expects; only our own metrics carry PREFIX
   collectDefaultMetrics({ register: registry });
   /** what every metric has: its prefixed name, its help, its labels, this registry */
-  const base = <L extends string>(name: string, help: string, labelNames: L[] = []) => ({ name: `${PREFIX}${name}`, help, labelNames, registers: [registry] });
-  const requests = new Counter(base('requests_total', 'fd-protocol requests served, by command and result ("ok" or the error code)', ['command', 'result']));
-  const duration = new Histogram({ ...base('request_duration_seconds', 'time from a complete request to its reply, by command', ['command']), buckets: REQUEST_BUCKETS });
+  const base = <L extends string>(name: string, help: string, labelNames: L[] = []) => ({
+    name: `${PREFIX}${name}`,
+    help,
+    labelNames,
+    registers: [registry],
+  });
+  const requests = new Counter(
+    base('requests_total', 'fd-protocol requests served, by command and result ("ok" or the error code)', [
+      'command',
+      'result',
+    ]),
+  );
+  const duration = new Histogram({
+    ...base('request_duration_seconds', 'time from a complete request to its reply, by command', ['command']),
+    buckets: REQUEST_BUCKETS,
+  });
   const plugin = new Histogram({
-    ...base('cni_plugin_duration_seconds', 'CNI plugin run time, by plugin, CNI command and result (ok or error)', ['plugin', 'command', 'result']),
+    ...base('cni_plugin_duration_seconds', 'CNI plugin run time, by plugin, CNI command and result (ok or error)', [
+      'plugin',
+      'command',
+      'result',
+    ]),
     buckets: PLUGIN_BUCKETS,
   });
   new Gauge({
@@ -61,14 +78,33 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
       ['direction', 'type'],
     ),
   );
-  const leases = new Counter(base('dhcp_leases_served_total', 'DHCP ACKs that granted a pod its lease (answers to REQUEST)'));
-  const restore = new Histogram({ ...base('restore_duration_seconds', 'time to restore the pods recorded in the state dir at start-up'), buckets: RESTORE_BUCKETS });
+  const leases = new Counter(
+    base('dhcp_leases_served_total', 'DHCP ACKs that granted a pod its lease (answers to REQUEST)'),
+  );
+  const restore = new Histogram({
+    ...base('restore_duration_seconds', 'time to restore the pods recorded in the state dir at start-up'),
+    buckets: RESTORE_BUCKETS,
+  });
   const restoredAt = new Gauge(base('restored', '1 once the pods recorded in the state dir are restored, 0 before'));
   // the usual build_info: 1, the version in a label (joins with other series by instance)
-  new Gauge(base('build_info', 'the running tapmanager build: always 1, its package version in the label', ['version'])).set({ version: packageVersion() }, 1);
+  new Gauge(
+    base('build_info', 'the running tapmanager build: always 1, its package version in the label', ['version']),
+  ).set({ version: packageVersion() }, 1);
   restoredAt.set(0);
-  const cniStatus = new Gauge(base('cni_status', 'the last CNI STATUS answer of each plugin of a cniVersion 1.1.0+ network: 0 ok, else the CNI error code (50: cannot take adds, 51: and attachments may be degraded)', ['network', 'plugin']));
-  const checkFailures = new Counter(base('pod_check_failures_total', 'pod checks that failed, by reason (docs/operations.md says what to do for each)', ['reason']));
+  const cniStatus = new Gauge(
+    base(
+      'cni_status',
+      'the last CNI STATUS answer of each plugin of a cniVersion 1.1.0+ network: 0 ok, else the CNI error code (50: cannot take adds, 51: and attachments may be degraded)',
+      ['network', 'plugin'],
+    ),
+  );
+  const checkFailures = new Counter(
+    base(
+      'pod_check_failures_total',
+      'pod checks that failed, by reason (docs/operations.md says what to do for each)',
+      ['reason'],
+    ),
+  );
   for (const reason of Object.values(CheckReason)) checkFailures.inc({ reason }, 0);
   // known label values start at 0 so a rate() sees the first increment
   for (const type of ['discover', 'request']) dhcp.inc({ direction: 'received', type }, 0);

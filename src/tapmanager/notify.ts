@@ -15,7 +15,8 @@ export function notifyConfig(env: Record<string, string | undefined>, pid = proc
   const socket = env.NOTIFY_SOCKET || undefined;
   const usec = Number(env.WATCHDOG_USEC ?? '');
   const forUs = env.WATCHDOG_PID === undefined || env.WATCHDOG_PID === '' || Number(env.WATCHDOG_PID) === pid;
-  const watchdogMs = socket && Number.isSafeInteger(usec) && usec > 0 && forUs ? Math.max(1, Math.floor(usec / 2000)) : undefined;
+  const watchdogMs =
+    socket && Number.isSafeInteger(usec) && usec > 0 && forUs ? Math.max(1, Math.floor(usec / 2000)) : undefined;
   return { ...(socket ? { socket } : {}), ...(watchdogMs ? { watchdogMs } : {}) };
 }
 

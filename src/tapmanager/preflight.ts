@@ -33,7 +33,8 @@ function existingBase(path: string): string {
 function writableDir(path: string, what: string, flag: string): string | undefined {
   const base = existingBase(path);
   const d = isDir(base);
-  if (d !== true) return `${what} ${path} cannot be created (${d === false ? 'ENOTDIR' : d}): create it, or mount a writable host dir there (${flag})`;
+  if (d !== true)
+    return `${what} ${path} cannot be created (${d === false ? 'ENOTDIR' : d}): create it, or mount a writable host dir there (${flag})`;
   const probe = join(base, `.vmpod-write-check-${process.pid}`);
   try {
     writeFileSync(probe, '', { mode: 0o600 });
@@ -57,12 +58,16 @@ export interface Preflight {
  * Every check first, then (only when all pass) the state and CNI cache dirs are created: a start that fails its
  * checks leaves nothing behind, not even a new cache dir on the host.
  */
-export function preflight(config: Pick<TapmanagerConfig, 'socket' | 'stateDir' | 'cniCacheDir' | 'cniBinDirs'>): Preflight {
+export function preflight(
+  config: Pick<TapmanagerConfig, 'socket' | 'stateDir' | 'cniCacheDir' | 'cniBinDirs'>,
+): Preflight {
   const problems = [...socketDirProblems(dirname(config.socket))];
   for (const bin of config.cniBinDirs) {
     const b = isDir(bin);
     if (b !== true) {
-      problems.push(`CNI plugin dir ${bin} ${b === false ? 'is not a directory' : `does not exist (${b})`}: mount the host's ${bin} (read-only) into the container, or fix --cni-bin-dir / VIRTLET_CNI_PLUGIN_DIR`);
+      problems.push(
+        `CNI plugin dir ${bin} ${b === false ? 'is not a directory' : `does not exist (${b})`}: mount the host's ${bin} (read-only) into the container, or fix --cni-bin-dir / VIRTLET_CNI_PLUGIN_DIR`,
+      );
     }
   }
   const dirs: [string, string, string][] = [
@@ -81,7 +86,9 @@ export function preflight(config: Pick<TapmanagerConfig, 'socket' | 'stateDir' |
       const top = mkdirSync(path, { recursive: true, mode: 0o700 });
       if (top !== undefined) created.push(top);
     } catch (e) {
-      problems.push(`${what} ${path} cannot be created (${why(e)}): create it, or mount a writable host dir there (${flag})`);
+      problems.push(
+        `${what} ${path} cannot be created (${why(e)}): create it, or mount a writable host dir there (${flag})`,
+      );
     }
   }
   return { problems, created };
@@ -91,12 +98,16 @@ function socketDirProblems(sockDir: string): string[] {
   const d = isDir(sockDir);
   if (d === false) return [`socket dir ${sockDir} is not a directory: fix --socket / VIRTLET_FD_SERVER_SOCKET_PATH`];
   if (d !== true) {
-    return [`socket dir ${sockDir} does not exist (${d}): mount the host's ${sockDir} into the tapmanager container (or create it on this host), or fix --socket / VIRTLET_FD_SERVER_SOCKET_PATH`];
+    return [
+      `socket dir ${sockDir} does not exist (${d}): mount the host's ${sockDir} into the tapmanager container (or create it on this host), or fix --socket / VIRTLET_FD_SERVER_SOCKET_PATH`,
+    ];
   }
   try {
     accessSync(sockDir, constants.W_OK);
   } catch (e) {
-    return [`socket dir ${sockDir} is not writable (${why(e)}): the socket cannot be created there; run tapmanager as root or fix --socket`];
+    return [
+      `socket dir ${sockDir} is not writable (${why(e)}): the socket cannot be created there; run tapmanager as root or fix --socket`,
+    ];
   }
   return [];
 }

@@ -18,9 +18,12 @@ export async function checkReadiness(d: ReadinessDeps): Promise<{ ready: boolean
   if (!d.listening()) reasons.push(`not listening on ${d.socketPath}`);
   else {
     try {
-      if (!lstatSync(d.socketPath).isSocket()) reasons.push(`${d.socketPath} is no longer a socket: restart tapmanager`);
+      if (!lstatSync(d.socketPath).isSocket())
+        reasons.push(`${d.socketPath} is no longer a socket: restart tapmanager`);
     } catch (e) {
-      reasons.push(`socket ${d.socketPath} is gone (${(e as NodeJS.ErrnoException).code ?? 'error'}): something removed it; restart tapmanager`);
+      reasons.push(
+        `socket ${d.socketPath} is gone (${(e as NodeJS.ErrnoException).code ?? 'error'}): something removed it; restart tapmanager`,
+      );
     }
   }
   try {

@@ -107,7 +107,11 @@ export class FdServer {
     if (this.opts.fastGets) {
       this.fast = n.fastGetServer(
         this.listenFd,
-        { allowedGids: this.opts.allowedGids ?? [], maxConnections: this.limits.maxConnections, idleMs: this.limits.requestTimeoutMs },
+        {
+          allowedGids: this.opts.allowedGids ?? [],
+          maxConnections: this.limits.maxConnections,
+          idleMs: this.limits.requestTimeoutMs,
+        },
         (fd, prefix, peer, held) => this.adopt(fd, prefix, peer, held),
         (err) => this.acceptFailed(err),
       );
@@ -167,7 +171,10 @@ export class FdServer {
     }
     const served = this.conns.size + held;
     if (served >= this.limits.maxConnections) {
-      this.refuseNewcomer(fd, `too many connections: ${served} are being served (--max-connections ${this.limits.maxConnections}); try again`);
+      this.refuseNewcomer(
+        fd,
+        `too many connections: ${served} are being served (--max-connections ${this.limits.maxConnections}); try again`,
+      );
       return;
     }
     const conn = new Connection(fd, this.opts, this.limits, (c) => this.forget(c), prefix, peer);
@@ -235,7 +242,10 @@ export class FdServer {
       /* gone already */
     }
     n.close(fd);
-    this.logRefusal({ connections: this.conns.size, max: this.limits.maxConnections }, 'connection limit reached: a new connection was refused');
+    this.logRefusal(
+      { connections: this.conns.size, max: this.limits.maxConnections },
+      'connection limit reached: a new connection was refused',
+    );
   }
 
   /** At most one line a second for each kind of refusal (they come in floods). */
@@ -411,7 +421,9 @@ class Connection {
       const got = this.reader.pending();
       this.log.warn({ bytes: got }, 'incomplete request timed out');
       this.stopReading();
-      this.queue.push({ error: `incomplete request: got ${got} bytes, no complete request within ${ms} ms of its first byte` });
+      this.queue.push({
+        error: `incomplete request: got ${got} bytes, no complete request within ${ms} ms of its first byte`,
+      });
       this.pump();
     }, ms);
     this.frameTimer.unref();
@@ -421,7 +433,10 @@ class Connection {
     if (this.stallTimer) clearTimeout(this.stallTimer);
     this.stallTimer = setTimeout(() => {
       this.stallTimer = undefined;
-      this.log.warn({ pendingBytes: this.out.reduce((s, c) => s + c.data.length, 0), stallMs: this.limits.sendStallMs }, 'dropping a connection whose peer does not read its reply');
+      this.log.warn(
+        { pendingBytes: this.out.reduce((s, c) => s + c.data.length, 0), stallMs: this.limits.sendStallMs },
+        'dropping a connection whose peer does not read its reply',
+      );
       this.close();
     }, this.limits.sendStallMs);
     this.stallTimer.unref();
@@ -480,7 +495,9 @@ class Connection {
     if (this.queue.length > this.limits.maxPipelined) {
       this.log.warn({ queued: this.queue.length }, 'too many pipelined requests');
       this.queue.splice(this.limits.maxPipelined);
-      this.queue.push({ error: `more than ${this.limits.maxPipelined} requests pipelined on one connection; wait for the replies` });
+      this.queue.push({
+        error: `more than ${this.limits.maxPipelined} requests pipelined on one connection; wait for the replies`,
+      });
       this.stopReading();
       return false;
     }
@@ -648,4 +665,3 @@ class Connection {
     this.resolveClosed();
   }
 }
-

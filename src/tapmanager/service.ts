@@ -7,7 +7,13 @@ import { setImmediate as nextTurn, setTimeout as delay } from 'node:timers/promi
 import type { Handler, Reply, Request } from './server.js';
 import { Command, commandName } from '../protocol/commands.js';
 import { validateKey } from '../identity.js';
-import { decodeGetFDPayload, decodeGetRequest, decodeRecoverPayload, encodeCsn, encodeGetInfo } from '../protocol/codec.js';
+import {
+  decodeGetFDPayload,
+  decodeGetRequest,
+  decodeRecoverPayload,
+  encodeCsn,
+  encodeGetInfo,
+} from '../protocol/codec.js';
 import { macToBase64 } from '../protocol/mac.js';
 import type { GetInfo } from '../protocol/payloads.js';
 import { InterfaceType } from '../protocol/payloads.js';
@@ -85,8 +91,15 @@ export class TapmanagerService implements Handler {
   ) {
     this.hooks = opts.hooks ?? {};
     this.checks = new PodChecker({
-      check: (key) => this.queue.run(key, () => this.pods.check(key, () => (this.dhcpPending.has(key) ? undefined : this.dhcp.problem(key)))),
-      readyKeys: () => this.pods.records().filter((r) => r.phase === 'ready').map((r) => r.key),
+      check: (key) =>
+        this.queue.run(key, () =>
+          this.pods.check(key, () => (this.dhcpPending.has(key) ? undefined : this.dhcp.problem(key))),
+        ),
+      readyKeys: () =>
+        this.pods
+          .records()
+          .filter((r) => r.phase === 'ready')
+          .map((r) => r.key),
       log,
       onFailure: (reason) => this.hooks.onCheckFailure?.(reason),
     });
@@ -108,7 +121,8 @@ export class TapmanagerService implements Handler {
     this.restoreSlots?.promote(req.key);
     // the request's logger is made when a line is written: a get at the default level writes none and makes none
     let reqLog: Logger | undefined;
-    const log = (): Logger => (reqLog ??= this.log.child({ key: req.key, op, command: req.command, peerPid: peer.pid }));
+    const log = (): Logger =>
+      (reqLog ??= this.log.child({ key: req.key, op, command: req.command, peerPid: peer.pid }));
     const t0 = performance.now();
     try {
       // what the request's line says besides its duration (add: the pod's interfaces)
@@ -123,7 +137,8 @@ export class TapmanagerService implements Handler {
         // get comes on every VM start and list and status are polled: a line each at debug only, the metrics count
         // them (add, release and recover keep their line)
         const quiet = req.command === Command.Get || req.command === Command.List || req.command === Command.Status;
-        if (!quiet || this.log.isLevelEnabled('debug')) log()[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds, ...said }, `${op} done`);
+        if (!quiet || this.log.isLevelEnabled('debug'))
+          log()[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds, ...said }, `${op} done`);
       });
       return reply;
     } catch (e) {
@@ -167,54 +182,64 @@ export class TapmanagerService implements Handler {
    */
   private add(key: string, data: Request['data'], log: () => Logger, said: Record<string, unknown>): Promise<Reply> {
     const payload = decodeGetFDPayload(data);
-    return this.queue.run(key, () => this.ops.runShared(async () => {
-      const existing = this.pods.state(key);
-      if (existing) {
-        if (existing.desc.podId !== payload.podNetworkDesc.podId) {
-          throw new VmpodError(ErrorCode.Conflict, `pod network ${key} already exists for pod ${existing.desc.podId}; release it first`, { key, op: 'add' });
+    return this.queue.run(key, () =>
+      this.ops.runShared(async () => {
+        const existing = this.pods.state(key);
+        if (existing) {
+          if (existing.desc.podId !== payload.podNetworkDesc.podId) {
+            throw new VmpodError(
+              ErrorCode.Conflict,
+              `pod network ${key} already exists for pod ${existing.desc.podId}; release it first`,
+              { key, op: 'add' },
+            );
+          }
+          log().info('add repeated for an existing pod network: returning it unchanged');
+          return { payload: encodeCsn(existing.csn), fds: [] };
         }
-        log().info('add repeated for an existing pod network: returning it unchanged');
-        return { payload: encodeCsn(existing.csn), fds: [] };
-      }
-      // a network whose plugin answers STATUS with an error: refused before anything is made or run
-      await this.hooks.admitAdd?.();
-      let dhcpEarly = false;
-      let st: PodNetworkState;
-      try {
-        st = await this.pods.add(key, payload.podNetworkDesc, undefined, {
-          whileApplying: (pre) => {
-            this.dhcp.start(pre);
-            dhcpEarly = true;
-          },
-        });
-      } catch (e) {
-        if (dhcpEarly) this.dhcp.stop(key);
-        throw e;
-      }
-      if (!dhcpEarly) {
+        // a network whose plugin answers STATUS with an error: refused before anything is made or run
+        await this.hooks.admitAdd?.();
+        let dhcpEarly = false;
+        let st: PodNetworkState;
         try {
-          this.dhcp.start(st);
+          st = await this.pods.add(key, payload.podNetworkDesc, undefined, {
+            whileApplying: (pre) => {
+              this.dhcp.start(pre);
+              dhcpEarly = true;
+            },
+          });
         } catch (e) {
-          await this.pods.release(key).catch((re) => log().error({ err: re }, 'rollback after a DHCP failure failed'));
+          if (dhcpEarly) this.dhcp.stop(key);
           throw e;
         }
-      }
-      this.offerGet(st);
-      said.interfaces = describeInterfaces(st);
-      return { payload: encodeCsn(st.csn), fds: [] };
-    }));
+        if (!dhcpEarly) {
+          try {
+            this.dhcp.start(st);
+          } catch (e) {
+            await this.pods
+              .release(key)
+              .catch((re) => log().error({ err: re }, 'rollback after a DHCP failure failed'));
+            throw e;
+          }
+        }
+        this.offerGet(st);
+        said.interfaces = describeInterfaces(st);
+        return { payload: encodeCsn(st.csn), fds: [] };
+      }),
+    );
   }
 
   /** release (force: tapctl release --force, the record goes even when undo steps fail: what is left is replied). */
   private release(key: string, force: boolean): Promise<Reply> {
-    return this.queue.run(key, () => this.ops.runShared(async () => {
-      this.replies?.forgetGetReply(key);
-      this.dhcpPending.delete(key);
-      this.dhcp.stop(key);
-      this.checks.forget(key);
-      const { leftovers } = await this.pods.release(key, { force });
-      return { payload: force ? Buffer.from(JSON.stringify({ key, leftovers })) : null, fds: [] };
-    }));
+    return this.queue.run(key, () =>
+      this.ops.runShared(async () => {
+        this.replies?.forgetGetReply(key);
+        this.dhcpPending.delete(key);
+        this.dhcp.stop(key);
+        this.checks.forget(key);
+        const { leftovers } = await this.pods.release(key, { force });
+        return { payload: force ? Buffer.from(JSON.stringify({ key, leftovers })) : null, fds: [] };
+      }),
+    );
   }
 
   private get(key: string, data: Request['data']): Promise<Reply> {
@@ -227,7 +252,10 @@ export class TapmanagerService implements Handler {
       // the reply owns its fds (dup's of ours, new queues): a release queued right behind this get may close st.fds
       // while the reply waits for the peer to read, and the VM alone holds the extra queues it is given
       const got = await queueFds(st, queues, this.log);
-      return { payload: queues === 1 ? this.getPayload(st) : encodeGetInfo(getInfos(st, got.queueFdIndices)), fds: got.fds };
+      return {
+        payload: queues === 1 ? this.getPayload(st) : encodeGetInfo(getInfos(st, got.queueFdIndices)),
+        fds: got.fds,
+      };
     });
   }
 
@@ -290,10 +318,12 @@ export class TapmanagerService implements Handler {
         // its get answer went to the server when it was restored
       });
     const all = this.pods.recordedKeys().map((key) =>
-      this.queue.run(key, () => one(key)).catch((e: unknown) => {
-        out.kept.push(key);
-        this.log.error({ key, op: 'restore', err: e }, 'restore failed: the record stays');
-      }),
+      this.queue
+        .run(key, () => one(key))
+        .catch((e: unknown) => {
+          out.kept.push(key);
+          this.log.error({ key, op: 'restore', err: e }, 'restore failed: the record stays');
+        }),
     );
     return Promise.all(all).then(async () => {
       this.restoreSlots = undefined;
@@ -332,11 +362,19 @@ export class TapmanagerService implements Handler {
    * first (in the key's queue).
    */
   private offerGet(st: PodNetworkState): void {
-    if (!this.replies || !(this.dhcp.running(st.key) || this.dhcpPending.has(st.key)) || st.fds.length !== st.interfaces.length) return;
+    if (
+      !this.replies ||
+      !(this.dhcp.running(st.key) || this.dhcpPending.has(st.key)) ||
+      st.fds.length !== st.interfaces.length
+    )
+      return;
     try {
       this.replies.setGetReply(st.key, this.getPayload(st), st.fds);
     } catch (e) {
-      this.log.warn({ key: st.key, err: e }, 'keeping the answer to get failed: gets of this pod go through the daemon');
+      this.log.warn(
+        { key: st.key, err: e },
+        'keeping the answer to get failed: gets of this pod go through the daemon',
+      );
     }
   }
 
@@ -394,7 +432,10 @@ export class TapmanagerService implements Handler {
   /** status (6): ready when restored and the daemon's own checks pass. */
   async status(): Promise<StatusReport> {
     const reasons: string[] = [];
-    if (!this.isRestored()) reasons.push(this.restoreState === 'running' ? 'restoring the pods recorded in the state dir' : 'pods not restored yet');
+    if (!this.isRestored())
+      reasons.push(
+        this.restoreState === 'running' ? 'restoring the pods recorded in the state dir' : 'pods not restored yet',
+      );
     const r = await this.hooks.readiness?.();
     if (r) reasons.push(...r.reasons);
     return {
@@ -428,7 +469,10 @@ const RESTORE_PARALLEL = 4;
  * get's info array: one element per interface; fdIndex is the place of its first fd in the fd list, and a tap's
  * queueFdIndices the places of all its queues (by default one fd per interface, in order).
  */
-export function getInfos(st: PodNetworkState, queueFdIndices: number[][] = st.interfaces.map((_, idx) => [idx])): GetInfo[] {
+export function getInfos(
+  st: PodNetworkState,
+  queueFdIndices: number[][] = st.interfaces.map((_, idx) => [idx]),
+): GetInfo[] {
   return st.interfaces.map((i, idx) => ({
     type: i.type === 'vf' ? InterfaceType.VF : InterfaceType.Tap,
     mac: macToBase64(i.vmMac),

@@ -56,11 +56,18 @@ const SAFE = /^[A-Za-z0-9_.@:+-]+$/;
 
 /** Pure: VMPOD_VM_CGROUP checked: absolute, plain components (no ".", "..", empty). */
 export function parseCgroupPath(s: string): string[] {
-  if (!s.startsWith('/')) throw new VmpodError(ErrorCode.Config, `VMPOD_VM_CGROUP ${JSON.stringify(s)} must be an absolute cgroup path such as /vmpod-vms`);
+  if (!s.startsWith('/'))
+    throw new VmpodError(
+      ErrorCode.Config,
+      `VMPOD_VM_CGROUP ${JSON.stringify(s)} must be an absolute cgroup path such as /vmpod-vms`,
+    );
   const parts = s.split('/').filter((p) => p !== '');
   for (const p of parts) {
     if (p === '.' || p === '..' || !SAFE.test(p) || p.length > 200) {
-      throw new VmpodError(ErrorCode.Config, `VMPOD_VM_CGROUP ${JSON.stringify(s)}: component ${JSON.stringify(p)} is not a plain name ([A-Za-z0-9_.@:+-])`);
+      throw new VmpodError(
+        ErrorCode.Config,
+        `VMPOD_VM_CGROUP ${JSON.stringify(s)}: component ${JSON.stringify(p)} is not a plain name ([A-Za-z0-9_.@:+-])`,
+      );
     }
   }
   return parts;
@@ -73,7 +80,10 @@ export function leafName(args: string[], pid: number): string {
   let name: string | undefined;
   if (v !== undefined) {
     // qemu's option syntax: ",," is a literal comma; the first unescaped comma ends the value
-    const first = v.replace(/,,/g, '\u0000').split(',')[0]!.replace(/\u0000/g, ',');
+    const first = v
+      .replace(/,,/g, '\u0000')
+      .split(',')[0]!
+      .replace(/\u0000/g, ',');
     name = first.startsWith('guest=') ? first.slice('guest='.length) : first;
   }
   const clean = (name ?? '').replace(/[^A-Za-z0-9_.@:+-]/g, '_').slice(0, 200);
@@ -97,8 +107,13 @@ export function cgroupMounts(mountinfo: string): Mount[] {
     const right = line.slice(sep + 3).split(' ');
     const fstype = right[0];
     if (fstype !== 'cgroup' && fstype !== 'cgroup2') continue;
-    const unescape = (s: string) => s.replace(/\\(\d{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
-    out.push({ root: unescape(left[3] ?? ''), mountPoint: unescape(left[4] ?? ''), fstype, superOpts: (right[2] ?? '').split(',') });
+    const unoctal = (s: string) => s.replace(/\\(\d{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+    out.push({
+      root: unoctal(left[3] ?? ''),
+      mountPoint: unoctal(left[4] ?? ''),
+      fstype,
+      superOpts: (right[2] ?? '').split(','),
+    });
   }
   return out;
 }
@@ -107,9 +122,16 @@ export function cgroupMounts(mountinfo: string): Mount[] {
  * Pure: every step of moving `pid`'s future exec into <target>/<leaf>, validated. `procCgroup` is
  * /proc/self/cgroup's text; `cpuset` is whether VIRTLET_CPUSETS will be applied there.
  */
-export function planCgroupMove(opts: { target: string; leaf: string; procCgroup: string; mountinfo: string; cpuset: boolean }): CgroupPlan {
+export function planCgroupMove(opts: {
+  target: string;
+  leaf: string;
+  procCgroup: string;
+  mountinfo: string;
+  cpuset: boolean;
+}): CgroupPlan {
   const parts = [...parseCgroupPath(opts.target), opts.leaf];
-  if (!SAFE.test(opts.leaf)) throw new VmpodError(ErrorCode.Config, `cgroup leaf ${JSON.stringify(opts.leaf)} is not a plain name`);
+  if (!SAFE.test(opts.leaf))
+    throw new VmpodError(ErrorCode.Config, `cgroup leaf ${JSON.stringify(opts.leaf)} is not a plain name`);
   const path = `/${parts.join('/')}`;
   const mounts = cgroupMounts(opts.mountinfo);
   const steps: CgroupStep[] = [];
@@ -119,7 +141,11 @@ export function planCgroupMove(opts: { target: string; leaf: string; procCgroup:
   let inCgroupNamespace = false;
   for (const line of lines) {
     const m = /^(\d+):([^:]*):(.*)$/.exec(line);
-    if (!m) throw new VmpodError(ErrorCode.Config, `/proc/self/cgroup line ${JSON.stringify(line)} is not "ID:CONTROLLERS:PATH"`);
+    if (!m)
+      throw new VmpodError(
+        ErrorCode.Config,
+        `/proc/self/cgroup line ${JSON.stringify(line)} is not "ID:CONTROLLERS:PATH"`,
+      );
     const controllers = m[2]!;
     const version: 1 | 2 = m[1] === '0' && controllers === '' ? 2 : 1;
     const wanted = controllers.split(',');
@@ -128,7 +154,10 @@ export function planCgroupMove(opts: { target: string; leaf: string; procCgroup:
     );
     const what = version === 2 ? 'the cgroup v2 (unified) hierarchy' : `the cgroup v1 hierarchy ${controllers}`;
     if (!mount) {
-      throw new VmpodError(ErrorCode.Config, `${what} is not mounted here: vmwrapper cannot leave it; mount the host's /sys/fs/cgroup into the libvirt container`);
+      throw new VmpodError(
+        ErrorCode.Config,
+        `${what} is not mounted here: vmwrapper cannot leave it; mount the host's /sys/fs/cgroup into the libvirt container`,
+      );
     }
     if (ABOVE_NAMESPACE.test(mount.root)) inCgroupNamespace = true;
     else if (mount.root !== '/') {
@@ -145,11 +174,17 @@ export function planCgroupMove(opts: { target: string; leaf: string; procCgroup:
       hierarchy: { controllers, mount: mount.mountPoint, version },
       create: dirs,
       inheritCpuset: isCpuset,
-      enableCpuset: v2Cpuset ? [mount.mountPoint, ...dirs.slice(0, -1)].map((d) => join(d, 'cgroup.subtree_control')) : [],
+      enableCpuset: v2Cpuset
+        ? [mount.mountPoint, ...dirs.slice(0, -1)].map((d) => join(d, 'cgroup.subtree_control'))
+        : [],
       procs: join(dirs[dirs.length - 1]!, 'cgroup.procs'),
     });
   }
-  if (opts.cpuset && !cpusetFile) throw new VmpodError(ErrorCode.Config, 'VIRTLET_CPUSETS is set but no cpuset cgroup (v1) or unified hierarchy (v2) is mounted');
+  if (opts.cpuset && !cpusetFile)
+    throw new VmpodError(
+      ErrorCode.Config,
+      'VIRTLET_CPUSETS is set but no cpuset cgroup (v1) or unified hierarchy (v2) is mounted',
+    );
   return { path, steps, ...(cpusetFile ? { cpusetFile } : {}), inCgroupNamespace };
 }
 
@@ -194,7 +229,8 @@ export function applyCgroupMove(plan: CgroupPlan, pid: number): void {
         mkdirSync(join(step.procs, '..'));
         if (step.inheritCpuset) {
           const dir = join(step.procs, '..');
-          for (const f of ['cpuset.cpus', 'cpuset.mems']) writeFileSync(join(dir, f), readFileSync(join(dir, '..', f), 'utf8').trim());
+          for (const f of ['cpuset.cpus', 'cpuset.mems'])
+            writeFileSync(join(dir, f), readFileSync(join(dir, '..', f), 'utf8').trim());
         }
         writeProcs(step.procs, pid, plan.inCgroupNamespace);
       } catch (e2) {
@@ -213,9 +249,17 @@ function writeProcs(procs: string, pid: number, inCgroupNamespace: boolean): voi
     writeFileSync(procs, String(pid));
   } catch (e) {
     if (!inCgroupNamespace || (e as NodeJS.ErrnoException).code !== 'ENOENT' || !existsSync(procs)) throw e;
-    const r = spawnSync('nsenter', [`--cgroup=${HOST_CGROUP_NS}`, '--', 'tee', procs], { input: String(pid), stdio: ['pipe', 'ignore', 'pipe'], encoding: 'utf8' });
+    const r = spawnSync('nsenter', [`--cgroup=${HOST_CGROUP_NS}`, '--', 'tee', procs], {
+      input: String(pid),
+      stdio: ['pipe', 'ignore', 'pipe'],
+      encoding: 'utf8',
+    });
     if (r.status !== 0) {
-      throw new VmpodError(ErrorCode.Syscall, `the move out of this cgroup namespace was refused (nsdelegate), and nsenter --cgroup=${HOST_CGROUP_NS} tee ${procs} failed: ${r.error?.message ?? r.stderr.trim()}`, { cause: e });
+      throw new VmpodError(
+        ErrorCode.Syscall,
+        `the move out of this cgroup namespace was refused (nsdelegate), and nsenter --cgroup=${HOST_CGROUP_NS} tee ${procs} failed: ${r.error?.message ?? r.stderr.trim()}`,
+        { cause: e },
+      );
     }
   }
 }

@@ -13,7 +13,8 @@ export function parseCpuset(s: string): string {
   }
   for (const part of v.split(',')) {
     const [a, b] = part.split('-').map(Number);
-    if (b !== undefined && b < a!) throw new VmpodError(ErrorCode.BadRequest, `VIRTLET_CPUSETS ${JSON.stringify(s)}: range ${part} is backwards`);
+    if (b !== undefined && b < a!)
+      throw new VmpodError(ErrorCode.BadRequest, `VIRTLET_CPUSETS ${JSON.stringify(s)}: range ${part} is backwards`);
   }
   return v;
 }
@@ -23,7 +24,7 @@ export function cpusetFile(procCgroup: string, cgroupRoot: string): string {
   const lines = procCgroup.split('\n').filter(Boolean);
   for (const line of lines) {
     const [, controllers, path] = line.split(/:(.*?):/);
-    if (controllers !== undefined && controllers.split(',').includes('cpuset')) return join(cgroupRoot, 'cpuset', path ?? '/', 'cpuset.cpus');
+    if (controllers?.split(',').includes('cpuset')) return join(cgroupRoot, 'cpuset', path ?? '/', 'cpuset.cpus');
   }
   const v2 = lines.find((l) => l.startsWith('0::'));
   if (v2) return join(cgroupRoot, v2.slice(3), 'cpuset.cpus');
@@ -31,7 +32,10 @@ export function cpusetFile(procCgroup: string, cgroupRoot: string): string {
 }
 
 /** What applyCpuset will write where, validated, writing nothing (part of the exec plan). */
-export function planCpuset(cpus: string, opts: { cgroupRoot: string; procCgroup?: string }): { file: string; list: string } {
+export function planCpuset(
+  cpus: string,
+  opts: { cgroupRoot: string; procCgroup?: string },
+): { file: string; list: string } {
   const list = parseCpuset(cpus);
   const file = cpusetFile(opts.procCgroup ?? readFileSync('/proc/self/cgroup', 'utf8'), opts.cgroupRoot);
   return { file, list };

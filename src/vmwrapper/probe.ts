@@ -48,5 +48,11 @@ export function isProbe(env: Env): boolean {
 /** Probe: the default emulator (VMWRAPPER_DEFAULT_EMULATOR or qemu) with the args untouched and what libvirt gave us. */
 export function probePlan(args: string[], env: Env): ExecPlan {
   const path = env.VMWRAPPER_DEFAULT_EMULATOR || DEFAULTS.emulator;
-  return { path, argv: [path, ...args], env: envArray(env), keepFds: [...inheritedFds(args)], summary: { mode: 'probe', emulator: path } };
+  return {
+    path,
+    argv: [path, ...args],
+    env: envArray(env),
+    keepFds: [...inheritedFds(args)],
+    summary: { mode: 'probe', emulator: path },
+  };
 }

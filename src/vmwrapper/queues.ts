@@ -43,7 +43,10 @@ export function netQueues(args: readonly string[], env: Env): number {
   if (v === '' || v === 'auto') return Math.min(smpCpus(args), AUTO_MAX_QUEUES);
   const n = /^\d+$/.test(v) ? Number(v) : NaN;
   if (!(n >= 1 && n <= MAX_QUEUES)) {
-    throw new VmpodError(ErrorCode.Config, `VMPOD_NET_QUEUES=${JSON.stringify(v)}: expected "auto" or a number of queues from 1 to ${MAX_QUEUES}`);
+    throw new VmpodError(
+      ErrorCode.Config,
+      `VMPOD_NET_QUEUES=${JSON.stringify(v)}: expected "auto" or a number of queues from 1 to ${MAX_QUEUES}`,
+    );
   }
   return n;
 }

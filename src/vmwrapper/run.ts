@@ -89,7 +89,13 @@ function fetchNet(key: string, args: string[], env: Env): { taps: TapNet[]; vfs:
     if (info.type === InterfaceType.VF) vfs.push({ address: info.pciAddress });
     else {
       const queueFds = (info.queueFdIndices ?? [info.fdIndex]).map((i) => fds[i]!);
-      taps.push({ fds: queueFds, vhost: vhost.on, mac: base64ToMac(info.mac), index: info.fdIndex, ...(info.mtu !== undefined ? { mtu: info.mtu } : {}) });
+      taps.push({
+        fds: queueFds,
+        vhost: vhost.on,
+        mac: base64ToMac(info.mac),
+        index: info.fdIndex,
+        ...(info.mtu !== undefined ? { mtu: info.mtu } : {}),
+      });
     }
   }
   return { taps, vfs, vhost };
@@ -108,7 +114,10 @@ export function withNodeSettings(env: Env): Env {
     text = readFileSync(file, 'utf8');
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return env;
-    throw new Error(`cannot read the node's vmwrapper settings ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, { cause: e });
+    throw new Error(
+      `cannot read the node's vmwrapper settings ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+      { cause: e },
+    );
   }
   const out: Env = { ...parseEnvFile(text) };
   for (const [k, v] of Object.entries(env)) if (v !== undefined) out[k] = v;

@@ -31,8 +31,14 @@ describe('deploy/device-plugin/ under podman kube play', () => {
   let cdiDir = '';
 
   beforeAll(async () => {
-    const r = await execa('bash', [join(REPO, 'scripts/images.sh'), '--target', 'device-plugin'], { cwd: REPO, timeout: BUILD_TIMEOUT_MS, reject: false, stdin: 'ignore' });
-    if (r.exitCode !== 0) throw new Error(`scripts/images.sh: exit ${r.exitCode}\n${r.stderr.split('\n').slice(-30).join('\n')}`);
+    const r = await execa('bash', [join(REPO, 'scripts/images.sh'), '--target', 'device-plugin'], {
+      cwd: REPO,
+      timeout: BUILD_TIMEOUT_MS,
+      reject: false,
+      stdin: 'ignore',
+    });
+    if (r.exitCode !== 0)
+      throw new Error(`scripts/images.sh: exit ${r.exitCode}\n${r.stderr.split('\n').slice(-30).join('\n')}`);
     images = r.stdout.trim().split('\n');
     node = makeDpNode();
     kubelet = await startFakeDpKubelet();
@@ -46,7 +52,7 @@ describe('deploy/device-plugin/ under podman kube play', () => {
     node?.cleanup();
   }, 300_000);
 
-  it('registers with the fake kubelet, lists and allocates the fake node\'s functions; SIGTERM removes its sockets, exit 0', async () => {
+  it("registers with the fake kubelet, lists and allocates the fake node's functions; SIGTERM removes its sockets, exit 0", async () => {
     const docs: KubeDoc[] = await kustomize('deploy/device-plugin');
     expect(Object.values(containerImages(docs))).toEqual(images);
     const podName = `vmpod-dp-kp-${randomBytes(3).toString('hex')}`;
@@ -54,7 +60,12 @@ describe('deploy/device-plugin/ under podman kube play', () => {
     const k = kubelet!;
     const play = kubePlayDocs(docs, {
       podName,
-      hostPaths: { '/var/lib/kubelet/device-plugins': k.dir, '/var/run/cdi': cdiDir, '/sys': node!.tree.root, '/dev': join(node!.host.root, 'dev') },
+      hostPaths: {
+        '/var/lib/kubelet/device-plugins': k.dir,
+        '/var/run/cdi': cdiDir,
+        '/sys': node!.tree.root,
+        '/dev': join(node!.host.root, 'dev'),
+      },
       sharedHostPaths: ['/proc'],
       configMapData: {
         // loopback on a port of its own: other tests on this machine may listen on the default port
@@ -67,9 +78,15 @@ describe('deploy/device-plugin/ under podman kube play', () => {
     await podman(['kube', 'play', kubeFile], 300_000);
     const container = `${podName}-device-plugin`;
     // the plugin logs on stderr, which podman logs gives on its own stderr
-    const logs = async () => (await execa('podman', ['logs', container], { all: true, reject: false, timeout: 60_000, stdin: 'ignore' })).all ?? '';
+    const logs = async () =>
+      (await execa('podman', ['logs', container], { all: true, reject: false, timeout: 60_000, stdin: 'ignore' }))
+        .all ?? '';
 
-    await waitFor('the plugin\'s registration', () => (k.registrations.some((r) => r.resource_name === QAT) ? true : undefined), 120_000).catch(async (e: Error) => {
+    await waitFor(
+      "the plugin's registration",
+      () => (k.registrations.some((r) => r.resource_name === QAT) ? true : undefined),
+      120_000,
+    ).catch(async (e: Error) => {
       throw new Error(`${e.message}\n${await logs()}`);
     });
     const c = await k.plugin(QAT);
@@ -83,7 +100,9 @@ describe('deploy/device-plugin/ under podman kube play', () => {
     const [resp] = await c.allocate([['0000:3d:02.2']]);
     expect(resp!.envs).toEqual({ PCIDEVICE_VENDOR_EXAMPLE_QAT: '0000:3d:02.2' });
     expect(resp!.cdi_devices).toEqual([{ name: `${QAT}=0000:3d:02.2` }]);
-    const spec = JSON.parse(readFileSync(join(cdiDir, 'vmpod-vfio_vendor.example_qat.json'), 'utf8')) as { kind: string };
+    const spec = JSON.parse(readFileSync(join(cdiDir, 'vmpod-vfio_vendor.example_qat.json'), 'utf8')) as {
+      kind: string;
+    };
     expect(spec.kind).toBe(QAT);
 
     // the probes, as kube play made the liveness probe a healthcheck; /metrics from the host (the node's network)

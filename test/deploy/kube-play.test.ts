@@ -10,7 +10,17 @@
 // /sys, /sys/fs/cgroup, /var/run/netns and /run/cni are the machine's own on purpose (the pod netns and the dhcp
 // daemon's socket must be there). kube play ignores hostPID: shareProcessNamespace stands in for it (the pod's infra
 // container holds the PID namespace, so a container's restart does not end the VM's).
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -20,7 +30,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ContainerSideNetwork } from '../../src/protocol/payloads.js';
 import { SYSTEM_CNI_BIN } from '../helpers/cniconf.js';
 import { BIN, REPO } from '../helpers/daemon.js';
-import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, GUEST_CMDLINE, LEASE_LINE_RE, parseLeaseLine, waitForSerialLine, type GuestImages } from '../helpers/guest.js';
+import {
+  ensureGuest,
+  GUEST_BUILD_TIMEOUT_MS,
+  GUEST_CMDLINE,
+  LEASE_LINE_RE,
+  parseLeaseLine,
+  waitForSerialLine,
+  type GuestImages,
+} from '../helpers/guest.js';
 import { domainXml } from '../helpers/libvirt.js';
 import { containerImages, kubePlayDocs, kustomize, type KubeDoc } from '../helpers/kubeplay.js';
 import { listNetns, run, runStatus, uniqueName } from '../helpers/netns.js';
@@ -30,7 +48,6 @@ import { cgroupMounts } from '../../src/vmwrapper/cgroup.js';
 const MTU = 1400;
 /** A cold build (debootstrap, npm ci, apt in three stages) takes minutes on a busy machine; a cached one seconds. */
 const BUILD_TIMEOUT_MS = 1_800_000;
-const SOCKET_IN_POD = '/var/lib/virtlet/tapfdserver.sock';
 
 /** `podman ARGS` -> stdout; throws with the exit code and stderr. */
 function podman(args: string[], timeoutMs = 120_000): Promise<string> {
@@ -89,7 +106,10 @@ function filesUnder(dir: string): string[] {
 
 /** The node's address as kubelet probes a hostNetwork pod: its first global IPv4 (not one of the tests' bridges). */
 async function nodeAddress(): Promise<string> {
-  const links = JSON.parse(await run(['ip', '-j', '-4', 'addr', 'show', 'scope', 'global'])) as { ifname: string; addr_info: { local: string }[] }[];
+  const links = JSON.parse(await run(['ip', '-j', '-4', 'addr', 'show', 'scope', 'global'])) as {
+    ifname: string;
+    addr_info: { local: string }[];
+  }[];
   const l = links.find((x) => !x.ifname.startsWith('vmp') && x.addr_info.length > 0);
   if (l === undefined) throw new Error('no global IPv4 address on this machine to probe');
   return l.addr_info[0]!.local;
@@ -111,7 +131,12 @@ interface PodContainer {
  * One probe of the played pod as kubelet runs it for a hostNetwork pod: httpGet to the pod's IP, which is the node's
  * address, on the port (a name is looked up in the container's ports); exec in the container. Resolves when it passes.
  */
-async function kubeletProbe(podName: string, c: PodContainer, kind: 'startupProbe' | 'readinessProbe' | 'livenessProbe', node: string): Promise<string> {
+async function kubeletProbe(
+  podName: string,
+  c: PodContainer,
+  kind: 'startupProbe' | 'readinessProbe' | 'livenessProbe',
+  node: string,
+): Promise<string> {
   const p = c[kind];
   if (p?.exec) return podman(['exec', `${podName}-${c.name}`, ...p.exec.command], 60_000);
   if (p?.httpGet) {
@@ -147,11 +172,24 @@ async function startDhcpLan(dir: string): Promise<DhcpLan> {
   await run(['ip', 'addr', 'add', `${server}/24`, 'dev', bridge]);
   await run(['ip', 'link', 'set', bridge, 'up']);
   const leases = join(dir, 'dnsmasq.leases');
-  const dnsmasq = execa('dnsmasq', [
-    '--keep-in-foreground', '--conf-file=/dev/null', '--port=0', '--bind-interfaces', `--interface=${bridge}`, '--except-interface=lo',
-    `--dhcp-range=${prefix}.100,${prefix}.199,255.255.255.0,1h`, `--dhcp-leasefile=${leases}`, '--dhcp-authoritative', `--pid-file=${join(dir, 'dnsmasq.pid')}`,
-    `--log-facility=${join(dir, 'dnsmasq.log')}`, '--log-dhcp',
-  ], { reject: false, stdin: 'ignore' });
+  const dnsmasq = execa(
+    'dnsmasq',
+    [
+      '--keep-in-foreground',
+      '--conf-file=/dev/null',
+      '--port=0',
+      '--bind-interfaces',
+      `--interface=${bridge}`,
+      '--except-interface=lo',
+      `--dhcp-range=${prefix}.100,${prefix}.199,255.255.255.0,1h`,
+      `--dhcp-leasefile=${leases}`,
+      '--dhcp-authoritative',
+      `--pid-file=${join(dir, 'dnsmasq.pid')}`,
+      `--log-facility=${join(dir, 'dnsmasq.log')}`,
+      '--log-dhcp',
+    ],
+    { reject: false, stdin: 'ignore' },
+  );
   return {
     bridge,
     prefix,
@@ -168,12 +206,16 @@ async function startDhcpLan(dir: string): Promise<DhcpLan> {
 /** The CNI dhcp plugin's daemon, on the host, with its socket where the plugin looks: the host's /run/cni/dhcp.sock. */
 const DHCP_SOCKET = '/run/cni/dhcp.sock';
 async function startDhcpDaemon(): Promise<{ stop(): Promise<void> }> {
-  if (existsSync(DHCP_SOCKET)) throw new Error(`${DHCP_SOCKET} exists: another CNI dhcp daemon runs on this machine; the test needs the socket of its own`);
+  if (existsSync(DHCP_SOCKET))
+    throw new Error(
+      `${DHCP_SOCKET} exists: another CNI dhcp daemon runs on this machine; the test needs the socket of its own`,
+    );
   const hadDir = existsSync('/run/cni');
   const daemon = execa(join(SYSTEM_CNI_BIN, 'dhcp'), ['daemon'], { reject: false, stdin: 'ignore' });
   const deadline = Date.now() + 30_000;
   while (!existsSync(DHCP_SOCKET)) {
-    if (daemon.exitCode !== null || Date.now() > deadline) throw new Error(`the CNI dhcp daemon did not listen on ${DHCP_SOCKET}: ${(await daemon).stderr}`);
+    if (daemon.exitCode !== null || Date.now() > deadline)
+      throw new Error(`the CNI dhcp daemon did not listen on ${DHCP_SOCKET}: ${(await daemon).stderr}`);
     await new Promise((r) => setTimeout(r, 100));
   }
   return {
@@ -202,7 +244,9 @@ function pingThroughout(ip: string): { stop(): Promise<{ sent: number; answered:
 
 /** The qemu of a domain: the one process whose argv names it (vmwrapper exec'd qemu in its place, same PID). */
 function qemuOf(domain: string): number {
-  const pids = processesMentioning(domain).filter((pid) => readFileSync(`/proc/${pid}/comm`, 'utf8').startsWith('qemu'));
+  const pids = processesMentioning(domain).filter((pid) =>
+    readFileSync(`/proc/${pid}/comm`, 'utf8').startsWith('qemu'),
+  );
   if (pids.length !== 1) throw new Error(`expected one qemu for ${domain}, found ${JSON.stringify(pids)}`);
   return pids[0]!;
 }
@@ -223,13 +267,23 @@ describe('deploy/ under podman kube play', () => {
   const socket = (): string => join(paths['/var/lib/virtlet'] as string, 'tapfdserver.sock');
   const tapctl = (args: string[], timeoutMs = 90_000): Promise<string> =>
     run([process.execPath, BIN.tapctl, '--socket', socket(), ...args], { timeoutMs });
-  const virsh = (args: string[]): Promise<string> => podman(['exec', `${podName}-libvirt`, 'virsh', '-c', 'qemu:///system', ...args], 60_000);
-  const cgroupRoots = (): string[] => cgroupMounts(readFileSync('/proc/self/mountinfo', 'utf8')).filter((m) => m.root === '/').map((m) => m.mountPoint);
+  const virsh = (args: string[]): Promise<string> =>
+    podman(['exec', `${podName}-libvirt`, 'virsh', '-c', 'qemu:///system', ...args], 60_000);
+  const cgroupRoots = (): string[] =>
+    cgroupMounts(readFileSync('/proc/self/mountinfo', 'utf8'))
+      .filter((m) => m.root === '/')
+      .map((m) => m.mountPoint);
 
   beforeAll(async () => {
     // both images, as an operator builds them (the engine's layer cache makes a second build quick)
-    const r = await execa('bash', [join(REPO, 'scripts/images.sh')], { cwd: REPO, timeout: BUILD_TIMEOUT_MS, reject: false, stdin: 'ignore' });
-    if (r.exitCode !== 0) throw new Error(`scripts/images.sh: exit ${r.exitCode}\n${r.stderr.split('\n').slice(-30).join('\n')}`);
+    const r = await execa('bash', [join(REPO, 'scripts/images.sh')], {
+      cwd: REPO,
+      timeout: BUILD_TIMEOUT_MS,
+      reject: false,
+      stdin: 'ignore',
+    });
+    if (r.exitCode !== 0)
+      throw new Error(`scripts/images.sh: exit ${r.exitCode}\n${r.stderr.split('\n').slice(-30).join('\n')}`);
     images = r.stdout.trim().split('\n');
     guest = await ensureGuest();
     dir = mkdtempSync(join(tmpdir(), 'vmpod-kp-'));
@@ -262,7 +316,11 @@ describe('deploy/ under podman kube play', () => {
     mkdirSync(paths['/etc/cni/net.d'] as string);
     writeFileSync(
       join(paths['/etc/cni/net.d'] as string, '10-dhcp.conflist'),
-      JSON.stringify({ cniVersion: '1.0.0', name: `vmpkp-dhcp-${randomBytes(3).toString('hex')}`, plugins: [{ type: 'bridge', bridge: lan.bridge, mtu: MTU, ipam: { type: 'dhcp' } }] }),
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: `vmpkp-dhcp-${randomBytes(3).toString('hex')}`,
+        plugins: [{ type: 'bridge', bridge: lan.bridge, mtu: MTU, ipam: { type: 'dhcp' } }],
+      }),
     );
     // the guest's kernel and initrd where the libvirt container sees them
     mkdirSync(join(paths['/var/lib/libvirt'] as string, 'vmpod-test'), { recursive: true });
@@ -285,7 +343,8 @@ describe('deploy/ under podman kube play', () => {
     for (const root of cgroupRoots()) {
       const top = join(root, vmCgroup);
       if (!existsSync(top)) continue;
-      for (const leaf of readdirSync(top, { withFileTypes: true })) if (leaf.isDirectory()) rmdirSync(join(top, leaf.name));
+      for (const leaf of readdirSync(top, { withFileTypes: true }))
+        if (leaf.isDirectory()) rmdirSync(join(top, leaf.name));
       rmdirSync(top);
     }
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
@@ -298,7 +357,9 @@ describe('deploy/ under podman kube play', () => {
     expect(images).toEqual(expect.arrayContaining(Object.values(containerImages(docs))));
     // the tapmanager image stays under 200 MB (podman's Size, decimal)
     const tmImage = containerImages(docs)['tapmanager']!;
-    expect(Number((await podman(['image', 'inspect', '--format', '{{.Size}}', tmImage])).trim())).toBeLessThan(200_000_000);
+    expect(Number((await podman(['image', 'inspect', '--format', '{{.Size}}', tmImage])).trim())).toBeLessThan(
+      200_000_000,
+    );
 
     podName = `vmpod-kp-${randomBytes(3).toString('hex')}`;
     const httpPort = 20_000 + (randomBytes(2).readUInt16BE() % 20_000);
@@ -315,7 +376,9 @@ describe('deploy/ under podman kube play', () => {
       ports: { 9731: httpPort },
       podSpec: { shareProcessNamespace: true },
     });
-    expect(docs.find((d) => d.metadata?.name === 'vmpod-node-config')?.['data']).toMatchObject({ VMPOD_HTTP_LISTEN: '0.0.0.0:9731' });
+    expect(docs.find((d) => d.metadata?.name === 'vmpod-node-config')?.['data']).toMatchObject({
+      VMPOD_HTTP_LISTEN: '0.0.0.0:9731',
+    });
     kubeFile = join(dir as string, 'kube.yaml');
     writeFileSync(kubeFile, play.map((d) => stringify(d)).join('---\n'));
     await podman(['kube', 'play', kubeFile], 300_000);
@@ -328,8 +391,12 @@ describe('deploy/ under podman kube play', () => {
     const waitReady = async (what: string): Promise<void> => {
       const deadline = Date.now() + 120_000;
       for (;;) {
-        if ((await runStatus([process.execPath, BIN.tapctl, '--socket', socket(), 'status', '--ready'], 30_000)) === 0) return;
-        if (Date.now() > deadline) throw new Error(`${what}: tapmanager not ready on ${socket()}:\n${await podman(['logs', `${podName}-tapmanager`]).catch((e: Error) => e.message)}`);
+        if ((await runStatus([process.execPath, BIN.tapctl, '--socket', socket(), 'status', '--ready'], 30_000)) === 0)
+          return;
+        if (Date.now() > deadline)
+          throw new Error(
+            `${what}: tapmanager not ready on ${socket()}:\n${await podman(['logs', `${podName}-tapmanager`]).catch((e: Error) => e.message)}`,
+          );
         await new Promise((r) => setTimeout(r, 250));
       }
     };
@@ -340,7 +407,9 @@ describe('deploy/ under podman kube play', () => {
     expect(await kubeletProbe(podName, tm, 'readinessProbe', node)).toMatch(/^ready: /);
     expect(await fetchFromHost(`http://${node}:${httpPort}/readyz`)).toMatch(/^ready/);
     const version = (JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as { version: string }).version;
-    expect(await fetchFromHost(`http://${node}:${httpPort}/metrics`)).toContain(`vmpod_build_info{version="${version}"} 1`);
+    expect(await fetchFromHost(`http://${node}:${httpPort}/metrics`)).toContain(
+      `vmpod_build_info{version="${version}"} 1`,
+    );
     // its log (stderr) starts with the version
     const logs = await execa('podman', ['logs', `${podName}-tapmanager`], { timeout: 60_000 });
     expect(JSON.parse(logs.stderr.split('\n')[0]!)).toMatchObject({ msg: 'tapmanager starting', version });
@@ -348,16 +417,31 @@ describe('deploy/ under podman kube play', () => {
     // libvirtd answers in its container: its probes (exec), and the liveness probe as kube play made it a healthcheck
     const lvDeadline = Date.now() + 120_000;
     while ((await runStatus(['podman', 'healthcheck', 'run', `${podName}-libvirt`], 60_000)) !== 0) {
-      if (Date.now() > lvDeadline) throw new Error(`libvirtd did not answer:\n${await podman(['logs', `${podName}-libvirt`]).catch((e: Error) => e.message)}`);
+      if (Date.now() > lvDeadline)
+        throw new Error(
+          `libvirtd did not answer:\n${await podman(['logs', `${podName}-libvirt`]).catch((e: Error) => e.message)}`,
+        );
       await new Promise((r) => setTimeout(r, 500));
     }
-    for (const kind of ['startupProbe', 'readinessProbe', 'livenessProbe'] as const) expect(await kubeletProbe(podName, lv, kind, node)).toMatch(/Compiled against library/);
+    for (const kind of ['startupProbe', 'readinessProbe', 'livenessProbe'] as const)
+      expect(await kubeletProbe(podName, lv, kind, node)).toMatch(/Compiled against library/);
 
     // a pod whose IP comes from the dhcp IPAM plugin: its daemon on the host, through the host's /run/cni
     const { key, desc } = newPod('vmpkp');
     podKey = key;
     const csn = JSON.parse(
-      await tapctl(['add', key, '--pod-name', desc.podName, '--pod-namespace', desc.podNs, '--pod-id', desc.podId, '--dns', JSON.stringify(desc.DNS)]),
+      await tapctl([
+        'add',
+        key,
+        '--pod-name',
+        desc.podName,
+        '--pod-namespace',
+        desc.podNs,
+        '--pod-id',
+        desc.podId,
+        '--dns',
+        JSON.stringify(desc.DNS),
+      ]),
     ) as ContainerSideNetwork;
     const a = podAddress(csn);
     const l = lan as DhcpLan;
@@ -368,7 +452,10 @@ describe('deploy/ under podman kube play', () => {
     // the netns made in the container is a real netns on the host, with the pod's bridge and tap in it
     expect(await listNetns()).toContain(key);
     expect(readFileSync('/proc/self/mountinfo', 'utf8')).toMatch(new RegExp(` /run/netns/${key} [^\\n]* - nsfs `));
-    const links = JSON.parse(await run(['ip', '-n', key, '-d', '-j', 'link', 'show'])) as { ifname: string; linkinfo?: { info_kind?: string } }[];
+    const links = JSON.parse(await run(['ip', '-n', key, '-d', '-j', 'link', 'show'])) as {
+      ifname: string;
+      linkinfo?: { info_kind?: string };
+    }[];
     expect(links.map((x) => x.linkinfo?.info_kind)).toEqual(expect.arrayContaining(['bridge', 'tun']));
 
     // a domain whose emulator is /vmwrapper, as Virtlet writes it: vmwrapper finds the socket at its default path, and
@@ -399,11 +486,14 @@ describe('deploy/ under podman kube play', () => {
     await virsh(['start', domain]).catch((e: Error) => {
       throw new Error(`virsh start: ${e.message}\ndomain log:\n${domainLog()}`);
     });
-    const line = await waitForSerialLine(join(paths['/var/log/virtlet/vms'] as string, `${domain}.log`), LEASE_LINE_RE, 90_000, { intervalMs: 50 }).catch(
-      (e: Error) => {
-        throw new Error(`${e.message}\ndomain log:\n${domainLog()}`);
-      },
-    );
+    const line = await waitForSerialLine(
+      join(paths['/var/log/virtlet/vms'] as string, `${domain}.log`),
+      LEASE_LINE_RE,
+      90_000,
+      { intervalMs: 50 },
+    ).catch((e: Error) => {
+      throw new Error(`${e.message}\ndomain log:\n${domainLog()}`);
+    });
     const lease = parseLeaseLine(line);
     expect(`${lease.ip}/${lease.prefixLen}`).toBe(`${a.ip}/${a.prefixLen}`);
     expect(lease.mac).toBe(a.mac);
@@ -425,7 +515,10 @@ describe('deploy/ under podman kube play', () => {
     for (;;) {
       const state = await virsh(['domstate', domain]).catch((e: Error) => e.message);
       if (state.trim() === 'running') break;
-      if (Date.now() > back) throw new Error(`libvirt does not list ${domain} as running after its restart: ${state}\n${await podman(['logs', '--tail', '30', `${podName}-libvirt`]).catch(() => '')}`);
+      if (Date.now() > back)
+        throw new Error(
+          `libvirt does not list ${domain} as running after its restart: ${state}\n${await podman(['logs', '--tail', '30', `${podName}-libvirt`]).catch(() => '')}`,
+        );
       await new Promise((r) => setTimeout(r, 500));
     }
     expect((await virsh(['list', '--name'])).split('\n').map((x) => x.trim())).toContain(domain);
@@ -445,7 +538,9 @@ describe('deploy/ under podman kube play', () => {
     await new Promise((r) => setTimeout(r, 2_000));
     const p2 = await ping2.stop();
     expect(p2.sent).toBeGreaterThan(5);
-    expect(p2.answered, `ping across the tapmanager restart: ${JSON.stringify(p2)}`).toBeGreaterThanOrEqual(p2.sent - 1);
+    expect(p2.answered, `ping across the tapmanager restart: ${JSON.stringify(p2)}`).toBeGreaterThanOrEqual(
+      p2.sent - 1,
+    );
     expect(qemuOf(domain)).toBe(qemu);
     expect((await virsh(['domstate', domain])).trim()).toBe('running');
 
@@ -454,7 +549,8 @@ describe('deploy/ under podman kube play', () => {
     await virsh(['undefine', domain]);
     expect(processesMentioning(domain)).toEqual([]);
     // the VM's leaf is empty once its qemu is gone (the next vmwrapper start sweeps old empty leaves)
-    for (const root of cgroupRoots()) expect(readFileSync(join(root, vmCgroup, `vm-${domain}`, 'cgroup.procs'), 'utf8')).toBe('');
+    for (const root of cgroupRoots())
+      expect(readFileSync(join(root, vmCgroup, `vm-${domain}`, 'cgroup.procs'), 'utf8')).toBe('');
     domain = undefined;
     await tapctl(['release', key]);
     podKey = undefined;

@@ -23,7 +23,8 @@ const MODELS: Record<string, new (data: never) => { validate(): void }> = {
 function validate(doc: KubeDoc): void {
   const key = `${doc.apiVersion}/${doc.kind}`;
   const Model = MODELS[key];
-  if (Model === undefined) throw new Error(`${key} ${doc.metadata?.name}: no schema validator for this kind in the test`);
+  if (Model === undefined)
+    throw new Error(`${key} ${doc.metadata?.name}: no schema validator for this kind in the test`);
   new Model(doc as never).validate();
 }
 
@@ -63,9 +64,13 @@ interface PodSpec {
   volumes: { name: string; hostPath?: { path: string; type?: string }; configMap?: { name: string } }[];
 }
 
-function daemonSet(docs: KubeDoc[], name: string): { metadata: { namespace?: string }; spec: { template: { spec: PodSpec } } } {
+function daemonSet(
+  docs: KubeDoc[],
+  name: string,
+): { metadata: { namespace?: string }; spec: { template: { spec: PodSpec } } } {
   const ds = docs.find((d) => d.kind === 'DaemonSet' && d.metadata?.name === name);
-  if (ds === undefined) throw new Error(`no DaemonSet ${name} in ${docs.map((d) => `${d.kind}/${d.metadata?.name}`).join(', ')}`);
+  if (ds === undefined)
+    throw new Error(`no DaemonSet ${name} in ${docs.map((d) => `${d.kind}/${d.metadata?.name}`).join(', ')}`);
   return ds as never;
 }
 
@@ -76,11 +81,15 @@ function container(spec: PodSpec, name: string): Ctr {
 }
 
 /** mountPath -> the host path (or ConfigMap) and propagation behind it, through the pod's volumes. */
-function hostMounts(spec: PodSpec, c: Ctr): Record<string, { host?: string; configMap?: string; propagation?: string; readOnly?: boolean }> {
+function hostMounts(
+  spec: PodSpec,
+  c: Ctr,
+): Record<string, { host?: string; configMap?: string; propagation?: string; readOnly?: boolean }> {
   const out: Record<string, { host?: string; configMap?: string; propagation?: string; readOnly?: boolean }> = {};
   for (const m of c.volumeMounts) {
     const v = spec.volumes.find((x) => x.name === m.name);
-    if (v?.hostPath === undefined && v?.configMap === undefined) throw new Error(`container ${c.name}: mount ${m.mountPath} has no hostPath or configMap volume ${m.name}`);
+    if (v?.hostPath === undefined && v?.configMap === undefined)
+      throw new Error(`container ${c.name}: mount ${m.mountPath} has no hostPath or configMap volume ${m.name}`);
     out[m.mountPath] = {
       ...(v.hostPath ? { host: v.hostPath.path } : { configMap: v.configMap!.name }),
       ...(m.mountPropagation ? { propagation: m.mountPropagation } : {}),
@@ -119,7 +128,9 @@ function expectTapmanager(spec: PodSpec, docs: KubeDoc[]): void {
   expect(Object.keys(hostMounts(spec, tm))).not.toContain('/run');
   // settings from the ConfigMap; its socket path is under the mounted /var/lib/virtlet
   const cmName = tm.envFrom?.[0]?.configMapRef?.name;
-  const cm = docs.find((d) => d.kind === 'ConfigMap' && d.metadata?.name === cmName) as { data: Record<string, string> } | undefined;
+  const cm = docs.find((d) => d.kind === 'ConfigMap' && d.metadata?.name === cmName) as
+    | { data: Record<string, string> }
+    | undefined;
   expect(cm, `ConfigMap ${cmName}`).toBeDefined();
   const data = (cm as { data: Record<string, string> }).data;
   expect(data['VIRTLET_FD_SERVER_SOCKET_PATH']).toBe('/var/lib/virtlet/tapfdserver.sock');
@@ -193,16 +204,26 @@ describe('deploy/ manifests', () => {
     expect(lv.startupProbe?.exec?.command).toEqual(['virsh', '-r', '-c', 'qemu:///system', 'version']);
   });
 
-  it('deploy/monitoring/podmonitor.yaml scrapes the DaemonSet\'s pods on their `metrics` port', async () => {
-    const [pm] = parseDocs(readFileSync(join(REPO, 'deploy/monitoring/podmonitor.yaml'), 'utf8'), 'podmonitor.yaml') as unknown as {
+  it("deploy/monitoring/podmonitor.yaml scrapes the DaemonSet's pods on their `metrics` port", async () => {
+    const [pm] = parseDocs(
+      readFileSync(join(REPO, 'deploy/monitoring/podmonitor.yaml'), 'utf8'),
+      'podmonitor.yaml',
+    ) as unknown as {
       apiVersion: string;
       kind: string;
       metadata: { namespace: string };
-      spec: { selector: { matchLabels: Record<string, string> }; namespaceSelector: { matchNames: string[] }; podMetricsEndpoints: { port: string; path: string }[] };
+      spec: {
+        selector: { matchLabels: Record<string, string> };
+        namespaceSelector: { matchNames: string[] };
+        podMetricsEndpoints: { port: string; path: string }[];
+      };
     }[];
     expect(`${pm!.apiVersion}/${pm!.kind}`).toBe('monitoring.coreos.com/v1/PodMonitor');
     const docs = await kustomize('deploy');
-    const ds = daemonSet(docs, 'vmpod-node') as unknown as { metadata: { namespace: string }; spec: { template: { metadata: { labels: Record<string, string> }; spec: PodSpec } } };
+    const ds = daemonSet(docs, 'vmpod-node') as unknown as {
+      metadata: { namespace: string };
+      spec: { template: { metadata: { labels: Record<string, string> }; spec: PodSpec } };
+    };
     expect(ds.spec.template.metadata.labels).toMatchObject(pm!.spec.selector.matchLabels);
     expect(pm!.spec.namespaceSelector.matchNames).toEqual([ds.metadata.namespace]);
     expect(pm!.spec.podMetricsEndpoints).toEqual([expect.objectContaining({ port: 'metrics', path: '/metrics' })]);
@@ -216,14 +237,18 @@ describe('deploy/ manifests', () => {
     expect(() => validate(bad as unknown as KubeDoc)).toThrow(/containerPort must be integer/);
   });
 
-  it('deploy/virtlet/: Virtlet\'s DaemonSet gets our tapmanager sidecar and our libvirt container, and validates', async () => {
+  it("deploy/virtlet/: Virtlet's DaemonSet gets our tapmanager sidecar and our libvirt container, and validates", async () => {
     // as an admin does it: Virtlet's manifest (here a Virtlet-shaped stand-in) saved as deploy/virtlet/virtlet-ds.yaml
     const root = mkdtempSync(join(tmpdir(), 'vmpod-kust-'));
     tmp.push(root);
     cpSync(join(REPO, 'deploy'), join(root, 'deploy'), { recursive: true });
     cpSync(join(REPO, 'test/fixtures/virtlet/virtlet-ds.yaml'), join(root, 'deploy/virtlet/virtlet-ds.yaml'));
     const docs = await kustomize(join(root, 'deploy/virtlet'));
-    expect(docs.map((d) => `${d.kind}/${d.metadata?.name}`).sort()).toEqual(['ConfigMap/vmpod-node-config', 'ConfigMap/vmpod-node-vmwrapper', 'DaemonSet/virtlet']);
+    expect(docs.map((d) => `${d.kind}/${d.metadata?.name}`).sort()).toEqual([
+      'ConfigMap/vmpod-node-config',
+      'ConfigMap/vmpod-node-vmwrapper',
+      'DaemonSet/virtlet',
+    ]);
     for (const d of docs) validate(d);
 
     const spec = daemonSet(docs, 'virtlet').spec.template.spec;
@@ -234,7 +259,18 @@ describe('deploy/ manifests', () => {
     expect(lv.command).toEqual(['/usr/bin/tini', '--', 'libvirtd']);
     expect(lv.readinessProbe?.exec?.command).toEqual(['virsh', '-r', '-c', 'qemu:///system', 'version']);
     // Virtlet's own mounts of the libvirt container stay; ours are added (vmwrapper's settings, the device inputs)
-    expect(lv.volumeMounts.map((m) => m.mountPath).sort()).toEqual(['/run', '/var/lib/virtlet', '/var/lib/libvirt', '/var/run/libvirt', '/dev', '/etc/vmpod-node', '/var/lib/kubelet/pod-resources', '/etc/cdi'].sort());
+    expect(lv.volumeMounts.map((m) => m.mountPath).sort()).toEqual(
+      [
+        '/run',
+        '/var/lib/virtlet',
+        '/var/lib/libvirt',
+        '/var/run/libvirt',
+        '/dev',
+        '/etc/vmpod-node',
+        '/var/lib/kubelet/pod-resources',
+        '/etc/cdi',
+      ].sort(),
+    );
     expectVmwrapperSettings(spec, lv, docs);
     expect(container(spec, 'virtlet').env).toContainEqual({ name: 'VIRTLET_EXTERNAL_TAPMANAGER', value: 'true' });
     expect(containerImages(docs)).toMatchObject({ virtlet: 'mirantis/virtlet', vms: 'mirantis/virtlet' });
@@ -245,12 +281,19 @@ describe('deploy/ manifests', () => {
 function expectVmwrapperSettings(spec: PodSpec, lv: Ctr, docs: KubeDoc[]): void {
   const m = hostMounts(spec, lv)['/etc/vmpod-node'];
   expect(m).toEqual({ configMap: 'vmpod-node-vmwrapper', readOnly: true });
-  const cm = docs.find((d) => d.kind === 'ConfigMap' && d.metadata?.name === m?.configMap) as { data: Record<string, string> } | undefined;
+  const cm = docs.find((d) => d.kind === 'ConfigMap' && d.metadata?.name === m?.configMap) as
+    | { data: Record<string, string> }
+    | undefined;
   expect(parseEnvFile(cm?.data['vmwrapper.env'] ?? '')).toEqual({ VMPOD_VM_CGROUP: '/vmpod-vms' });
   expect(DEFAULTS.envFile).toBe('/etc/vmpod-node/vmwrapper.env');
 }
 
-function daemonSetTemplate(): { spec: { selector?: unknown; template: { metadata?: { labels?: Record<string, string> }; spec: { containers: object[] } } } } & KubeDoc {
+function daemonSetTemplate(): {
+  spec: {
+    selector?: unknown;
+    template: { metadata?: { labels?: Record<string, string> }; spec: { containers: object[] } };
+  };
+} & KubeDoc {
   return {
     apiVersion: 'apps/v1',
     kind: 'DaemonSet',

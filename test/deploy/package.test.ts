@@ -4,7 +4,17 @@
 // import. Then scripts/install-host.sh installs the same tarball into a scratch root, and what the systemd unit's
 // ExecStart names is there and runs. The repository itself is packed from a copy: prepack rebuilds dist/, which the
 // other test files run meanwhile.
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -47,7 +57,20 @@ describe('the npm package', () => {
 
   it('ships dist/, the bins, the addon source and binding.gyp; no sources, tests or build output', async () => {
     const files = (await execa('tar', ['tzf', tarball])).stdout.split('\n');
-    for (const f of ['dist/bundle/tapmanager.js', 'dist/bundle/tapctl.js', 'dist/bundle/vmwrapper.cjs', 'dist/bundle/vmwrapper-start.cjs', 'dist/client/fdclient.js', 'dist/devices/index.d.ts', 'bin/tapmanager.js', 'binding.gyp', 'native/vmpod.c', 'scripts/install-addon.mjs', 'deploy/systemd/vmpod-tapmanager.service', 'package.json']) {
+    for (const f of [
+      'dist/bundle/tapmanager.js',
+      'dist/bundle/tapctl.js',
+      'dist/bundle/vmwrapper.cjs',
+      'dist/bundle/vmwrapper-start.cjs',
+      'dist/client/fdclient.js',
+      'dist/devices/index.d.ts',
+      'bin/tapmanager.js',
+      'binding.gyp',
+      'native/vmpod.c',
+      'scripts/install-addon.mjs',
+      'deploy/systemd/vmpod-tapmanager.service',
+      'package.json',
+    ]) {
       expect(files, f).toContain(`package/${f}`);
     }
     expect(files.filter((f) => /^package\/(src|test|node_modules|build)\//.test(f))).toEqual([]);
@@ -64,37 +87,57 @@ describe('the npm package', () => {
       expect(r.stdout).toBe(VERSION);
     }
     // vmwrapper is its own program: its shebang is the node that installed it
-    expect(readFileSync(join(installed(), 'dist/bundle/vmwrapper.cjs'), 'utf8').split('\n')[0]).toBe(`#!${process.execPath}`);
+    expect(readFileSync(join(installed(), 'dist/bundle/vmwrapper.cjs'), 'utf8').split('\n')[0]).toBe(
+      `#!${process.execPath}`,
+    );
   });
 
   it('the installed vmwrapper passes a libvirt probe to the emulator through the addon (execve, same PID)', async () => {
     const args = ['-S', '-no-user-config', '-nodefaults', '-nographic', '-machine', 'none,accel=tcg'];
-    const r = await runVmwrapper({ program: join(work, 'app/node_modules/.bin/vmwrapper'), args, env: { VMWRAPPER_DEFAULT_EMULATOR: STUB_EMULATOR } });
+    const r = await runVmwrapper({
+      program: join(work, 'app/node_modules/.bin/vmwrapper'),
+      args,
+      env: { VMWRAPPER_DEFAULT_EMULATOR: STUB_EMULATOR },
+    });
     expect(r.code, r.stderr).toBe(0);
     expect(r.stub?.pid).toBe(r.pid);
     expect(r.stub?.argv.slice(1)).toEqual(args);
   });
 
   it('imports ./client and ./devices', async () => {
-    const code = "const c = await import('vmpod-node/client'); const d = await import('vmpod-node/devices'); console.log(JSON.stringify([typeof c.FdClient, typeof d.collectDevices]));";
+    const code =
+      "const c = await import('vmpod-node/client'); const d = await import('vmpod-node/devices'); console.log(JSON.stringify([typeof c.FdClient, typeof d.collectDevices]));";
     const r = await execa(process.execPath, ['--input-type=module', '-e', code], { cwd: join(work, 'app') });
     expect(JSON.parse(r.stdout)).toEqual(['function', 'function']);
   });
 
-  it('scripts/install-host.sh into a scratch root: the systemd unit\'s ExecStart exists there and runs', async () => {
+  it("scripts/install-host.sh into a scratch root: the systemd unit's ExecStart exists there and runs", async () => {
     const root = join(work, 'root');
-    const r = await execa('bash', [join(REPO, 'scripts/install-host.sh'), '--root', root, '--tarball', tarball], { env: { PATH }, reject: false, timeout: 900_000, stdin: 'ignore' });
+    const r = await execa('bash', [join(REPO, 'scripts/install-host.sh'), '--root', root, '--tarball', tarball], {
+      env: { PATH },
+      reject: false,
+      timeout: 900_000,
+      stdin: 'ignore',
+    });
     expect(r.exitCode, r.stderr).toBe(0);
     const unit = readFileSync(join(root, 'etc/systemd/system/vmpod-tapmanager.service'), 'utf8');
     const execStart = /^ExecStart=(.*)$/m.exec(unit)?.[1]?.split(' ') ?? [];
-    expect(execStart).toEqual(['/usr/local/lib/vmpod-node/node/bin/node', '/usr/local/lib/node_modules/vmpod-node/dist/bundle/tapmanager.js']);
+    expect(execStart).toEqual([
+      '/usr/local/lib/vmpod-node/node/bin/node',
+      '/usr/local/lib/node_modules/vmpod-node/dist/bundle/tapmanager.js',
+    ]);
     for (const p of execStart) expect(existsSync(join(root, p)), p).toBe(true);
     const run = await execa(join(root, execStart[0]!), [join(root, execStart[1]!), '--version']);
     expect(run.stdout).toBe(VERSION);
     expect((await execa(join(root, execStart[0]!), ['--version'])).stdout).toMatch(/^v24\./);
     // the bins, and vmwrapper's interpreter as the host will see it
-    for (const bin of ['tapmanager', 'tapctl', 'vmwrapper']) expect(existsSync(join(root, 'usr/local/bin', bin)), bin).toBe(true);
-    expect(readFileSync(join(root, 'usr/local/lib/node_modules/vmpod-node/dist/bundle/vmwrapper.cjs'), 'utf8').split('\n')[0]).toBe('#!/usr/local/lib/vmpod-node/node/bin/node');
+    for (const bin of ['tapmanager', 'tapctl', 'vmwrapper'])
+      expect(existsSync(join(root, 'usr/local/bin', bin)), bin).toBe(true);
+    expect(
+      readFileSync(join(root, 'usr/local/lib/node_modules/vmpod-node/dist/bundle/vmwrapper.cjs'), 'utf8').split(
+        '\n',
+      )[0],
+    ).toBe('#!/usr/local/lib/vmpod-node/node/bin/node');
     expect(existsSync(join(root, 'usr/local/lib/node_modules/vmpod-node/build/Release/vmpod_native.node'))).toBe(true);
     expect(readFileSync(join(root, 'etc/default/vmpod-tapmanager'), 'utf8')).toMatch(/VIRTLET_CNI_PLUGIN_DIR/);
   });

@@ -1,7 +1,13 @@
 // The test guest boots and takes a DHCP lease WITHOUT any vmpod code: a hand-made netns + bridge + tap, dnsmasq,
 // and qemu started inside the netns. Proves test/guest/build.sh and the helpers before vmpod is in the path.
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, parseLease6Line, parseLeaseLine, type GuestImages } from '../helpers/guest.js';
+import {
+  ensureGuest,
+  GUEST_BUILD_TIMEOUT_MS,
+  parseLease6Line,
+  parseLeaseLine,
+  type GuestImages,
+} from '../helpers/guest.js';
 import { MAX_LINK_NAME_BYTES, uniqueName } from '../helpers/netns.js';
 import {
   baselineLeftovers,
@@ -79,8 +85,17 @@ describe('parseLeaseLine', () => {
   });
 
   it('treats empty values as absent and accepts console noise before the tag', () => {
-    const l = parseLeaseLine('\r[  2.1] VMPOD-RENEW ip=10.1.2.3/8 router= mtu= hostname= dns= mac=52:54:00:00:00:01 serverid=');
-    expect(l).toEqual({ event: 'VMPOD-RENEW', ip: '10.1.2.3', prefixLen: 8, routers: [], dns: [], mac: '52:54:00:00:00:01' });
+    const l = parseLeaseLine(
+      '\r[  2.1] VMPOD-RENEW ip=10.1.2.3/8 router= mtu= hostname= dns= mac=52:54:00:00:00:01 serverid=',
+    );
+    expect(l).toEqual({
+      event: 'VMPOD-RENEW',
+      ip: '10.1.2.3',
+      prefixLen: 8,
+      routers: [],
+      dns: [],
+      mac: '52:54:00:00:00:01',
+    });
   });
 
   it('rejects lines without an address or MAC, and bad numbers', () => {
@@ -94,7 +109,11 @@ describe('parseLeaseLine', () => {
 
 describe('parseLease6Line', () => {
   it('parses the udhcpc6 hook line, addresses in canonical text', () => {
-    expect(parseLease6Line('[  3.2] VMPOD-LEASE6 ip=fd12:3456:789a:0:0:0:0:5/128 dns=FD53::53,fd53:0:0:0:0:0:0:54 search=a.example,b.example iface=eth0')).toEqual({
+    expect(
+      parseLease6Line(
+        '[  3.2] VMPOD-LEASE6 ip=fd12:3456:789a:0:0:0:0:5/128 dns=FD53::53,fd53:0:0:0:0:0:0:54 search=a.example,b.example iface=eth0',
+      ),
+    ).toEqual({
       event: 'VMPOD-LEASE6',
       ip: 'fd12:3456:789a::5',
       prefixLen: 128,
@@ -102,7 +121,13 @@ describe('parseLease6Line', () => {
       search: ['a.example', 'b.example'],
       iface: 'eth0',
     });
-    expect(parseLease6Line('VMPOD-RENEW6 ip=fd12::5/128 dns= search=')).toEqual({ event: 'VMPOD-RENEW6', ip: 'fd12::5', prefixLen: 128, dns: [], search: [] });
+    expect(parseLease6Line('VMPOD-RENEW6 ip=fd12::5/128 dns= search=')).toEqual({
+      event: 'VMPOD-RENEW6',
+      ip: 'fd12::5',
+      prefixLen: 128,
+      dns: [],
+      search: [],
+    });
   });
 
   it('rejects lines without a valid IPv6 address and length, and bad DNS servers', () => {
@@ -110,7 +135,9 @@ describe('parseLease6Line', () => {
     expect(() => parseLease6Line('VMPOD-LEASE6 ip=10.1.2.3/24')).toThrow(/is not <IPv6 address>\/<len>/);
     expect(() => parseLease6Line('VMPOD-LEASE6 ip=fd12::5')).toThrow(/is not <IPv6 address>\/<len>/);
     expect(() => parseLease6Line('VMPOD-LEASE6 ip=fd12::5/129')).toThrow(/> 128/);
-    expect(() => parseLease6Line('VMPOD-LEASE6 ip=fd12::5/128 dns=nameserver')).toThrow(/dns nameserver is not an IPv6 address/);
+    expect(() => parseLease6Line('VMPOD-LEASE6 ip=fd12::5/128 dns=nameserver')).toThrow(
+      /dns nameserver is not an IPv6 address/,
+    );
     expect(() => parseLease6Line('VMPOD-LEASE ip=10.1.2.3/24 mac=52:54:00:00:00:01')).toThrow(/not a VMPOD-LEASE6/);
   });
 });

@@ -6,7 +6,14 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, GUEST_CMDLINE, QEMU_BINARY, waitForSerialLine, type GuestImages } from '../helpers/guest.js';
+import {
+  ensureGuest,
+  GUEST_BUILD_TIMEOUT_MS,
+  GUEST_CMDLINE,
+  QEMU_BINARY,
+  waitForSerialLine,
+  type GuestImages,
+} from '../helpers/guest.js';
 import { domainXml, startLibvirtd, type Libvirt } from '../helpers/libvirt.js';
 import { uniqueName } from '../helpers/netns.js';
 
@@ -122,7 +129,16 @@ describe('domainXml', () => {
 
   it('rejects env names qemu:env cannot carry', () => {
     expect(() =>
-      domainXml({ name: 'd', emulator: 'e', kernel: 'k', initrd: 'i', cmdline: '', serialLog: 's', env: { 'A B': '1' }, type: 'qemu' }),
+      domainXml({
+        name: 'd',
+        emulator: 'e',
+        kernel: 'k',
+        initrd: 'i',
+        cmdline: '',
+        serialLog: 's',
+        env: { 'A B': '1' },
+        type: 'qemu',
+      }),
     ).toThrow(/bad env name/);
   });
 });

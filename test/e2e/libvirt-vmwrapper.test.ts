@@ -9,10 +9,28 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FdClient } from '../../src/client/fdclient.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { BIN, REPO, removeDir, startDaemon, type Daemon } from '../helpers/daemon.js';
-import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, GUEST_CMDLINE, LEASE_LINE_RE, parseLeaseLine, QEMU_BINARY, waitForSerialLine, type GuestImages } from '../helpers/guest.js';
+import {
+  ensureGuest,
+  GUEST_BUILD_TIMEOUT_MS,
+  GUEST_CMDLINE,
+  LEASE_LINE_RE,
+  parseLeaseLine,
+  QEMU_BINARY,
+  waitForSerialLine,
+  type GuestImages,
+} from '../helpers/guest.js';
 import { domainXml, startLibvirtd, type Libvirt } from '../helpers/libvirt.js';
 import { uniqueName } from '../helpers/netns.js';
-import { NOTHING_LEFT, POD_DNS, newPod, pingFromHost, podAddress, podLeftovers, processArgv, processExe } from '../helpers/pairvm.js';
+import {
+  NOTHING_LEFT,
+  POD_DNS,
+  newPod,
+  pingFromHost,
+  podAddress,
+  podLeftovers,
+  processArgv,
+  processExe,
+} from '../helpers/pairvm.js';
 
 const MTU = 1400;
 const LIBVIRT_QEMU_LOG_DIR = '/var/log/libvirt/qemu';
@@ -76,7 +94,9 @@ describe('libvirtd + vmwrapper + tapmanager', () => {
   }, 120_000);
 
   async function domainLog(name: string): Promise<string> {
-    return readFile(join(LIBVIRT_QEMU_LOG_DIR, `${name}.log`), 'utf8').catch((e: Error) => `(no domain log: ${e.message})`);
+    return readFile(join(LIBVIRT_QEMU_LOG_DIR, `${name}.log`), 'utf8').catch(
+      (e: Error) => `(no domain log: ${e.message})`,
+    );
   }
 
   it('starts a domain whose emulator is vmwrapper; the guest gets the pod IP; destroy + release leave nothing', async () => {

@@ -17,7 +17,20 @@ import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
 import { startDaemon, type Daemon } from '../helpers/daemon.js';
 import { ensureGuest, GUEST_BUILD_TIMEOUT_MS, type GuestImages } from '../helpers/guest.js';
 import { linkExists, run, uniqueName } from '../helpers/netns.js';
-import { NOTHING_LEFT, POD_DNS, bootPairVm, endPairDaemon, stopVmsAndRelease, fetchFromHost, newPod, podAddress, podAddress6, podLeftovers, type PairVmBase, type PairVmOf } from '../helpers/pairvm.js';
+import {
+  NOTHING_LEFT,
+  POD_DNS,
+  bootPairVm,
+  endPairDaemon,
+  stopVmsAndRelease,
+  fetchFromHost,
+  newPod,
+  podAddress,
+  podAddress6,
+  podLeftovers,
+  type PairVmBase,
+  type PairVmOf,
+} from '../helpers/pairvm.js';
 
 /** an IPv6 name server in the pod's DNS config: it reaches the guest by DHCPv6 (and the RA's RDNSS) */
 const DNS6 = 'fd53::53';
@@ -27,7 +40,9 @@ function parseNet6(text: string): { fields: Record<string, string>; output: stri
   const lines = text.split('\n');
   const at = lines.indexOf('output:');
   const head = at < 0 ? lines : lines.slice(0, at);
-  const fields = Object.fromEntries(head.filter((l) => l.includes('=')).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+  const fields = Object.fromEntries(
+    head.filter((l) => l.includes('=')).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+  );
   return { fields, output: at < 0 ? '' : lines.slice(at + 1).join('\n') };
 }
 
@@ -104,19 +119,37 @@ describe.each([['dual'], ['only']] as const)('the real guest on an IPv6 (%s-stac
     expect(csn.Result?.ips?.some((i) => i.version === '4')).toBe(mode === 'dual');
     const a4 = mode === 'dual' ? podAddress(csn) : undefined;
     // the router the guest learns from the RA: the pod bridge's link-local, made from its MAC
-    const brMac = (JSON.parse(await run(['ip', '-n', key, '-j', 'link', 'show', 'dev', 'br0'])) as { address: string }[])[0]!.address;
+    const brMac = (
+      JSON.parse(await run(['ip', '-n', key, '-j', 'link', 'show', 'dev', 'br0'])) as { address: string }[]
+    )[0]!.address;
     const router = formatIpv6(linkLocalFromMac(brMac));
 
     // an IPv6-only pod waits for VMPOD-LEASE6 alone; dual-stack for both lease lines
-    const vm = await bootPairVm({ socket: (d as Daemon).socket, key, guest, dir, name: `${key}.serial.log`, timeoutMs: 120_000, leases: a4 ? 'dual' : 'ipv6' }).catch(
-      (e: Error) => {
-        // what the pod's RA and DHCPv6 servers saw, for the failure message
-        const seen = (d as Daemon).logs().split('\n').filter((l) => /dhcp6|"ra[: ]|router advertisements/.test(l));
-        throw new Error(`${e.message}\ntapmanager's IPv6 lines:\n${seen.slice(-20).join('\n')}`, { cause: e });
-      },
-    );
+    const vm = await bootPairVm({
+      socket: (d as Daemon).socket,
+      key,
+      guest,
+      dir,
+      name: `${key}.serial.log`,
+      timeoutMs: 120_000,
+      leases: a4 ? 'dual' : 'ipv6',
+    }).catch((e: Error) => {
+      // what the pod's RA and DHCPv6 servers saw, for the failure message
+      const seen = (d as Daemon)
+        .logs()
+        .split('\n')
+        .filter((l) => /dhcp6|"ra[: ]|router advertisements/.test(l));
+      throw new Error(`${e.message}\ntapmanager's IPv6 lines:\n${seen.slice(-20).join('\n')}`, { cause: e });
+    });
     vms.push(vm);
-    expect(vm.lease6).toEqual({ event: 'VMPOD-LEASE6', ip: a6.ip, prefixLen: 128, dns: [DNS6], search: [...POD_DNS.search], iface: 'eth0' });
+    expect(vm.lease6).toEqual({
+      event: 'VMPOD-LEASE6',
+      ip: a6.ip,
+      prefixLen: 128,
+      dns: [DNS6],
+      search: [...POD_DNS.search],
+      iface: 'eth0',
+    });
     if (a4 !== undefined) {
       // dual-stack: the IPv4 lease as on an IPv4 pod
       const lease = (vm as PairVmOf<'dual'>).lease;
@@ -132,9 +165,17 @@ describe.each([['dual'], ['only']] as const)('the real guest on an IPv6 (%s-stac
     const page = await fetchFromHost(`${base}/`);
     expect(page).toContain('vmpod test guest');
     if (mode === 'dual') expect(page).toContain(`hostname=${desc.podName}`);
-    const status = Object.fromEntries((await fetchFromHost(`${base}/cgi-bin/status`)).split('\n').map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+    const status = Object.fromEntries(
+      (await fetchFromHost(`${base}/cgi-bin/status`))
+        .split('\n')
+        .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+    );
     // ONE udhcpc either way; an IPv6-only guest has no IPv4 address and no IPv4 default route
-    expect(status).toMatchObject({ udhcpc: '1', addr: a4 ? `${a4.ip}/${a4.prefixLen}` : '', default: a4 ? net.gateway : '' });
+    expect(status).toMatchObject({
+      udhcpc: '1',
+      addr: a4 ? `${a4.ip}/${a4.prefixLen}` : '',
+      default: a4 ? net.gateway : '',
+    });
 
     // The guest's IPv6 view: the /128 from DHCPv6 beside its link-local (from the pod's MAC, which the VM owns; no
     // SLAAC address: the RA's prefix has A=0), the RA's default route via the pod bridge.

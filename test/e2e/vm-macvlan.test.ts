@@ -28,7 +28,17 @@ describe('the tiny guest on a macvlan pod (tc-redirect)', () => {
     root = mkdtempSync(join(tmpdir(), 'vmpod-macvlan-'));
     lan = await makeLan('q');
     writeConfList(join(root, 'net.d'), `vmmv-${randomBytes(3).toString('hex')}`, [
-      { type: 'macvlan', master: lan.parent, mode: 'bridge', ipam: { type: 'host-local', dataDir: join(root, 'ipam'), ranges: [[{ subnet: lan.subnet, gateway: lan.gateway }]], routes: [{ dst: '0.0.0.0/0' }] } },
+      {
+        type: 'macvlan',
+        master: lan.parent,
+        mode: 'bridge',
+        ipam: {
+          type: 'host-local',
+          dataDir: join(root, 'ipam'),
+          ranges: [[{ subnet: lan.subnet, gateway: lan.gateway }]],
+          routes: [{ dst: '0.0.0.0/0' }],
+        },
+      },
     ]);
     d = await startDaemon({ confDir: join(root, 'net.d'), binDirs: ['/usr/lib/cni'], cacheDir: join(root, 'cache') });
   }, GUEST_BUILD_TIMEOUT_MS);
@@ -48,7 +58,8 @@ describe('the tiny guest on a macvlan pod (tc-redirect)', () => {
     const pod = newPod('vmpmv');
     key = pod.key;
     const a = podAddress(client.add(key, pod.desc));
-    const mvMac = JSON.parse((await execa('ip', ['-n', key, '-j', 'link', 'show', 'dev', 'virtlet-eth0'])).stdout)[0].address as string;
+    const mvMac = JSON.parse((await execa('ip', ['-n', key, '-j', 'link', 'show', 'dev', 'virtlet-eth0'])).stdout)[0]
+      .address as string;
     expect(a.mac).toBe(mvMac);
 
     vm = await bootPairVm({ socket: d.socket, key, guest, dir: root, name: 'macvlan.serial.log', timeoutMs: 120_000 });
@@ -56,17 +67,25 @@ describe('the tiny guest on a macvlan pod (tc-redirect)', () => {
     expect(vm.lease.mac).toBe(mvMac);
     expect(vm.lease.routers).toEqual([lan.gateway]);
     expect(await ping(lan.ns, a.ip)).toBe(0);
-    const page = await execa('ip', ['netns', 'exec', lan.ns, 'curl', '-sS', '--fail', '--max-time', '5', `http://${a.ip}/`], { timeout: 10_000 });
+    const page = await execa(
+      'ip',
+      ['netns', 'exec', lan.ns, 'curl', '-sS', '--fail', '--max-time', '5', `http://${a.ip}/`],
+      { timeout: 10_000 },
+    );
     expect(page.stdout).toContain(`hostname=${pod.desc.podName}`);
 
     await vm.stop();
     vm = undefined;
     client.release(key);
     expect(await listNetns()).not.toContain(key);
-    const ipam = readdirSync(join(root, 'ipam'), { recursive: true }).map(String).filter((f) => /\d+\.\d+\.\d+\.\d+$/.test(f));
+    const ipam = readdirSync(join(root, 'ipam'), { recursive: true })
+      .map(String)
+      .filter((f) => /\d+\.\d+\.\d+\.\d+$/.test(f));
     expect(ipam).toEqual([]);
     expect(existsSync(d.stateDir) ? readdirSync(d.stateDir).filter((f) => f.includes(key)) : []).toEqual([]);
-    const macvlans = JSON.parse((await execa('ip', ['-j', '-d', 'link', 'show'])).stdout).filter((l: { link?: string }) => l.link === lan.parent);
+    const macvlans = JSON.parse((await execa('ip', ['-j', '-d', 'link', 'show'])).stdout).filter(
+      (l: { link?: string }) => l.link === lan.parent,
+    );
     expect(macvlans).toEqual([]);
   }, 300_000);
 });

@@ -55,7 +55,10 @@ describe('multiqueue tap + vhost fallback, a real guest with 4 vCPUs', () => {
   /** The fds a process holds on a tap, by the tap's name in fdinfo ("iff:\ttap0"). */
   function tapFds(pid: number): { fd: number; iff: string }[] {
     return readdirSync(`/proc/${pid}/fdinfo`)
-      .map((fd) => ({ fd: Number(fd), iff: /^iff:[ \t]*(\S+)/m.exec(readFileSync(`/proc/${pid}/fdinfo/${fd}`, 'utf8'))?.[1] }))
+      .map((fd) => ({
+        fd: Number(fd),
+        iff: /^iff:[ \t]*(\S+)/m.exec(readFileSync(`/proc/${pid}/fdinfo/${fd}`, 'utf8'))?.[1],
+      }))
       .filter((x): x is { fd: number; iff: string } => x.iff !== undefined);
   }
 
@@ -66,7 +69,16 @@ describe('multiqueue tap + vhost fallback, a real guest with 4 vCPUs', () => {
   }
 
   async function boot(key: string, name: string, env: Record<string, string> = {}): Promise<PairVm> {
-    const vm = await bootPairVm({ socket: (d as Daemon).socket, key, guest, dir, name, timeoutMs: 240_000, qemuArgs: ['-smp', '4'], env });
+    const vm = await bootPairVm({
+      socket: (d as Daemon).socket,
+      key,
+      guest,
+      dir,
+      name,
+      timeoutMs: 240_000,
+      qemuArgs: ['-smp', '4'],
+      env,
+    });
     vms.push(vm);
     return vm;
   }
@@ -79,17 +91,25 @@ describe('multiqueue tap + vhost fallback, a real guest with 4 vCPUs', () => {
     const vm = await boot(key, 'mq4.serial.log');
     expect(vm.lease.ip).toBe(a.ip);
     // the tap: IFF_MULTI_QUEUE (0x100) in tun_flags
-    expect(Number((await run(['ip', 'netns', 'exec', key, 'cat', '/sys/class/net/tap0/tun_flags'])).trim()) & 0x100).toBe(0x100);
+    expect(
+      Number((await run(['ip', 'netns', 'exec', key, 'cat', '/sys/class/net/tap0/tun_flags'])).trim()) & 0x100,
+    ).toBe(0x100);
     // qemu (vmwrapper's PID after the execve) holds 4 fds of it, all named in -netdev fds=
     const held = tapFds(vm.pid);
     expect(held.map((t) => t.iff)).toEqual(['tap0', 'tap0', 'tap0', 'tap0']);
     const argv = processArgv(vm.pid).join(' ');
     const fds = /-netdev tap,id=vmpodnet0,fds=(\d+):(\d+):(\d+):(\d+),vhost=(on|off) /.exec(argv);
     expect(fds).not.toBeNull();
-    expect(fds!.slice(1, 5).map(Number).sort((x, y) => x - y)).toEqual(held.map((t) => t.fd).sort((x, y) => x - y));
+    expect(
+      fds!
+        .slice(1, 5)
+        .map(Number)
+        .sort((x, y) => x - y),
+    ).toEqual(held.map((t) => t.fd).sort((x, y) => x - y));
     expect(argv).toContain(`mac=${a.mac},host_mtu=${a.mtu},mq=on,vectors=10`);
     // no vhost_net on this machine: vmwrapper fell back and said so in its line
-    if (fds![5] === 'off') expect(vm.output()).toMatch(/"vhost":"off: cannot open \/dev\/vhost-net: E[A-Z]+; virtio-net runs in qemu"/);
+    if (fds![5] === 'off')
+      expect(vm.output()).toMatch(/"vhost":"off: cannot open \/dev\/vhost-net: E[A-Z]+; virtio-net runs in qemu"/);
 
     await pingFromHost(a.ip);
     // the offloads the guest's virtio-net negotiated, which qemu set on the tap (TUNSETOFFLOAD): nothing on the pod
@@ -104,7 +124,9 @@ describe('multiqueue tap + vhost fallback, a real guest with 4 vCPUs', () => {
     await vm.stop();
     vms.splice(vms.indexOf(vm), 1);
     // its queues went with it: tapmanager's own is left
-    const info = JSON.parse(await run(['ip', '-n', key, '-j', '-d', 'link', 'show', 'tap0'])) as { linkinfo: { info_data: { numqueues: number } } }[];
+    const info = JSON.parse(await run(['ip', '-n', key, '-j', '-d', 'link', 'show', 'tap0'])) as {
+      linkinfo: { info_data: { numqueues: number } };
+    }[];
     expect(info[0]!.linkinfo.info_data.numqueues).toBe(1);
 
     const two = await boot(key, 'mq2.serial.log', { VMPOD_NET_QUEUES: '2' });

@@ -51,7 +51,8 @@ describe('tapmanager + vmwrapper + qemu', () => {
   afterEach(async () => {
     await stopVmsAndRelease(vms, pods, client, async () => {
       // a test that failed between stopping tapmanager and starting it again: bring it back to release its pods
-      if (d !== undefined && !d.alive()) d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d });
+      if (d !== undefined && !d.alive())
+        d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d });
     });
   }, 60_000);
 
@@ -98,7 +99,9 @@ describe('tapmanager + vmwrapper + qemu', () => {
     // vmwrapper execve'd qemu in place: the PID spawned for vmwrapper runs qemu now, with the tap vmwrapper added.
     expect(processExe(vm.pid)).toBe(QEMU_BINARY);
     const argv = processArgv(vm.pid);
-    expect(argv.join(' ')).toMatch(/-netdev tap,id=vmpodnet0,fd=\d+,vhost=(on|off) -device virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=/);
+    expect(argv.join(' ')).toMatch(
+      /-netdev tap,id=vmpodnet0,fd=\d+,vhost=(on|off) -device virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=/,
+    );
     expect(argv.at(-1)).toBe(`virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${a.mac},host_mtu=${a.mtu}`);
     expect(vm.output()).toMatch(/"msg":"exec emulator"/);
 

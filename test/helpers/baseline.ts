@@ -117,7 +117,10 @@ export async function setupBaselineNet(opts: BaselineNetOptions = {}): Promise<B
   const prefix = opts.prefix ?? 'vme';
   const namePrefix = prefix + randomBytes(3).toString('hex');
   if (Buffer.byteLength(namePrefix) + 1 > 15) {
-    throw new VmpodError(ErrorCode.BadRequest, `baseline prefix ${JSON.stringify(prefix)} too long for 15-byte link names`);
+    throw new VmpodError(
+      ErrorCode.BadRequest,
+      `baseline prefix ${JSON.stringify(prefix)} too long for 15-byte link names`,
+    );
   }
   const ns = namePrefix;
   const bridge = `${namePrefix}b`;
@@ -151,15 +154,24 @@ export async function setupBaselineNet(opts: BaselineNetOptions = {}): Promise<B
     const dnsmasq = execa(
       'ip',
       [
-        'netns', 'exec', ns,
-        'dnsmasq', '--no-daemon', '--conf-file=/dev/null', '--port=0', '--log-facility=-',
-        `--interface=${bridge}`, '--bind-interfaces', '--except-interface=lo',
+        'netns',
+        'exec',
+        ns,
+        'dnsmasq',
+        '--no-daemon',
+        '--conf-file=/dev/null',
+        '--port=0',
+        '--log-facility=-',
+        `--interface=${bridge}`,
+        '--bind-interfaces',
+        '--except-interface=lo',
         `--dhcp-range=${net}.5,${net}.5,255.255.255.0,1h`,
         `--dhcp-host=${mac},${guestIp},${hostname}`,
         `--dhcp-option=option:router,${serverIp}`,
         `--dhcp-option=option:dns-server,${serverIp}`,
         `--dhcp-option=option:mtu,${mtu}`,
-        '--leasefile-ro', `--pid-file=${pidFile}`,
+        '--leasefile-ro',
+        `--pid-file=${pidFile}`,
       ],
       { reject: false, stdin: 'ignore', buffer: true, forceKillAfterDelay: 3_000 },
     );
@@ -169,7 +181,21 @@ export async function setupBaselineNet(opts: BaselineNetOptions = {}): Promise<B
     teardown.push(`stop dnsmasq pid ${dnsmasqPid}`, () => stopChild(dnsmasq));
     await waitForOutput(dnsmasq, /DHCP, IP range/, 5_000, `dnsmasq in ${ns}`);
 
-    return { namePrefix, ns, bridge, tap, serverIp, guestIp, prefixLen: 24, mac, hostname, mtu, dnsmasqPid, dir, teardown };
+    return {
+      namePrefix,
+      ns,
+      bridge,
+      tap,
+      serverIp,
+      guestIp,
+      prefixLen: 24,
+      mac,
+      hostname,
+      mtu,
+      dnsmasqPid,
+      dir,
+      teardown,
+    };
   } catch (e) {
     await teardown.run().catch(() => undefined);
     throw e;
@@ -191,7 +217,10 @@ function waitForOutput(child: ResultPromise, re: RegExp, timeoutMs: number, what
       if (re.test(seen)) done();
     };
     const timer = setTimeout(
-      () => fail(new VmpodError(ErrorCode.Timeout, `${what}: no ${re} after ${timeoutMs} ms; output ${JSON.stringify(seen)}`)),
+      () =>
+        fail(
+          new VmpodError(ErrorCode.Timeout, `${what}: no ${re} after ${timeoutMs} ms; output ${JSON.stringify(seen)}`),
+        ),
       timeoutMs,
     );
     const onExit = (): void =>
@@ -238,12 +267,29 @@ export async function bootBaselineVm(
 ): Promise<BaselineVm> {
   const serialLog = join(net.dir, `${opts.name ?? 'vm'}.serial.log`);
   const argv = [
-    'netns', 'exec', net.ns,
-    QEMU_BINARY, ...qemuAccelArgs(), '-m', String(opts.memoryMiB ?? 256), '-nodefaults', '-no-user-config',
-    '-display', 'none', '-serial', `file:${serialLog}`,
-    '-kernel', guest.kernel, '-initrd', guest.initrd, '-append', GUEST_CMDLINE,
-    '-netdev', `tap,id=n0,ifname=${net.tap},script=no,downscript=no`,
-    '-device', `virtio-net-pci,netdev=n0,mac=${net.mac}`,
+    'netns',
+    'exec',
+    net.ns,
+    QEMU_BINARY,
+    ...qemuAccelArgs(),
+    '-m',
+    String(opts.memoryMiB ?? 256),
+    '-nodefaults',
+    '-no-user-config',
+    '-display',
+    'none',
+    '-serial',
+    `file:${serialLog}`,
+    '-kernel',
+    guest.kernel,
+    '-initrd',
+    guest.initrd,
+    '-append',
+    GUEST_CMDLINE,
+    '-netdev',
+    `tap,id=n0,ifname=${net.tap},script=no,downscript=no`,
+    '-device',
+    `virtio-net-pci,netdev=n0,mac=${net.mac}`,
   ];
   const t0 = performance.now();
   const qemu = execa('ip', argv, { reject: false, stdin: 'ignore', buffer: true, forceKillAfterDelay: 3_000 });
@@ -258,7 +304,9 @@ export async function bootBaselineVm(
   net.teardown.push(`stop qemu pid ${qemuPid}`, stop);
 
   const exited = new AbortController();
-  void qemu.then((r) => exited.abort(new VmpodError(ErrorCode.State, `qemu exited (${r.exitCode ?? r.signal}): ${r.stderr}`)));
+  void qemu.then((r) =>
+    exited.abort(new VmpodError(ErrorCode.State, `qemu exited (${r.exitCode ?? r.signal}): ${r.stderr}`)),
+  );
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const waitOpts = { intervalMs: 10, signal: exited.signal };
   await waitForSerialLine(serialLog, /VMPOD-BOOT /, timeoutMs, waitOpts);

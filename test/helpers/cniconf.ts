@@ -1,7 +1,17 @@
 // A throwaway CNI network for integration tests: a bridge + host-local conflist with a unique bridge name,
 // a unique /24, a private host-local dataDir and a private CNI cache dir, optionally with a fake plugin
 // chained after bridge that fails ADD with a CNI error, or the fault-injection plugin (test/fixtures/cni/faulty). leftovers() lists what a pod could have left behind.
-import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync, chmodSync, copyFileSync, existsSync } from 'node:fs';
+import {
+  mkdtempSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+  chmodSync,
+  copyFileSync,
+  existsSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -155,12 +165,14 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
 
   const leftovers = async (): Promise<Leftovers> => {
     const r = await execa('ip', ['-j', 'link', 'show', 'master', bridge], { reject: false, timeout: 10_000 });
-    const veths = r.exitCode === 0 && r.stdout.trim() ? (JSON.parse(r.stdout) as { ifname: string }[]).map((l) => l.ifname) : [];
+    const veths =
+      r.exitCode === 0 && r.stdout.trim() ? (JSON.parse(r.stdout) as { ifname: string }[]).map((l) => l.ifname) : [];
     // host-local keeps one file per allocated IP, plus last_reserved_ip.<range> and a lock file
     const allocations = filesUnder(dataDir).filter((f) => !/\/(last_reserved_ip\.\d+|lock)$/.test(f));
     return { veths, allocations, cacheFiles: filesUnder(cacheDir) };
   };
-  const bridgeExists = async (): Promise<boolean> => (await execa('ip', ['link', 'show', 'dev', bridge], { reject: false, timeout: 10_000 })).exitCode === 0;
+  const bridgeExists = async (): Promise<boolean> =>
+    (await execa('ip', ['link', 'show', 'dev', bridge], { reject: false, timeout: 10_000 })).exitCode === 0;
   return {
     name,
     bridge,
@@ -175,14 +187,23 @@ export async function makeCniConf(opts: CniConfOptions = {}): Promise<CniTestNet
     leftovers,
     bridgeExists,
     setFaults(modes) {
-      writeFileSync(control, Object.entries(modes).map(([v, m]) => `${v}=${m}\n`).join(''));
+      writeFileSync(
+        control,
+        Object.entries(modes)
+          .map(([v, m]) => `${v}=${m}\n`)
+          .join(''),
+      );
     },
     faultyRuns() {
       if (!existsSync(`${control}.runs`)) return [];
-      return readFileSync(`${control}.runs`, 'utf8').trim().split('\n').filter(Boolean).map((l) => {
-        const [verb, pid] = l.split(' ');
-        return { verb: verb!, pid: Number(pid) };
-      });
+      return readFileSync(`${control}.runs`, 'utf8')
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => {
+          const [verb, pid] = l.split(' ');
+          return { verb: verb!, pid: Number(pid) };
+        });
     },
     async cleanup() {
       if (await bridgeExists()) await execa('ip', ['link', 'del', 'dev', bridge], { timeout: 10_000 });

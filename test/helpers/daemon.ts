@@ -74,12 +74,18 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const cacheDir = opts.reuse?.cacheDir ?? opts.cacheDir ?? join(dir, 'cnicache');
   const args = [
     BIN.tapmanager,
-    '--socket', socket,
-    '--cni-conf-dir', opts.confDir,
-    '--cni-bin-dir', (opts.binDirs ?? ['/usr/lib/cni']).join(':'),
-    '--cni-cache-dir', cacheDir,
-    '--state-dir', stateDir,
-    '--log-level', opts.logLevel ?? 'info',
+    '--socket',
+    socket,
+    '--cni-conf-dir',
+    opts.confDir,
+    '--cni-bin-dir',
+    (opts.binDirs ?? ['/usr/lib/cni']).join(':'),
+    '--cni-cache-dir',
+    cacheDir,
+    '--state-dir',
+    stateDir,
+    '--log-level',
+    opts.logLevel ?? 'info',
     ...(opts.extraArgs ?? []),
   ];
   // the daemon's stdout and stderr go to a file of its own, not a pipe: a test that blocks in a synchronous read

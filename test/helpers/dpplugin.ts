@@ -66,7 +66,12 @@ export function setNuma(tree: FakeSysfsTree, address: string, node: number): voi
 }
 
 /** A function gone from sysfs (hot-unplug, VFs removed): its dir, its group link and the PF's virtfn link. */
-export function removePci(tree: FakeSysfsTree, address: string, group?: string, pf?: { address: string; vfIndex: number }): void {
+export function removePci(
+  tree: FakeSysfsTree,
+  address: string,
+  group?: string,
+  pf?: { address: string; vfIndex: number },
+): void {
   fs.rmSync(tree.p(`bus/pci/devices/${address}`), { recursive: true, force: true });
   if (group !== undefined) fs.rmSync(tree.p(`kernel/iommu_groups/${group}/devices/${address}`), { force: true });
   if (pf !== undefined) fs.rmSync(tree.p(`bus/pci/devices/${pf.address}/virtfn${pf.vfIndex}`), { force: true });
@@ -114,7 +119,15 @@ export function makeDpNode(): DpNode {
     qat('0000:3d:02.4', '64', 1, 'qat_4xxx'),
     { address: '0000:60:00.0', vendor: '0x15b3', device: '0x101e', driver: 'vfio-pci', iommuGroup: '42', numa: 1 },
     { address: '0000:60:00.1', vendor: '0x15b3', device: '0x101e', driver: 'vfio-pci', iommuGroup: '42', numa: 1 },
-    { address: '0000:5f:00.0', class: 0x060400, vendor: '0x8086', device: '0x347a', driver: 'pcieport', iommuGroup: '42', numa: 1 },
+    {
+      address: '0000:5f:00.0',
+      class: 0x060400,
+      vendor: '0x8086',
+      device: '0x347a',
+      driver: 'pcieport',
+      iommuGroup: '42',
+      numa: 1,
+    },
     { address: '0000:70:00.0', vendor: '0x15b3', device: '0x101e', driver: 'vfio-pci', iommuGroup: '70', numa: 0 },
     { address: '0000:70:00.1', vendor: '0x8086', device: '0x10fb', driver: 'ixgbe', iommuGroup: '70', numa: 0 },
   ];

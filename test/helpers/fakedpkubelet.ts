@@ -48,12 +48,18 @@ interface Api {
 let api: Api | undefined;
 function loadApi(): Api {
   api ??= grpc.loadPackageDefinition(
-    loader.loadSync(protoPath('proto/kubelet/deviceplugin/v1beta1/api.proto'), { keepCase: true, longs: Number, defaults: true, arrays: true }),
+    loader.loadSync(protoPath('proto/kubelet/deviceplugin/v1beta1/api.proto'), {
+      keepCase: true,
+      longs: Number,
+      defaults: true,
+      arrays: true,
+    }),
   ) as unknown as Api;
   return api;
 }
 
-const call = <T>(fn: (cb: Callback<T>) => void) => new Promise<T>((resolve, reject) => fn((e, r) => (e ? reject(e) : resolve(r!))));
+const call = <T>(fn: (cb: Callback<T>) => void) =>
+  new Promise<T>((resolve, reject) => fn((e, r) => (e ? reject(e) : resolve(r!))));
 
 /** Waits for `check` to return a value (not undefined), polling every 20 ms, up to `ms`. */
 export async function waitFor<T>(what: string, check: () => T | undefined, ms = 60_000): Promise<T> {
@@ -99,16 +105,20 @@ export class PluginClient {
   }
 
   preferred(reqs: { available: string[]; mustInclude?: string[]; size: number }[]) {
-    const container_requests = reqs.map((r) => ({ available_deviceIDs: r.available, must_include_deviceIDs: r.mustInclude ?? [], allocation_size: r.size }));
-    return call<{ container_responses: { deviceIDs: string[] }[] }>((cb) => this.client.GetPreferredAllocation({ container_requests }, cb)).then((r) =>
-      r.container_responses.map((c) => c.deviceIDs),
-    );
+    const container_requests = reqs.map((r) => ({
+      available_deviceIDs: r.available,
+      must_include_deviceIDs: r.mustInclude ?? [],
+      allocation_size: r.size,
+    }));
+    return call<{ container_responses: { deviceIDs: string[] }[] }>((cb) =>
+      this.client.GetPreferredAllocation({ container_requests }, cb),
+    ).then((r) => r.container_responses.map((c) => c.deviceIDs));
   }
 
   allocate(containers: string[][]) {
-    return call<{ container_responses: ContainerAllocateResponse[] }>((cb) => this.client.Allocate({ container_requests: containers.map((ids) => ({ devices_ids: ids })) }, cb)).then(
-      (r) => r.container_responses,
-    );
+    return call<{ container_responses: ContainerAllocateResponse[] }>((cb) =>
+      this.client.Allocate({ container_requests: containers.map((ids) => ({ devices_ids: ids })) }, cb),
+    ).then((r) => r.container_responses);
   }
 
   preStart(ids: string[]) {
@@ -146,7 +156,11 @@ export class FakeDpKubelet {
         this.plugins.set(c.request.resource_name, new PluginClient(path.join(this.dir, c.request.endpoint)).watch());
       },
     });
-    await new Promise<void>((resolve, reject) => server.bindAsync(`unix://${this.socket}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      server.bindAsync(`unix://${this.socket}`, grpc.ServerCredentials.createInsecure(), (e) =>
+        e ? reject(e) : resolve(),
+      ),
+    );
     this.#server = server;
   }
 
@@ -174,7 +188,8 @@ export class FakeDpKubelet {
   /** A kubelet restart: it goes, every socket of the dir is removed, and it comes back with a new kubelet.sock. */
   async restart(): Promise<void> {
     this.stop();
-    for (const f of fs.readdirSync(this.dir)) if (fs.lstatSync(path.join(this.dir, f)).isSocket()) fs.rmSync(path.join(this.dir, f));
+    for (const f of fs.readdirSync(this.dir))
+      if (fs.lstatSync(path.join(this.dir, f)).isSocket()) fs.rmSync(path.join(this.dir, f));
     await this.start();
   }
 

@@ -23,7 +23,9 @@ export async function startFakeKubelet(pods: PodResourcesMsg[], get: GetMode = '
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vmpod-kubelet-'));
   const socket = path.join(dir, 'kubelet.sock');
   const def = loader.loadSync(protoPath(), { keepCase: true, longs: String, defaults: true, arrays: true });
-  const pkg = grpc.loadPackageDefinition(def) as unknown as { v1: { PodResourcesLister: { service: grpc.ServiceDefinition } } };
+  const pkg = grpc.loadPackageDefinition(def) as unknown as {
+    v1: { PodResourcesLister: { service: grpc.ServiceDefinition } };
+  };
   const calls: string[] = [];
   const server = new grpc.Server();
   const fail = (code: grpc.status, details: string) => Object.assign(new Error(details), { code, details });
@@ -32,9 +34,13 @@ export async function startFakeKubelet(pods: PodResourcesMsg[], get: GetMode = '
       calls.push('List');
       cb(null, { pod_resources: pods });
     },
-    Get: (call: grpc.ServerUnaryCall<{ pod_name: string; pod_namespace: string }, object>, cb: grpc.sendUnaryData<object>) => {
+    Get: (
+      call: grpc.ServerUnaryCall<{ pod_name: string; pod_namespace: string }, object>,
+      cb: grpc.sendUnaryData<object>,
+    ) => {
       calls.push('Get');
-      if (get === 'unimplemented') return cb(fail(grpc.status.UNIMPLEMENTED, 'unknown method Get for service v1.PodResourcesLister'), null);
+      if (get === 'unimplemented')
+        return cb(fail(grpc.status.UNIMPLEMENTED, 'unknown method Get for service v1.PodResourcesLister'), null);
       if (get === 'disabled') return cb(fail(grpc.status.UNKNOWN, 'PodResources API Get method disabled'), null);
       const { pod_name: name, pod_namespace: ns } = call.request;
       const pod = pods.find((p) => p.name === name && p.namespace === ns);
@@ -43,7 +49,9 @@ export async function startFakeKubelet(pods: PodResourcesMsg[], get: GetMode = '
     },
     GetAllocatableResources: (_call: unknown, cb: grpc.sendUnaryData<object>) => cb(null, {}),
   });
-  await new Promise<void>((resolve, reject) => server.bindAsync(`unix://${socket}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())));
+  await new Promise<void>((resolve, reject) =>
+    server.bindAsync(`unix://${socket}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())),
+  );
   return {
     socket,
     calls,

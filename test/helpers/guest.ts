@@ -64,7 +64,9 @@ async function buildGuest(): Promise<GuestImages> {
   const kernel = lines.find((l) => l.endsWith('/vmlinuz'));
   const initrd = lines.find((l) => l.endsWith('/initrd.gz'));
   if (kernel === undefined || initrd === undefined || !existsSync(kernel) || !existsSync(initrd)) {
-    throw new VmpodError(ErrorCode.Internal, `build test guest: unexpected output ${JSON.stringify(stdout)}`, { op: 'build-guest' });
+    throw new VmpodError(ErrorCode.Internal, `build test guest: unexpected output ${JSON.stringify(stdout)}`, {
+      op: 'build-guest',
+    });
   }
   return { kernel, initrd };
 }
@@ -75,16 +77,23 @@ async function buildGuest(): Promise<GuestImages> {
  */
 export async function ensureUdhcpc6(): Promise<string> {
   try {
-    const { stdout } = await execa('bash', [UDHCPC6_BUILD_SCRIPT, UDHCPC6_DIR], { timeout: UDHCPC6_BUILD_TIMEOUT_MS, stdin: 'ignore' });
+    const { stdout } = await execa('bash', [UDHCPC6_BUILD_SCRIPT, UDHCPC6_DIR], {
+      timeout: UDHCPC6_BUILD_TIMEOUT_MS,
+      stdin: 'ignore',
+    });
     const path = stdout.trim().split('\n').pop() ?? '';
     if (!existsSync(path)) throw new Error(`unexpected output ${JSON.stringify(stdout)}`);
     return path;
   } catch (e) {
     const stderr = (e as { stderr?: unknown }).stderr;
-    throw new VmpodError(ErrorCode.Internal, `build busybox udhcpc6 into ${UDHCPC6_DIR}${typeof stderr === 'string' && stderr ? `: ${stderr.trim().split('\n').slice(-5).join(' | ')}` : ''}`, {
-      cause: e,
-      op: 'build-udhcpc6',
-    });
+    throw new VmpodError(
+      ErrorCode.Internal,
+      `build busybox udhcpc6 into ${UDHCPC6_DIR}${typeof stderr === 'string' && stderr ? `: ${stderr.trim().split('\n').slice(-5).join(' | ')}` : ''}`,
+      {
+        cause: e,
+        op: 'build-udhcpc6',
+      },
+    );
   }
 }
 
@@ -144,7 +153,12 @@ export interface WaitOptions {
  * Polls a serial log file (qemu `-serial file:` or libvirt's <serial type='file'>) until a line matches `re`
  * and returns that line. A missing file counts as empty. Throws a Timeout VmpodError with the log's tail.
  */
-export async function waitForSerialLine(file: string, re: RegExp, timeoutMs: number, opts: WaitOptions = {}): Promise<string> {
+export async function waitForSerialLine(
+  file: string,
+  re: RegExp,
+  timeoutMs: number,
+  opts: WaitOptions = {},
+): Promise<string> {
   const interval = opts.intervalMs ?? 25;
   const deadline = Date.now() + timeoutMs;
   let text = '';
@@ -163,7 +177,10 @@ export async function waitForSerialLine(file: string, re: RegExp, timeoutMs: num
       });
     }
     if (Date.now() >= deadline) {
-      throw new VmpodError(ErrorCode.Timeout, `no line matching ${re} in ${file} after ${timeoutMs} ms; log tail: ${tail(text)}`);
+      throw new VmpodError(
+        ErrorCode.Timeout,
+        `no line matching ${re} in ${file} after ${timeoutMs} ms; log tail: ${tail(text)}`,
+      );
     }
     await new Promise((r) => setTimeout(r, interval));
   }
@@ -180,7 +197,10 @@ export type LeaseEvent = (typeof LeaseEvent)[keyof typeof LeaseEvent];
  *  comma-joined). */
 function lineFields(text: string): { opt(k: string): string | undefined; list(k: string): string[] } {
   const fields = new Map<string, string>();
-  for (const tok of text.trim().split(/ +/).filter((t) => t !== '')) {
+  for (const tok of text
+    .trim()
+    .split(/ +/)
+    .filter((t) => t !== '')) {
     const eq = tok.indexOf('=');
     fields.set(tok.slice(0, eq), tok.slice(eq + 1));
   }

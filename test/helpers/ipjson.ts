@@ -31,7 +31,8 @@ export function splitJsonValues(text: string): unknown[] {
       }
     }
   }
-  if (depth !== 0) throw new VmpodError(ErrorCode.Netlink, `unterminated JSON from ip: ${JSON.stringify(text.slice(0, 200))}`);
+  if (depth !== 0)
+    throw new VmpodError(ErrorCode.Netlink, `unterminated JSON from ip: ${JSON.stringify(text.slice(0, 200))}`);
   return out;
 }
 
@@ -71,7 +72,11 @@ function parseLink(j: Json): ObservedLink {
   };
   const kind = str(linkinfo.info_kind);
   if (kind) link.kind = kind;
-  for (const [from, to] of [['master', 'master'], ['parentbus', 'parentBus'], ['parentdev', 'parentDev']] as const) {
+  for (const [from, to] of [
+    ['master', 'master'],
+    ['parentbus', 'parentBus'],
+    ['parentdev', 'parentDev'],
+  ] as const) {
     const v = str(j[from]);
     if (v) link[to] = v;
   }
@@ -79,7 +84,10 @@ function parseLink(j: Json): ObservedLink {
 }
 
 function parseRoute(j: Json): ObservedRoute {
-  const r: ObservedRoute = { dst: String(j.dst), flags: Array.isArray(j.flags) ? (j.flags as unknown[]).map(String) : [] };
+  const r: ObservedRoute = {
+    dst: String(j.dst),
+    flags: Array.isArray(j.flags) ? (j.flags as unknown[]).map(String) : [],
+  };
   for (const k of ['gateway', 'dev', 'protocol', 'scope', 'prefsrc', 'type', 'table'] as const) {
     const v = str(j[k]);
     if (v !== undefined) r[k] = v;
@@ -92,13 +100,20 @@ function parseRoute(j: Json): ObservedRoute {
 /** The batch lines parseObserved reads: links, IPv4 routes, IPv6 routes (`root ::/0` of table all: iproute2 lists
  * nothing for `root ::/0` of the main table alone; parseObserved keeps the main table's entries, which `-d` shows
  * with `"table":"main"`, and drops the others'). */
-export const OBSERVE_BATCH: string[][] = [['addr', 'show'], ['route', 'show'], ['route', 'show', 'table', 'all', 'root', '::/0']];
+export const OBSERVE_BATCH: string[][] = [
+  ['addr', 'show'],
+  ['route', 'show'],
+  ['route', 'show', 'table', 'all', 'root', '::/0'],
+];
 
 /** Parses the output of `ip -j -d -batch` with OBSERVE_BATCH (the IPv6 routes optional). */
 export function parseObserved(text: string): Observed {
   const vals = splitJsonValues(text);
   if (vals.length < 2 || vals.length > 3 || !vals.every((v) => Array.isArray(v))) {
-    throw new VmpodError(ErrorCode.Netlink, `expected two or three JSON arrays (addr show, route show, IPv6 routes) from ip, got ${vals.length} values`);
+    throw new VmpodError(
+      ErrorCode.Netlink,
+      `expected two or three JSON arrays (addr show, route show, IPv6 routes) from ip, got ${vals.length} values`,
+    );
   }
   const routes6 =
     vals[2] === undefined
@@ -107,5 +122,9 @@ export function parseObserved(text: string): Observed {
           .map(parseRoute)
           .filter((r) => r.table === undefined || r.table === 'main')
           .map(({ table: _main, ...r }) => r);
-  return { links: (vals[0] as Json[]).map(parseLink), routes4: (vals[1] as Json[]).map(parseRoute), ...(routes6 ? { routes6 } : {}) };
+  return {
+    links: (vals[0] as Json[]).map(parseLink),
+    routes4: (vals[1] as Json[]).map(parseRoute),
+    ...(routes6 ? { routes6 } : {}),
+  };
 }

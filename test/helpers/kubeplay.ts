@@ -8,12 +8,17 @@ import { parseAllDocuments } from 'yaml';
 import { ErrorCode, VmpodError } from '../../src/errors.js';
 import { REPO } from './daemon.js';
 
-export type KubeDoc = Record<string, unknown> & { apiVersion?: string; kind?: string; metadata?: { name?: string; labels?: Record<string, string> } };
+export type KubeDoc = Record<string, unknown> & {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: { name?: string; labels?: Record<string, string> };
+};
 
 /** `kubectl kustomize DIR` (kustomize built into kubectl): the manifests an admin's `kubectl apply -k DIR` sends. */
 export async function kustomize(dir: string): Promise<KubeDoc[]> {
   const r = await execa('kubectl', ['kustomize', dir], { cwd: REPO, timeout: 60_000, reject: false, stdin: 'ignore' });
-  if (r.exitCode !== 0) throw new VmpodError(ErrorCode.Config, `kubectl kustomize ${dir}: exit ${r.exitCode}: ${r.stderr.trim()}`);
+  if (r.exitCode !== 0)
+    throw new VmpodError(ErrorCode.Config, `kubectl kustomize ${dir}: exit ${r.exitCode}: ${r.stderr.trim()}`);
   return parseDocs(r.stdout, `kubectl kustomize ${dir}`);
 }
 
@@ -21,7 +26,8 @@ export async function kustomize(dir: string): Promise<KubeDoc[]> {
 export function parseDocs(text: string, source: string): KubeDoc[] {
   const out: KubeDoc[] = [];
   for (const d of parseAllDocuments(text)) {
-    if (d.errors.length > 0) throw new VmpodError(ErrorCode.Config, `${source}: ${d.errors.map((e) => e.message).join('; ')}`);
+    if (d.errors.length > 0)
+      throw new VmpodError(ErrorCode.Config, `${source}: ${d.errors.map((e) => e.message).join('; ')}`);
     const v = d.toJS() as unknown;
     if (v !== null && v !== undefined) out.push(v as KubeDoc);
   }
@@ -75,8 +81,13 @@ export function kubePlayDocs(docs: readonly KubeDoc[], o: KubePlayOptions): Kube
   }
   const sets = docs.filter((d) => d.kind === 'DaemonSet');
   if (sets.length !== 1) throw new VmpodError(ErrorCode.Config, `expected one DaemonSet, found ${sets.length}`);
-  const ds = sets[0] as KubeDoc & { spec: { template: { metadata?: { labels?: Record<string, string> }; spec: { volumes?: Volume[] } } } };
-  const spec = { ...structuredClone(ds.spec.template.spec), ...structuredClone(o.podSpec ?? {}) } as typeof ds.spec.template.spec & { containers?: Container[] };
+  const ds = sets[0] as KubeDoc & {
+    spec: { template: { metadata?: { labels?: Record<string, string> }; spec: { volumes?: Volume[] } } };
+  };
+  const spec = {
+    ...structuredClone(ds.spec.template.spec),
+    ...structuredClone(o.podSpec ?? {}),
+  } as typeof ds.spec.template.spec & { containers?: Container[] };
   for (const c of spec.containers ?? []) {
     for (const p of c.ports ?? []) p.containerPort = o.ports?.[p.containerPort] ?? p.containerPort;
     // podman 4.3 refuses container ports with host networking ("PortMappings can only be used with Bridge"), where
@@ -85,7 +96,11 @@ export function kubePlayDocs(docs: readonly KubeDoc[], o: KubePlayOptions): Kube
       const named = probe?.httpGet?.port;
       if (typeof named !== 'string') continue;
       const n = c.ports?.find((p) => p.name === named)?.containerPort;
-      if (n === undefined) throw new VmpodError(ErrorCode.Config, `container ${c.name}: a probe names port ${named}, which it does not declare`);
+      if (n === undefined)
+        throw new VmpodError(
+          ErrorCode.Config,
+          `container ${c.name}: a probe names port ${named}, which it does not declare`,
+        );
       probe!.httpGet!.port = n;
     }
     delete c.ports;
@@ -96,7 +111,10 @@ export function kubePlayDocs(docs: readonly KubeDoc[], o: KubePlayOptions): Kube
     const mapped = o.hostPaths[node];
     if (mapped !== undefined) v.hostPath.path = mapped;
     else if (!o.sharedHostPaths.includes(node)) {
-      throw new VmpodError(ErrorCode.Config, `volume ${v.name}: host path ${node} is neither mapped to a private dir nor shared on purpose`);
+      throw new VmpodError(
+        ErrorCode.Config,
+        `volume ${v.name}: host path ${node} is neither mapped to a private dir nor shared on purpose`,
+      );
     }
   }
   out.push({
@@ -113,7 +131,8 @@ export function containerImages(docs: readonly KubeDoc[]): Record<string, string
   const out: Record<string, string> = {};
   for (const d of docs) {
     if (d.kind !== 'DaemonSet') continue;
-    const containers = (d as { spec: { template: { spec: { containers: { name: string; image: string }[] } } } }).spec.template.spec.containers;
+    const containers = (d as { spec: { template: { spec: { containers: { name: string; image: string }[] } } } }).spec
+      .template.spec.containers;
     for (const c of containers) out[c.name] = c.image;
   }
   return out;

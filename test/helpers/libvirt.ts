@@ -157,7 +157,7 @@ async function readState(): Promise<HarnessState> {
 }
 
 function writeState(s: HarnessState): Promise<void> {
-  return writeFileAtomic(join(STATE_DIR, 'state.json'), JSON.stringify(s, null, 2) + '\n', 0o600);
+  return writeFileAtomic(join(STATE_DIR, 'state.json'), `${JSON.stringify(s, null, 2)}\n`, 0o600);
 }
 
 async function writeFileAtomic(path: string, data: string, mode = 0o644): Promise<void> {
@@ -191,18 +191,36 @@ async function restoreQemuConf(backup: string | null): Promise<void> {
 
 async function ensureAccounts(): Promise<void> {
   for (const group of ['kvm', 'libvirt-qemu']) {
-    if ((await runStatus(['getent', 'group', group])) !== 0) await run(['groupadd', '-r', group], { code: ErrorCode.Config });
+    if ((await runStatus(['getent', 'group', group])) !== 0)
+      await run(['groupadd', '-r', group], { code: ErrorCode.Config });
   }
   if ((await runStatus(['id', '-u', 'libvirt-qemu'])) !== 0) {
     await run(
-      ['useradd', '-r', '-g', 'libvirt-qemu', '-G', 'kvm', '-M', '-d', '/var/lib/libvirt', '-s', '/usr/sbin/nologin', 'libvirt-qemu'],
+      [
+        'useradd',
+        '-r',
+        '-g',
+        'libvirt-qemu',
+        '-G',
+        'kvm',
+        '-M',
+        '-d',
+        '/var/lib/libvirt',
+        '-s',
+        '/usr/sbin/nologin',
+        'libvirt-qemu',
+      ],
       { code: ErrorCode.Config },
     );
   }
 }
 
 /** `<daemon> -d -p <pidfile>`: the daemon forks, and its child writes the pid file. Returns that PID. */
-async function startDaemon(name: 'libvirtd' | 'virtlogd', args: string[], env: Record<string, string> = {}): Promise<number> {
+async function startDaemon(
+  name: 'libvirtd' | 'virtlogd',
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<number> {
   const pidFile = join(STATE_DIR, `${name}.pid`);
   await rm(pidFile, { force: true });
   try {
@@ -294,9 +312,13 @@ async function waitReady(timeoutMs: number): Promise<void> {
       }
     }
     if (Date.now() > deadline) {
-      throw new VmpodError(ErrorCode.Timeout, `libvirtd did not answer on ${LIBVIRT_URI} within ${timeoutMs} ms (see ${LOG_DIR}/libvirtd.log)`, {
-        cause: last,
-      });
+      throw new VmpodError(
+        ErrorCode.Timeout,
+        `libvirtd did not answer on ${LIBVIRT_URI} within ${timeoutMs} ms (see ${LOG_DIR}/libvirtd.log)`,
+        {
+          cause: last,
+        },
+      );
     }
     await sleep(100);
   }
@@ -322,7 +344,8 @@ async function withLock<T>(fn: () => Promise<T>): Promise<T> {
         await rm(lock, { recursive: true, force: true });
         continue;
       }
-      if (Date.now() > deadline) throw new VmpodError(ErrorCode.Timeout, `lock ${lock} held by pid ${owner} for ${LOCK_TIMEOUT_MS} ms`);
+      if (Date.now() > deadline)
+        throw new VmpodError(ErrorCode.Timeout, `lock ${lock} held by pid ${owner} for ${LOCK_TIMEOUT_MS} ms`);
       await sleep(50);
     }
   }
@@ -359,7 +382,12 @@ export interface DomainXmlOptions {
 }
 
 function esc(s: string): string {
-  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&apos;');
+  return s
+    .replace(/&/g, '&amp;')
+    .replace(/</g, '&lt;')
+    .replace(/>/g, '&gt;')
+    .replace(/"/g, '&quot;')
+    .replace(/'/g, '&apos;');
 }
 
 /**
@@ -369,7 +397,8 @@ function esc(s: string): string {
 export function domainXml(o: DomainXmlOptions): string {
   const env = Object.entries(o.env ?? {});
   for (const [k] of env) {
-    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new VmpodError(ErrorCode.BadRequest, `domain ${o.name}: bad env name ${JSON.stringify(k)}`);
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k))
+      throw new VmpodError(ErrorCode.BadRequest, `domain ${o.name}: bad env name ${JSON.stringify(k)}`);
   }
   const lines = [
     `<domain type='${o.type ?? libvirtDomainType()}' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>`,

@@ -14,7 +14,10 @@ export function uniqueName(prefix: string, randomChars?: number): string {
   const room = MAX_LINK_NAME_BYTES - prefixBytes;
   const n = randomChars ?? Math.min(room, 8);
   if (!/^[A-Za-z0-9_.-]*$/.test(prefix)) {
-    throw new VmpodError(ErrorCode.BadRequest, `unique name prefix ${JSON.stringify(prefix)}: only [A-Za-z0-9_.-] allowed`);
+    throw new VmpodError(
+      ErrorCode.BadRequest,
+      `unique name prefix ${JSON.stringify(prefix)}: only [A-Za-z0-9_.-] allowed`,
+    );
   }
   if (n < 4 || n > room) {
     throw new VmpodError(
@@ -22,7 +25,12 @@ export function uniqueName(prefix: string, randomChars?: number): string {
       `unique name prefix ${JSON.stringify(prefix)} (${prefixBytes} bytes) leaves ${room} bytes, need 4 to ${room} random chars (asked ${n})`,
     );
   }
-  return prefix + randomBytes(Math.ceil(n / 2)).toString('hex').slice(0, n);
+  return (
+    prefix +
+    randomBytes(Math.ceil(n / 2))
+      .toString('hex')
+      .slice(0, n)
+  );
 }
 
 export interface RunOptions {
@@ -43,7 +51,13 @@ export async function run(argv: readonly string[], opts: RunOptions = {}): Promi
     });
     return r.stdout;
   } catch (e) {
-    const err = e as { exitCode?: number; signal?: string; timedOut?: boolean; stderr?: unknown; shortMessage?: string };
+    const err = e as {
+      exitCode?: number;
+      signal?: string;
+      timedOut?: boolean;
+      stderr?: unknown;
+      shortMessage?: string;
+    };
     const stderr = typeof err.stderr === 'string' ? err.stderr.trim() : '';
     const how = err.timedOut ? 'timed out' : err.signal ? `killed by ${err.signal}` : `exit ${err.exitCode ?? '?'}`;
     throw new VmpodError(opts.code ?? ErrorCode.Internal, `${argv.join(' ')}: ${how}${stderr ? `: ${stderr}` : ''}`, {

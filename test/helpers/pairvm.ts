@@ -63,7 +63,13 @@ export function podAddress(csn: ContainerSideNetwork): PodAddress {
     throw new VmpodError(ErrorCode.Protocol, `add reply has no interface or no IPv4 address: ${JSON.stringify(csn)}`);
   }
   const [ip, len] = ipc.address.split('/');
-  return { ip: ip as string, prefixLen: Number(len), gateway: ipc.gateway, mac: base64ToMac(nif.HardwareAddr), mtu: nif.MTU };
+  return {
+    ip: ip as string,
+    prefixLen: Number(len),
+    gateway: ipc.gateway,
+    mac: base64ToMac(nif.HardwareAddr),
+    mtu: nif.MTU,
+  };
 }
 
 /** The IPv6 address of a dual-stack or IPv6-only pod, from the add reply (what the guest must get by DHCPv6). */
@@ -75,7 +81,8 @@ export interface PodAddress6 {
 
 export function podAddress6(csn: ContainerSideNetwork): PodAddress6 {
   const ipc = csn.Result?.ips?.find((i) => i.version === '6');
-  if (ipc === undefined) throw new VmpodError(ErrorCode.Protocol, `add reply has no IPv6 address: ${JSON.stringify(csn)}`);
+  if (ipc === undefined)
+    throw new VmpodError(ErrorCode.Protocol, `add reply has no IPv6 address: ${JSON.stringify(csn)}`);
   const [ip, len] = ipc.address.split('/');
   return { ip: ip as string, prefixLen: Number(len), gateway: ipc.gateway };
 }
@@ -84,9 +91,20 @@ export function podAddress6(csn: ContainerSideNetwork): PodAddress6 {
 export function qemuArgsWithoutNet(guest: GuestImages, serialLog: string, memoryMiB = 256): string[] {
   return [
     ...qemuAccelArgs(),
-    '-m', String(memoryMiB), '-nodefaults', '-no-user-config', '-display', 'none',
-    '-serial', `file:${serialLog}`,
-    '-kernel', guest.kernel, '-initrd', guest.initrd, '-append', GUEST_CMDLINE,
+    '-m',
+    String(memoryMiB),
+    '-nodefaults',
+    '-no-user-config',
+    '-display',
+    'none',
+    '-serial',
+    `file:${serialLog}`,
+    '-kernel',
+    guest.kernel,
+    '-initrd',
+    guest.initrd,
+    '-append',
+    GUEST_CMDLINE,
   ];
 }
 
@@ -109,7 +127,11 @@ export interface PairVmBase {
 
 /** A booted VM with the leases its LeaseWait asked for. */
 export type PairVmOf<W extends LeaseWait> = PairVmBase &
-  (W extends 'ipv6' ? { lease6: GuestLease6 } : W extends 'dual' ? { lease: GuestLease; lease6: GuestLease6 } : { lease: GuestLease });
+  (W extends 'ipv6'
+    ? { lease6: GuestLease6 }
+    : W extends 'dual'
+      ? { lease: GuestLease; lease6: GuestLease6 }
+      : { lease: GuestLease });
 export type PairVm = PairVmOf<'ipv4'>;
 
 export interface BootPairOptions {
@@ -148,10 +170,14 @@ export async function bootPairVm<W extends LeaseWait = 'ipv4'>(o: BootPairLeaseO
     ...o.env,
   };
   const t0 = performance.now();
-  const child = spawn(process.execPath, [BIN.vmwrapper, ...qemuArgsWithoutNet(o.guest, serialLog, o.memoryMiB), ...(o.qemuArgs ?? [])], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env,
-  });
+  const child = spawn(
+    process.execPath,
+    [BIN.vmwrapper, ...qemuArgsWithoutNet(o.guest, serialLog, o.memoryMiB), ...(o.qemuArgs ?? [])],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env,
+    },
+  );
   const pid = child.pid;
   if (pid === undefined) throw new VmpodError(ErrorCode.Internal, `spawn vmwrapper for pod ${o.key}`);
   let out = '';
@@ -162,7 +188,9 @@ export async function bootPairVm<W extends LeaseWait = 'ipv4'>(o: BootPairLeaseO
   const exitP = new Promise<void>((resolve) => {
     child.on('exit', (code, signal) => {
       exited = true;
-      gone.abort(new VmpodError(ErrorCode.State, `vmwrapper/qemu pid ${pid} exited (${code ?? signal}): ${out.trim()}`));
+      gone.abort(
+        new VmpodError(ErrorCode.State, `vmwrapper/qemu pid ${pid} exited (${code ?? signal}): ${out.trim()}`),
+      );
       resolve();
     });
   });
@@ -205,7 +233,11 @@ export async function bootPairVm<W extends LeaseWait = 'ipv4'>(o: BootPairLeaseO
     return vm as PairVmOf<W>;
   } catch (e) {
     await stop();
-    throw new VmpodError(ErrorCode.State, `boot pod ${o.key} through vmwrapper; its output: ${JSON.stringify(out.trim())}`, { cause: e });
+    throw new VmpodError(
+      ErrorCode.State,
+      `boot pod ${o.key} through vmwrapper; its output: ${JSON.stringify(out.trim())}`,
+      { cause: e },
+    );
   }
 }
 
@@ -246,7 +278,12 @@ export async function podLeftovers(net: CniTestNet, stateDir: string, key: strin
 export const NOTHING_LEFT: PodLeftovers = { veths: [], allocations: [], cacheFiles: [], netns: [], stateFiles: [] };
 
 /** A pair test's afterEach: the VMs still running are stopped, then the pods still held are released. */
-export async function stopVmsAndRelease(vms: PairVmBase[], pods: Set<string>, client: () => FdClient, beforeRelease?: () => Promise<void>): Promise<void> {
+export async function stopVmsAndRelease(
+  vms: PairVmBase[],
+  pods: Set<string>,
+  client: () => FdClient,
+  beforeRelease?: () => Promise<void>,
+): Promise<void> {
   for (const vm of vms.splice(0)) await vm.stop();
   if (pods.size > 0) await beforeRelease?.();
   for (const key of pods) {
@@ -264,11 +301,20 @@ export async function stopVmsAndRelease(vms: PairVmBase[], pods: Set<string>, cl
  * may be left; the plugins dir stays, its slot file blank), then its dir, the CNI network and the scratch dir removed. The caller asserts on the exit code and what
  * was left.
  */
-export async function endPairDaemon(d: Daemon | undefined, net: CniTestNet | undefined, dir: string | undefined): Promise<{ code: number | null | undefined; stateLeft: string[] }> {
+export async function endPairDaemon(
+  d: Daemon | undefined,
+  net: CniTestNet | undefined,
+  dir: string | undefined,
+): Promise<{ code: number | null | undefined; stateLeft: string[] }> {
   const code = await d?.stop();
   // the plugins dir and its slot file stay, with no record in any slot
-  const kept = (n: string) => n === 'plugins' || (n.startsWith('plugins/') && readPgidRecords(join(d!.stateDir, n)).length === 0);
-  const stateLeft = d ? readdirSync(d.stateDir, { recursive: true }).map(String).filter((n) => !kept(n)) : [];
+  const kept = (n: string) =>
+    n === 'plugins' || (n.startsWith('plugins/') && readPgidRecords(join(d!.stateDir, n)).length === 0);
+  const stateLeft = d
+    ? readdirSync(d.stateDir, { recursive: true })
+        .map(String)
+        .filter((n) => !kept(n))
+    : [];
   if (d) removeDir(d.dir);
   await net?.cleanup();
   if (dir) rmSync(dir, { recursive: true, force: true });

@@ -16,7 +16,8 @@ export interface RawReply {
 
 /** The bytes of one request: header (key space-padded as Go's client does) then payload. */
 export function requestBytes(command: number, key: string, payload?: object | Buffer): Buffer {
-  const data = payload === undefined ? Buffer.alloc(0) : Buffer.isBuffer(payload) ? payload : Buffer.from(JSON.stringify(payload));
+  const data =
+    payload === undefined ? Buffer.alloc(0) : Buffer.isBuffer(payload) ? payload : Buffer.from(JSON.stringify(payload));
   return Buffer.concat([encodeHeader({ command, dataSize: data.length, oobSize: 0, key }), data]);
 }
 
@@ -53,7 +54,10 @@ export function readReply(fd: number): RawReply | null {
     command: h[4]!,
     dataSize: h.readUInt32BE(5),
     oobSize: h.readUInt32BE(9),
-    key: h.subarray(13, 77).toString('latin1').replace(/[\s\0]+$/, ''),
+    key: h
+      .subarray(13, 77)
+      .toString('latin1')
+      .replace(/[\s\0]+$/, ''),
     data: Buffer.alloc(0),
     fds: [],
   };

@@ -84,7 +84,28 @@ exit 0
 `,
   );
   chmodSync(script, 0o755);
-  const r = await execa('ip', ['netns', 'exec', guestNs, 'busybox', 'udhcpc', '-i', 'eth0', '-f', '-n', '-q', '-T', '1', '-t', '15', '-s', script], { reject: false, all: true, timeout: 40_000 });
+  const r = await execa(
+    'ip',
+    [
+      'netns',
+      'exec',
+      guestNs,
+      'busybox',
+      'udhcpc',
+      '-i',
+      'eth0',
+      '-f',
+      '-n',
+      '-q',
+      '-T',
+      '1',
+      '-t',
+      '15',
+      '-s',
+      script,
+    ],
+    { reject: false, all: true, timeout: 40_000 },
+  );
   if (r.exitCode !== 0) throw new Error(`udhcpc in ${guestNs} got no lease: ${r.all}`);
   const env = Object.fromEntries(
     readFileSync(join(dir, 'lease.env'), 'utf8')
@@ -92,13 +113,22 @@ exit 0
       .filter((l) => l.includes('='))
       .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
   );
-  return { ip: env.ip ?? '', mask: env.mask ?? '', router: (env.router ?? '').split(' ')[0] ?? '', serverid: env.serverid ?? '' };
+  return {
+    ip: env.ip ?? '',
+    mask: env.mask ?? '',
+    router: (env.router ?? '').split(' ')[0] ?? '',
+    serverid: env.serverid ?? '',
+  };
 }
 
 /** One ICMP echo from netns `ns` (undefined: the host netns) to `ip`: its exit code (0: answered). */
 export async function ping(ns: string | undefined, ip: string): Promise<number> {
   const argv = ['ping', '-c', '1', '-W', '3', ip];
-  const r = await execa(ns === undefined ? argv[0]! : 'ip', ns === undefined ? argv.slice(1) : ['netns', 'exec', ns, ...argv], { reject: false, timeout: 10_000 });
+  const r = await execa(
+    ns === undefined ? argv[0]! : 'ip',
+    ns === undefined ? argv.slice(1) : ['netns', 'exec', ns, ...argv],
+    { reject: false, timeout: 10_000 },
+  );
   return r.exitCode ?? -1;
 }
 
@@ -108,7 +138,10 @@ export async function kernelMakes(kind: 'ipvlan' | 'vlan'): Promise<{ ok: boolea
   await addNetns(ns);
   try {
     await run(['ip', '-n', ns, 'link', 'add', 'p0', 'type', 'veth', 'peer', 'name', 'p1']);
-    const args = kind === 'vlan' ? ['link', 'add', 'link', 'p0', 'name', 'c0', 'type', 'vlan', 'id', '7'] : ['link', 'add', 'link', 'p0', 'name', 'c0', 'type', 'ipvlan', 'mode', 'l2'];
+    const args =
+      kind === 'vlan'
+        ? ['link', 'add', 'link', 'p0', 'name', 'c0', 'type', 'vlan', 'id', '7']
+        : ['link', 'add', 'link', 'p0', 'name', 'c0', 'type', 'ipvlan', 'mode', 'l2'];
     const r = await execa('ip', ['-n', ns, ...args], { reject: false, timeout: 10_000 });
     return { ok: r.exitCode === 0, why: r.stderr.trim() };
   } finally {

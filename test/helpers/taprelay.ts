@@ -67,7 +67,11 @@ const TUN_F_CSUM = 0x01;
  */
 function acceptPartialChecksums(tapFd: number): void {
   const py = `import fcntl\nfcntl.ioctl(3, ${TUNSETOFFLOAD}, ${TUN_F_CSUM})`;
-  const r = spawnSync('python3', ['-c', py], { stdio: ['ignore', 'pipe', 'pipe', tapFd], timeout: 10_000, encoding: 'utf8' });
+  const r = spawnSync('python3', ['-c', py], {
+    stdio: ['ignore', 'pipe', 'pipe', tapFd],
+    timeout: 10_000,
+    encoding: 'utf8',
+  });
   if (r.status !== 0) throw new Error(`TUNSETOFFLOAD on the pod tap: ${r.error?.message ?? r.stderr}`);
 }
 
@@ -78,9 +82,37 @@ export async function guestOnTap(podTapFd: number, mac: string, mtu = 1500): Pro
   const nsPath = `/var/run/netns/${ns}`;
   let fd = -1;
   try {
-    await run(['ip', '-n', ns, 'link', 'add', 'eth0', 'address', mac, 'mtu', String(mtu), 'type', 'veth', 'peer', 'name', 'vr0', 'mtu', String(mtu)]);
+    await run([
+      'ip',
+      '-n',
+      ns,
+      'link',
+      'add',
+      'eth0',
+      'address',
+      mac,
+      'mtu',
+      String(mtu),
+      'type',
+      'veth',
+      'peer',
+      'name',
+      'vr0',
+      'mtu',
+      String(mtu),
+    ]);
     // the relay's end is no host: it sends nothing of its own (no DAD, no MLD, no RS) and answers nothing
-    await run(['ip', 'netns', 'exec', ns, 'sysctl', '-q', '-w', 'net.ipv6.conf.vr0.disable_ipv6=1', 'net.ipv4.conf.vr0.arp_ignore=8']);
+    await run([
+      'ip',
+      'netns',
+      'exec',
+      ns,
+      'sysctl',
+      '-q',
+      '-w',
+      'net.ipv6.conf.vr0.disable_ipv6=1',
+      'net.ipv4.conf.vr0.arp_ignore=8',
+    ]);
     await run(['ip', '-n', ns, 'link', 'set', 'dev', 'vr0', 'up']);
     // bound once vr0 is up: a packet socket bound to a link that is down holds ENETDOWN as a pending error, and
     // the poll that sees it (POLLERR) stops

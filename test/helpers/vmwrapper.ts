@@ -47,7 +47,11 @@ export async function runVmwrapper(opts: {
   );
   try {
     const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', STUB_EMULATOR_OUT: out, ...opts.env };
-    const argv = [...(opts.wrap ?? []), ...(opts.program ? [opts.program] : [process.execPath, BIN.vmwrapper]), ...opts.args];
+    const argv = [
+      ...(opts.wrap ?? []),
+      ...(opts.program ? [opts.program] : [process.execPath, BIN.vmwrapper]),
+      ...opts.args,
+    ];
     const child = spawn(argv[0]!, argv.slice(1), { stdio, env });
     let stderr = '';
     child.stderr!.on('data', (d) => (stderr += d));

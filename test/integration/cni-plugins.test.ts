@@ -41,14 +41,14 @@ function overlaps(a: string, b: string): boolean {
   const [bn, bl] = b.split('/');
   const len = Math.min(Number(al ?? 32), Number(bl ?? 32));
   const mask = len === 0 ? 0 : (0xffffffff << (32 - len)) >>> 0;
-  return ((ipToInt(an ?? '') & mask) >>> 0) === ((ipToInt(bn ?? '') & mask) >>> 0);
+  return (ipToInt(an ?? '') & mask) >>> 0 === (ipToInt(bn ?? '') & mask) >>> 0;
 }
 
 /** A /24 in 10.250.0.0/16 that no address or route on the host touches. */
 async function freeSubnet(): Promise<string> {
-  const addrs = (JSON.parse(await ip('-j', '-4', 'addr')) as { addr_info: { local: string; prefixlen: number }[] }[]).flatMap((l) =>
-    l.addr_info.map((a) => `${a.local}/${a.prefixlen}`),
-  );
+  const addrs = (
+    JSON.parse(await ip('-j', '-4', 'addr')) as { addr_info: { local: string; prefixlen: number }[] }[]
+  ).flatMap((l) => l.addr_info.map((a) => `${a.local}/${a.prefixlen}`));
   const routes = (JSON.parse(await ip('-j', '-4', 'route', 'show', 'table', 'all')) as { dst: string }[])
     .map((r) => (r.dst === 'default' ? '' : r.dst.includes('/') ? r.dst : `${r.dst}/32`))
     .filter((d) => d !== '' && !d.startsWith('0.0.0.0/0'));
@@ -70,13 +70,21 @@ function rtFor(containerId: string): RuntimeConf {
     containerId,
     netns: NETNS_PATH,
     ifName: 'eth0',
-    args: [['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', `vm-${containerId}`], ['K8S_POD_INFRA_CONTAINER_ID', containerId]],
+    args: [
+      ['IgnoreUnknown', '1'],
+      ['K8S_POD_NAMESPACE', 'default'],
+      ['K8S_POD_NAME', `vm-${containerId}`],
+      ['K8S_POD_INFRA_CONTAINER_ID', containerId],
+    ],
     capabilityArgs: { mac: MAC, portMappings: [{ hostPort: 8080, containerPort: 80, protocol: 'tcp' }] },
   };
 }
 
 function fakeList(type: string): NetworkConfigList {
-  return parseConfList(Buffer.from(JSON.stringify({ cniVersion: '1.0.0', name: `fake-${rand}`, plugins: [{ type }] })), `${tmp}/fake.conflist`);
+  return parseConfList(
+    Buffer.from(JSON.stringify({ cniVersion: '1.0.0', name: `fake-${rand}`, plugins: [{ type }] })),
+    `${tmp}/fake.conflist`,
+  );
 }
 
 /** The addresses host-local holds for our network (its files are named by address). */
@@ -89,9 +97,15 @@ async function allocations(): Promise<string[]> {
 async function eth0(): Promise<{ address: string; mtu: number; mac: string } | undefined> {
   const out = await execa('ip', ['-n', NETNS, '-j', 'addr', 'show', 'dev', 'eth0'], { reject: false, timeout: 10_000 });
   if (out.exitCode !== 0) return undefined;
-  const [l] = JSON.parse(out.stdout) as { mtu: number; address: string; addr_info: { family: string; local: string; prefixlen: number }[] }[];
+  const [l] = JSON.parse(out.stdout) as {
+    mtu: number;
+    address: string;
+    addr_info: { family: string; local: string; prefixlen: number }[];
+  }[];
   const a = l?.addr_info.find((x) => x.family === 'inet');
-  return l === undefined ? undefined : { address: a === undefined ? '' : `${a.local}/${a.prefixlen}`, mtu: l.mtu, mac: l.address };
+  return l === undefined
+    ? undefined
+    : { address: a === undefined ? '' : `${a.local}/${a.prefixlen}`, mtu: l.mtu, mac: l.address };
 }
 
 /** A pid is gone when /proc has no entry for it or it is a zombie (waiting for a reaper that is not us). */
@@ -121,7 +135,12 @@ beforeAll(async () => {
             bridge: BRIDGE,
             isGateway: true,
             ipMasq: false,
-            ipam: { type: 'host-local', ranges: [[{ subnet }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: join(tmp, 'ipam') },
+            ipam: {
+              type: 'host-local',
+              ranges: [[{ subnet }]],
+              routes: [{ dst: '0.0.0.0/0' }],
+              dataDir: join(tmp, 'ipam'),
+            },
           },
           { type: 'tuning', mtu: 1400, capabilities: { mac: true }, dataDir: join(tmp, 'tuning') },
         ],
@@ -165,7 +184,12 @@ describe('real plugins: bridge + host-local + tuning', () => {
 
     const cache = cacheFilePath(join(tmp, 'cache'), NET_NAME, rt.containerId, 'eth0');
     expect((await stat(cache)).mode & 0o777).toBe(0o600);
-    expect(JSON.parse(await readFile(cache, 'utf8'))).toMatchObject({ kind: 'cniCacheV1', containerId: rt.containerId, networkName: NET_NAME, ifName: 'eth0' });
+    expect(JSON.parse(await readFile(cache, 'utf8'))).toMatchObject({
+      kind: 'cniCacheV1',
+      containerId: rt.containerId,
+      networkName: NET_NAME,
+      ifName: 'eth0',
+    });
     expect(await client.cachedResult(list, rt)).toEqual(r);
     expect(await allocations()).toEqual([ipCfg?.address.split('/')[0]]);
 
@@ -185,7 +209,10 @@ describe('real plugins: bridge + host-local + tuning', () => {
     const rt = rtFor(`c${rand}b`);
     await client.add(list, rt);
     expect(await allocations()).toHaveLength(1);
-    await writeFile(cacheFilePath(join(tmp, 'cache'), NET_NAME, rt.containerId, 'eth0'), '{"kind":"cniCacheV1", garbage');
+    await writeFile(
+      cacheFilePath(join(tmp, 'cache'), NET_NAME, rt.containerId, 'eth0'),
+      '{"kind":"cniCacheV1", garbage',
+    );
     await client.del(list, rt);
     expect(await allocations()).toEqual([]);
     expect(await eth0()).toBeUndefined();
@@ -195,24 +222,40 @@ describe('real plugins: bridge + host-local + tuning', () => {
 
 describe('misbehaving plugins', () => {
   it('a CNI error JSON on stdout becomes the error text', async () => {
-    await writeScript('vmpcfail', `cat >/dev/null\necho '{"cniVersion":"1.0.0","code":7,"msg":"bad thing","details":"in detail"}'\necho 'some log' >&2\nexit 1`);
+    await writeScript(
+      'vmpcfail',
+      `cat >/dev/null\necho '{"cniVersion":"1.0.0","code":7,"msg":"bad thing","details":"in detail"}'\necho 'some log' >&2\nexit 1`,
+    );
     const e = await client.add(fakeList('vmpcfail'), rtFor('f1')).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(CniPluginError);
     expect((e as CniPluginError).message).toBe('plugin vmpcfail ADD failed: [code 7] bad thing: in detail');
-    expect(e).toMatchObject({ exitCode: 1, timedOut: false, stderr: 'some log\\n', cniError: { code: 7, msg: 'bad thing', details: 'in detail' } });
+    expect(e).toMatchObject({
+      exitCode: 1,
+      timedOut: false,
+      stderr: 'some log\\n',
+      cniError: { code: 7, msg: 'bad thing', details: 'in detail' },
+    });
   });
 
   it('garbage on stdout with exit 0 is not a result', async () => {
     await writeScript('vmpcgarbage', 'cat >/dev/null\necho "hello, world"');
-    await expect(client.add(fakeList('vmpcgarbage'), rtFor('f2'))).rejects.toThrow('plugin vmpcgarbage ADD returned a result that is not JSON: hello, world\\n');
+    await expect(client.add(fakeList('vmpcgarbage'), rtFor('f2'))).rejects.toThrow(
+      'plugin vmpcgarbage ADD returned a result that is not JSON: hello, world\\n',
+    );
   });
 
   it('the plugin sees exactly the CNI environment and the conf on stdin', async () => {
     const out = join(tmp, 'seen');
-    await writeScript('vmpcecho', `cat > ${out}.stdin\nenv > ${out}.env\necho '{"cniVersion":"1.0.0","ips":[{"address":"10.9.9.9/32"}]}'`);
+    await writeScript(
+      'vmpcecho',
+      `cat > ${out}.stdin\nenv > ${out}.env\necho '{"cniVersion":"1.0.0","ips":[{"address":"10.9.9.9/32"}]}'`,
+    );
     const r = await client.add(fakeList('vmpcecho'), rtFor('f3'));
     expect(r.ips).toEqual([{ address: '10.9.9.9/32' }]);
-    const env = (await readFile(`${out}.env`, 'utf8')).split('\n').filter((l) => l !== '' && !/^(PWD|SHLVL|_)=/.test(l)).sort();
+    const env = (await readFile(`${out}.env`, 'utf8'))
+      .split('\n')
+      .filter((l) => l !== '' && !/^(PWD|SHLVL|_)=/.test(l))
+      .sort();
     expect(env).toEqual(
       [
         'CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=vm-f3;K8S_POD_INFRA_CONTAINER_ID=f3',
@@ -224,19 +267,31 @@ describe('misbehaving plugins', () => {
         `PATH=${process.env.PATH}`,
       ].sort(),
     );
-    expect(JSON.parse(await readFile(`${out}.stdin`, 'utf8'))).toEqual({ type: 'vmpcecho', name: `fake-${rand}`, cniVersion: '1.0.0' });
+    expect(JSON.parse(await readFile(`${out}.stdin`, 'utf8'))).toEqual({
+      type: 'vmpcecho',
+      name: `fake-${rand}`,
+      cniVersion: '1.0.0',
+    });
     await client.del(fakeList('vmpcecho'), rtFor('f3'));
   });
 
   it('the plugin leads its own session, with SIGPIPE at its default, no signal blocked and only stdio open', async () => {
     const out = join(tmp, 'proc');
     // read by bash's builtins where they can be: a child of bash would show bash's masks around its fork
-    await writeScript('vmpcproc', `cat >/dev/null\nps -o pid=,sid=,pgid= -p $$ > ${out}.ids\nwhile read -r k v; do case $k in SigBlk:|SigIgn:) echo "$k $v";; esac; done < /proc/$$/status > ${out}.sig\nls /proc/$$/fd > ${out}.fds\necho '{"cniVersion":"1.0.0","ips":[{"address":"10.9.9.8/32"}]}'`);
+    await writeScript(
+      'vmpcproc',
+      `cat >/dev/null\nps -o pid=,sid=,pgid= -p $$ > ${out}.ids\nwhile read -r k v; do case $k in SigBlk:|SigIgn:) echo "$k $v";; esac; done < /proc/$$/status > ${out}.sig\nls /proc/$$/fd > ${out}.fds\necho '{"cniVersion":"1.0.0","ips":[{"address":"10.9.9.8/32"}]}'`,
+    );
     await client.add(fakeList('vmpcproc'), rtFor('f7'));
     const [pid, sid, pgid] = (await readFile(`${out}.ids`, 'utf8')).trim().split(/\s+/).map(Number);
     expect(sid).toBe(pid);
     expect(pgid).toBe(pid);
-    const sig = Object.fromEntries((await readFile(`${out}.sig`, 'utf8')).trim().split('\n').map((l) => l.split(/:\s+/)));
+    const sig = Object.fromEntries(
+      (await readFile(`${out}.sig`, 'utf8'))
+        .trim()
+        .split('\n')
+        .map((l) => l.split(/:\s+/)),
+    );
     expect(BigInt(`0x${sig.SigBlk}`)).toBe(0n);
     // SIGPIPE is bit 12 (signal 13): node ignores it, the plugin must not inherit that
     expect(BigInt(`0x${sig.SigIgn}`) & (1n << 12n)).toBe(0n);
@@ -248,28 +303,46 @@ describe('misbehaving plugins', () => {
         return undefined; // the listing's own fd, closed by now
       }
     };
-    const inherited = readdirSync('/proc/self/fd').map(Number).filter((fd) => fd > 2 && ((flags(fd) ?? 0o2000000) & 0o2000000) === 0);
+    const inherited = readdirSync('/proc/self/fd')
+      .map(Number)
+      .filter((fd) => fd > 2 && ((flags(fd) ?? 0o2000000) & 0o2000000) === 0);
     const seen = (await readFile(`${out}.fds`, 'utf8')).trim().split('\n').map(Number);
     expect(seen.sort((a, b) => a - b)).toEqual([...new Set([0, 1, 2, 255, ...inherited])].sort((a, b) => a - b));
     await client.del(fakeList('vmpcproc'), rtFor('f7'));
   });
 
-  it('a plugin that floods its output is killed and the error says so; one that cannot be exec\'d says why', async () => {
+  it("a plugin that floods its output is killed and the error says so; one that cannot be exec'd says why", async () => {
     await writeScript('vmpcflood', 'cat >/dev/null\nexec yes');
-    const small = new CniClient({ binDirs: [fakeBin], cacheDir: join(tmp, 'cache'), exec: spawnPluginExec({ maxBufferBytes: 4096, killGraceMs: 300 }) });
+    const small = new CniClient({
+      binDirs: [fakeBin],
+      cacheDir: join(tmp, 'cache'),
+      exec: spawnPluginExec({ maxBufferBytes: 4096, killGraceMs: 300 }),
+    });
     const e = await small.add(fakeList('vmpcflood'), rtFor('f8')).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(CniPluginError);
-    expect((e as Error).message).toBe('plugin vmpcflood ADD failed: its output exceeded the size limit of 4096 bytes (killed)');
+    expect((e as Error).message).toBe(
+      'plugin vmpcflood ADD failed: its output exceeded the size limit of 4096 bytes (killed)',
+    );
     await writeFile(join(fakeBin, 'vmpcgarbage'), Buffer.from([0x7f, 0x45, 0x4c, 0x46, 0, 0, 0, 0]));
     await chmod(join(fakeBin, 'vmpcgarbage'), 0o755);
     const g = await client.add(fakeList('vmpcgarbage'), rtFor('f9')).catch((x: unknown) => x);
-    expect((g as Error).message).toBe(`plugin vmpcgarbage ADD could not be run: spawn ${join(fakeBin, 'vmpcgarbage')}: ENOEXEC (Exec format error)`);
+    expect((g as Error).message).toBe(
+      `plugin vmpcgarbage ADD could not be run: spawn ${join(fakeBin, 'vmpcgarbage')}: ENOEXEC (Exec format error)`,
+    );
   });
 
   it('a plugin that hangs (and ignores SIGTERM) is killed with SIGKILL after the timeout, its children too', async () => {
     const pids = join(tmp, 'hang');
-    await writeScript('vmpchang', `echo $$ > ${pids}.leader\ntrap '' TERM\nsleep 1000 &\necho $! > ${pids}.child\nwait`);
-    const fast = new CniClient({ binDirs: [fakeBin], cacheDir: join(tmp, 'cache'), timeoutMs: 500, exec: spawnPluginExec({ killGraceMs: 300 }) });
+    await writeScript(
+      'vmpchang',
+      `echo $$ > ${pids}.leader\ntrap '' TERM\nsleep 1000 &\necho $! > ${pids}.child\nwait`,
+    );
+    const fast = new CniClient({
+      binDirs: [fakeBin],
+      cacheDir: join(tmp, 'cache'),
+      timeoutMs: 500,
+      exec: spawnPluginExec({ killGraceMs: 300 }),
+    });
     const e = await fast.add(fakeList('vmpchang'), rtFor('f4')).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(CniPluginError);
     expect(e).toMatchObject({ timedOut: true, signal: 'SIGKILL', plugin: 'vmpchang', verb: 'ADD' });
@@ -285,7 +358,8 @@ describe('misbehaving plugins', () => {
     await writeScript('vmpcslow', `echo $$ > ${pids}.leader\nexec sleep 1000`);
     const ac = new AbortController();
     const p = client.add(fakeList('vmpcslow'), rtFor('f5'), ac.signal).catch((x: unknown) => x);
-    for (let i = 0; i < 200 && (await stat(`${pids}.leader`).catch(() => undefined)) === undefined; i++) await delay(25);
+    for (let i = 0; i < 200 && (await stat(`${pids}.leader`).catch(() => undefined)) === undefined; i++)
+      await delay(25);
     ac.abort();
     const e = await p;
     expect((e as Error).message).toBe('plugin vmpcslow ADD aborted (killed with SIGTERM)');
@@ -293,6 +367,8 @@ describe('misbehaving plugins', () => {
   });
 
   it('a missing plugin names the dirs searched', async () => {
-    await expect(client.add(fakeList('vmpc-nope'), rtFor('f6'))).rejects.toThrow(`CNI plugin "vmpc-nope" not found in ${fakeBin}, ${SYSTEM_BIN}`);
+    await expect(client.add(fakeList('vmpc-nope'), rtFor('f6'))).rejects.toThrow(
+      `CNI plugin "vmpc-nope" not found in ${fakeBin}, ${SYSTEM_BIN}`,
+    );
   });
 });

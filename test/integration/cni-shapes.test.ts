@@ -3,7 +3,16 @@
 // firewall), and ipvlan/vlan where the kernel can make them. Each shows the guest's DHCP lease equal to the CNI IP,
 // traffic both ways, and nothing left after release. macvlan and ipvlan get the tc-redirect binding (their MAC stays).
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -23,7 +32,12 @@ import { kernelMakes, makeLan, ping, udhcpcLease, writeConfList, type Lan } from
 
 const rand = () => randomBytes(3).toString('hex');
 /** generous rates: shaped, not slowed (bits per second and bits) */
-const BANDWIDTH = { ingressRate: 1_000_000_000, ingressBurst: 100_000_000, egressRate: 1_000_000_000, egressBurst: 100_000_000 };
+const BANDWIDTH = {
+  ingressRate: 1_000_000_000,
+  ingressBurst: 100_000_000,
+  egressRate: 1_000_000_000,
+  egressBurst: 100_000_000,
+};
 
 let d: Daemon;
 let client: FdClient;
@@ -59,7 +73,12 @@ afterAll(async () => {
   expect(code).toBe(0);
 }, 60_000);
 
-const hostLocal = (subnet: string, gateway: string) => ({ type: 'host-local', dataDir: ipamDir, ranges: [[{ subnet, gateway }]], routes: [{ dst: '0.0.0.0/0' }] });
+const hostLocal = (subnet: string, gateway: string) => ({
+  type: 'host-local',
+  dataDir: ipamDir,
+  ranges: [[{ subnet, gateway }]],
+  routes: [{ dst: '0.0.0.0/0' }],
+});
 
 function allocations(net: string): string[] {
   const dir = join(ipamDir, net);
@@ -76,7 +95,11 @@ interface Pod {
 }
 
 /** add on this conflist, the guest on the tap takes its lease (equal to the CNI IP), and pings `peer` from `peerNs`. */
-async function podOn(plugins: Record<string, unknown>[], peer: { ns: string | undefined; ip: string }, add?: (key: string) => ContainerSideNetwork): Promise<Pod> {
+async function podOn(
+  plugins: Record<string, unknown>[],
+  peer: { ns: string | undefined; ip: string },
+  add?: (key: string) => ContainerSideNetwork,
+): Promise<Pod> {
   const net = `vmshape-${rand()}`;
   writeConfList(confDir, net, plugins);
   const key = `vmsh-${rand()}`;
@@ -98,13 +121,29 @@ async function releaseAll(p: Pod, stateDir = d.stateDir): Promise<void> {
   client.release(p.key);
   expect(await listNetns()).not.toContain(p.key);
   expect(allocations(p.net)).toEqual([]);
-  expect(readdirSync(join(root, 'cache', 'results'), { withFileTypes: true }).map((e) => e.name).filter((n) => n.includes(p.key))).toEqual([]);
+  expect(
+    readdirSync(join(root, 'cache', 'results'), { withFileTypes: true })
+      .map((e) => e.name)
+      .filter((n) => n.includes(p.key)),
+  ).toEqual([]);
   expect(readdirSync(stateDir).filter((n) => n.includes(p.key))).toEqual([]);
 }
 
 /** tc's filters as `tc -j` shows them: one entry per prio, and one per filter (with options) */
-async function tcFilters(ns: string, dev: string): Promise<{ pref: number; protocol: string; kind?: string; options?: { actions?: { kind: string; to_dev?: string }[]; flowid?: string; fh?: string } }[]> {
-  return JSON.parse(await run(['ip', 'netns', 'exec', ns, 'tc', '-j', 'filter', 'show', 'dev', dev, 'ingress'])) as never;
+async function tcFilters(
+  ns: string,
+  dev: string,
+): Promise<
+  {
+    pref: number;
+    protocol: string;
+    kind?: string;
+    options?: { actions?: { kind: string; to_dev?: string }[]; flowid?: string; fh?: string };
+  }[]
+> {
+  return JSON.parse(
+    await run(['ip', 'netns', 'exec', ns, 'tc', '-j', 'filter', 'show', 'dev', dev, 'ingress']),
+  ) as never;
 }
 
 async function hostBridge(): Promise<{ name: string; subnet: string; gateway: string }> {
@@ -117,7 +156,10 @@ async function hostBridge(): Promise<{ name: string; subnet: string; gateway: st
 describe('CNI shapes with a VM stand-in on the tap fd', () => {
   it('bridge + host-local: the bridge binding; the host bridge reaches the VM and back', async () => {
     const br = await hostBridge();
-    const p = await podOn([{ type: 'bridge', bridge: br.name, isGateway: true, ipMasq: false, ipam: hostLocal(br.subnet, br.gateway) }], { ns: undefined, ip: br.gateway });
+    const p = await podOn(
+      [{ type: 'bridge', bridge: br.name, isGateway: true, ipMasq: false, ipam: hostLocal(br.subnet, br.gateway) }],
+      { ns: undefined, ip: br.gateway },
+    );
     expect(await listLinks(p.key)).toEqual(expect.arrayContaining(['br0', 'tap0', 'virtlet-eth0']));
     await releaseAll(p);
     expect(JSON.parse(await run(['ip', '-j', 'link', 'show', 'master', br.name])) as unknown[]).toEqual([]);
@@ -125,7 +167,10 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
 
   it('ptp + host-local (the shape of Calico, Cilium, AWS VPC CNI): routed by the host side', async () => {
     const { prefix } = await uniqueSubnet();
-    const p = await podOn([{ type: 'ptp', ipMasq: false, ipam: hostLocal(`${prefix}.0/24`, `${prefix}.1`) }], { ns: undefined, ip: `${prefix}.1` });
+    const p = await podOn([{ type: 'ptp', ipMasq: false, ipam: hostLocal(`${prefix}.0/24`, `${prefix}.1`) }], {
+      ns: undefined,
+      ip: `${prefix}.1`,
+    });
     await releaseAll(p);
     // the host side (the veth holding the gateway address) went with the DEL
     expect(await run(['ip', '-4', '-o', 'addr', 'show'])).not.toContain(`${prefix}.1/`);
@@ -136,10 +181,18 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     lans.push(lan);
     // what reaches the LAN's side of the wire: DHCP (udp 67/68) counted
     await run(['ip', 'netns', 'exec', lan.ns, 'nft', '-f', '-'], {
-      input: 'table netdev vmcount {\n chain in {\n  type filter hook ingress device "lan0" priority 0;\n  udp dport { 67, 68 } counter\n }\n}\n',
+      input:
+        'table netdev vmcount {\n chain in {\n  type filter hook ingress device "lan0" priority 0;\n  udp dport { 67, 68 } counter\n }\n}\n',
     });
-    const p = await podOn([{ type: 'macvlan', master: lan.parent, mode: 'bridge', ipam: hostLocal(lan.subnet, lan.gateway) }], { ns: lan.ns, ip: lan.gateway });
-    const links = JSON.parse(await run(['ip', '-n', p.key, '-j', '-d', 'link', 'show'])) as { ifname: string; address: string; linkinfo?: { info_kind?: string } }[];
+    const p = await podOn(
+      [{ type: 'macvlan', master: lan.parent, mode: 'bridge', ipam: hostLocal(lan.subnet, lan.gateway) }],
+      { ns: lan.ns, ip: lan.gateway },
+    );
+    const links = JSON.parse(await run(['ip', '-n', p.key, '-j', '-d', 'link', 'show'])) as {
+      ifname: string;
+      address: string;
+      linkinfo?: { info_kind?: string };
+    }[];
     const mv = links.find((l) => l.ifname === 'virtlet-eth0')!;
     expect(mv.linkinfo?.info_kind).toBe('macvlan');
     expect(mv.address).toBe(p.csn.Interfaces[0]!.mac);
@@ -148,18 +201,32 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     const onMv = await tcFilters(p.key, 'virtlet-eth0');
     expect(onMv.flatMap((f) => f.options?.actions ?? []).map((a) => [a.kind, a.to_dev])).toEqual([['mirred', 'tap0']]);
     // each keep filter at its prio with its protocol, as the plan wrote them, then the redirect last
-    const kept = (fs: Awaited<ReturnType<typeof tcFilters>>) => fs.filter((f) => f.options?.flowid === 'ffff:1').map((f) => `${f.pref} ${f.protocol}`);
+    const kept = (fs: Awaited<ReturnType<typeof tcFilters>>) =>
+      fs.filter((f) => f.options?.flowid === 'ffff:1').map((f) => `${f.pref} ${f.protocol}`);
     expect(kept(onMv)).toEqual(KEPT_FROM_NETWORK.map(([proto], n) => `${n + 1} ${proto}`));
-    expect(onMv.filter((f) => f.options?.actions).map((f) => `${f.pref} ${f.protocol}`)).toEqual([`${REDIRECT_PRIO} all`]);
+    expect(onMv.filter((f) => f.options?.actions).map((f) => `${f.pref} ${f.protocol}`)).toEqual([
+      `${REDIRECT_PRIO} all`,
+    ]);
     const onTap = await tcFilters(p.key, 'tap0');
     expect(kept(onTap)).toEqual(KEPT_FROM_VM.map(([proto], n) => `${n + 1} ${proto}`));
-    expect(onTap.flatMap((f) => f.options?.actions ?? []).map((a) => [a.kind, a.to_dev])).toEqual([['mirred', 'virtlet-eth0']]);
+    expect(onTap.flatMap((f) => f.options?.actions ?? []).map((a) => [a.kind, a.to_dev])).toEqual([
+      ['mirred', 'virtlet-eth0'],
+    ]);
     // the VM's DHCP stayed in the pod: not one DHCP frame reached the LAN
-    const counted = JSON.parse(await run(['ip', 'netns', 'exec', lan.ns, 'nft', '-j', 'list', 'table', 'netdev', 'vmcount'])) as { nftables: { rule?: { expr: { counter?: { packets: number } }[] } }[] };
-    const counters = counted.nftables.flatMap((e) => e.rule?.expr.flatMap((x) => (x.counter ? [x.counter.packets] : [])) ?? []);
+    const counted = JSON.parse(
+      await run(['ip', 'netns', 'exec', lan.ns, 'nft', '-j', 'list', 'table', 'netdev', 'vmcount']),
+    ) as { nftables: { rule?: { expr: { counter?: { packets: number } }[] } }[] };
+    const counters = counted.nftables.flatMap(
+      (e) => e.rule?.expr.flatMap((x) => (x.counter ? [x.counter.packets] : [])) ?? [],
+    );
     expect(counters).toEqual([0]);
     await releaseAll(p);
-    expect(JSON.parse(await run(['ip', '-j', '-d', 'link', 'show'])).filter((l: { link?: string; linkinfo?: { info_kind?: string } }) => l.linkinfo?.info_kind === 'macvlan' && l.link === lan.parent)).toEqual([]);
+    expect(
+      JSON.parse(await run(['ip', '-j', '-d', 'link', 'show'])).filter(
+        (l: { link?: string; linkinfo?: { info_kind?: string } }) =>
+          l.linkinfo?.info_kind === 'macvlan' && l.link === lan.parent,
+      ),
+    ).toEqual([]);
   }, 90_000);
 
   it('macvlan dual-stack: the macvlan gives up the link-local it shares with the VM; the VM gets its IPv6 by DHCPv6 on the tap and reaches the LAN', async () => {
@@ -168,18 +235,35 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     const p6 = randomBytes(5).toString('hex');
     const prefix6 = `fd${p6.slice(0, 2)}:${parseInt(p6.slice(2, 6), 16).toString(16)}:${parseInt(p6.slice(6, 10), 16).toString(16)}:`;
     await run(['ip', '-n', lan.ns, 'addr', 'add', `${prefix6}:1/64`, 'dev', 'lan0', 'nodad']);
-    const ipam = { type: 'host-local', dataDir: ipamDir, ranges: [[{ subnet: lan.subnet, gateway: lan.gateway }], [{ subnet: `${prefix6}:/64`, gateway: `${prefix6}:1` }]], routes: [{ dst: '0.0.0.0/0' }] };
-    const p = await podOn([{ type: 'macvlan', master: lan.parent, mode: 'bridge', ipam }], { ns: lan.ns, ip: lan.gateway });
+    const ipam = {
+      type: 'host-local',
+      dataDir: ipamDir,
+      ranges: [[{ subnet: lan.subnet, gateway: lan.gateway }], [{ subnet: `${prefix6}:/64`, gateway: `${prefix6}:1` }]],
+      routes: [{ dst: '0.0.0.0/0' }],
+    };
+    const p = await podOn([{ type: 'macvlan', master: lan.parent, mode: 'bridge', ipam }], {
+      ns: lan.ns,
+      ip: lan.gateway,
+    });
     const ip6 = p.csn.Result!.ips!.find((i) => i.version === '6')!.address.split('/')[0]!;
     // the pod netns holds no IPv6 address on the macvlan: not the pod's (the VM's), not the EUI-64 link-local (the VM's too)
-    const mvAddrs = JSON.parse(await run(['ip', '-n', p.key, '-j', '-6', 'addr', 'show', 'dev', 'virtlet-eth0'])) as { addr_info: unknown[] }[];
+    const mvAddrs = JSON.parse(await run(['ip', '-n', p.key, '-j', '-6', 'addr', 'show', 'dev', 'virtlet-eth0'])) as {
+      addr_info: unknown[];
+    }[];
     expect(mvAddrs.flatMap((l) => l.addr_info)).toEqual([]);
     const dir = join(root, `${p.key}-6`);
     const hook = join(dir, 'hook6.sh');
     mkdirSync(dir, { recursive: true });
-    writeFileSync(hook, `#!/bin/sh\ncase "$1" in bound|renew) echo "$ipv6" > "${dir}/ipv6"; ip -6 addr replace "$ipv6/128" dev "$interface" nodad ;; esac\nexit 0\n`);
+    writeFileSync(
+      hook,
+      `#!/bin/sh\ncase "$1" in bound|renew) echo "$ipv6" > "${dir}/ipv6"; ip -6 addr replace "$ipv6/128" dev "$interface" nodad ;; esac\nexit 0\n`,
+    );
     chmodSync(hook, 0o755);
-    const u = execa('ip', ['netns', 'exec', p.guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-q', '-s', hook, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 40_000 });
+    const u = execa(
+      'ip',
+      ['netns', 'exec', p.guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-q', '-s', hook, '-t', '10', '-T', '1'],
+      { reject: false, all: true, timeout: 40_000 },
+    );
     children.push(u);
     const r = await u;
     expect(r.exitCode, r.all).toBe(0);
@@ -187,14 +271,20 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     // the VM's own link-local passed DAD: nothing in the pod netns answered for it
     let ll: { local: string; tentative?: boolean; dadfailed?: boolean } | undefined;
     for (let i = 0; i < 50; i++) {
-      const a = (JSON.parse(await run(['ip', '-n', p.guest.ns, '-j', '-6', 'addr', 'show', 'dev', 'eth0'])) as { addr_info: { local: string; scope: string; tentative?: boolean; dadfailed?: boolean }[] }[])[0]!.addr_info;
+      const a = (
+        JSON.parse(await run(['ip', '-n', p.guest.ns, '-j', '-6', 'addr', 'show', 'dev', 'eth0'])) as {
+          addr_info: { local: string; scope: string; tentative?: boolean; dadfailed?: boolean }[];
+        }[]
+      )[0]!.addr_info;
       ll = a.find((x) => x.scope === 'link');
       if (ll && !ll.tentative) break;
       await new Promise((res) => setTimeout(res, 100));
     }
     expect(ll?.dadfailed).toBeUndefined();
     expect(ll?.tentative).toBeUndefined();
-    const ping6 = async (ns: string, dst: string) => (await execa('ip', ['netns', 'exec', ns, 'ping', '-6', '-c', '1', '-W', '3', dst], { reject: false })).exitCode ?? -1;
+    const ping6 = async (ns: string, dst: string) =>
+      (await execa('ip', ['netns', 'exec', ns, 'ping', '-6', '-c', '1', '-W', '3', dst], { reject: false })).exitCode ??
+      -1;
     // the RA's on-link prefix: the LAN's address is a neighbour, reached through the redirect, and it reaches the VM
     let out = -1;
     for (let i = 0; i < 10 && out !== 0; i++) out = await ping6(p.guest.ns, `${prefix6}:1`);
@@ -206,7 +296,10 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
   it('host-device + host-local: the NIC moves into the pod and back on release', async () => {
     const lan = await makeLan('h');
     lans.push(lan);
-    const p = await podOn([{ type: 'host-device', device: lan.parent, ipam: hostLocal(lan.subnet, lan.gateway) }], { ns: lan.ns, ip: lan.gateway });
+    const p = await podOn([{ type: 'host-device', device: lan.parent, ipam: hostLocal(lan.subnet, lan.gateway) }], {
+      ns: lan.ns,
+      ip: lan.gateway,
+    });
     expect(await listLinks()).not.toContain(lan.parent);
     await releaseAll(p);
     expect(await listLinks()).toContain(lan.parent);
@@ -228,22 +321,61 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
       ],
       { ns: undefined, ip: br.gateway },
       // through tapctl, as a person would: the request carries the port mapping
-      (key) => JSON.parse(execFileSync(process.execPath, [BIN.tapctl, '--socket', d.socket, 'add', key, '--pod-name', 'vm-shape', '--pod-namespace', 'default', '--port', `${hostPort}:8080/tcp`, '--bandwidth', JSON.stringify(BANDWIDTH)], { encoding: 'utf8' })) as ContainerSideNetwork,
+      (key) =>
+        JSON.parse(
+          execFileSync(
+            process.execPath,
+            [
+              BIN.tapctl,
+              '--socket',
+              d.socket,
+              'add',
+              key,
+              '--pod-name',
+              'vm-shape',
+              '--pod-namespace',
+              'default',
+              '--port',
+              `${hostPort}:8080/tcp`,
+              '--bandwidth',
+              JSON.stringify(BANDWIDTH),
+            ],
+            { encoding: 'utf8' },
+          ),
+        ) as ContainerSideNetwork,
     );
     // the bandwidth plugin got its runtimeConfig: a tbf on the host side of the pod's veth shapes what goes to the pod
-    const [hostVeth] = (JSON.parse(await run(['ip', '-j', 'link', 'show', 'master', br.name])) as { ifname: string }[]).map((l) => l.ifname);
-    expect((JSON.parse(await run(['tc', '-j', 'qdisc', 'show', 'dev', hostVeth!])) as { kind: string }[]).map((q) => q.kind)).toContain('tbf');
+    const [hostVeth] = (
+      JSON.parse(await run(['ip', '-j', 'link', 'show', 'master', br.name])) as { ifname: string }[]
+    ).map((l) => l.ifname);
+    expect(
+      (JSON.parse(await run(['tc', '-j', 'qdisc', 'show', 'dev', hostVeth!])) as { kind: string }[]).map((q) => q.kind),
+    ).toContain('tbf');
     // kept with the pod, for its DEL and a restart: in the state record and, as libcni keeps it, the CNI cache
     const mapping = { hostPort, containerPort: 8080, protocol: 'tcp', hostIP: '' };
-    expect((JSON.parse(readFileSync(join(d.stateDir, `${p.key}.json`), 'utf8')) as { desc: PodNetworkDesc }).desc.portMappings).toEqual([mapping]);
+    expect(
+      (JSON.parse(readFileSync(join(d.stateDir, `${p.key}.json`), 'utf8')) as { desc: PodNetworkDesc }).desc
+        .portMappings,
+    ).toEqual([mapping]);
     const cached = readdirSync(join(root, 'cache', 'results')).find((f) => f.includes(p.key))!;
-    expect((JSON.parse(readFileSync(join(root, 'cache', 'results', cached), 'utf8')) as { capabilityArgs?: unknown }).capabilityArgs).toEqual({ portMappings: [mapping], bandwidth: BANDWIDTH });
-    const listener = execa('ip', ['netns', 'exec', p.guest.ns, 'busybox', 'nc', '-l', '-p', '8080', '-e', 'echo', 'vm-listener'], { reject: false, timeout: 30_000 });
+    expect(
+      (JSON.parse(readFileSync(join(root, 'cache', 'results', cached), 'utf8')) as { capabilityArgs?: unknown })
+        .capabilityArgs,
+    ).toEqual({ portMappings: [mapping], bandwidth: BANDWIDTH });
+    const listener = execa(
+      'ip',
+      ['netns', 'exec', p.guest.ns, 'busybox', 'nc', '-l', '-p', '8080', '-e', 'echo', 'vm-listener'],
+      { reject: false, timeout: 30_000 },
+    );
     children.push(listener);
     // the node's own address on the CNI bridge: portmap's OUTPUT rule DNATs a local destination to the pod
     let answer = '';
     for (let i = 0; i < 20 && !answer.includes('vm-listener'); i++) {
-      const r = await execa('busybox', ['nc', '-w', '2', br.gateway, String(hostPort)], { reject: false, timeout: 5_000, input: '' });
+      const r = await execa('busybox', ['nc', '-w', '2', br.gateway, String(hostPort)], {
+        reject: false,
+        timeout: 5_000,
+        input: '',
+      });
       answer = r.stdout;
       if (!answer.includes('vm-listener')) await new Promise((res) => setTimeout(res, 200));
     }
@@ -252,20 +384,35 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     await releaseAll(p);
     expect(await ifbs()).toEqual(ifbsBefore);
     // portmap's DNAT chain of the pod went with its DEL
-    expect((await execa('iptables', ['-t', 'nat', '-S'], { reject: false })).stdout).not.toContain(`--dport ${hostPort} `);
+    expect((await execa('iptables', ['-t', 'nat', '-S'], { reject: false })).stdout).not.toContain(
+      `--dport ${hostPort} `,
+    );
   }, 90_000);
 
   it('VMPOD_BINDING=tc-redirect: a bridge plugin veth keeps its MAC, shared with the VM, and carries its traffic both ways', async () => {
-    const forced = await startDaemon({ confDir, binDirs: ['/usr/lib/cni'], cacheDir: join(root, 'cache'), env: { VMPOD_BINDING: 'tc-redirect' } });
+    const forced = await startDaemon({
+      confDir,
+      binDirs: ['/usr/lib/cni'],
+      cacheDir: join(root, 'cache'),
+      env: { VMPOD_BINDING: 'tc-redirect' },
+    });
     const saved = client;
     client = new FdClient(forced.socket, { timeoutMs: 60_000 });
     try {
       const br = await hostBridge();
-      const p = await podOn([{ type: 'bridge', bridge: br.name, isGateway: true, ipMasq: false, ipam: hostLocal(br.subnet, br.gateway) }], { ns: undefined, ip: br.gateway });
-      const links = JSON.parse(await run(['ip', '-n', p.key, '-j', 'link', 'show'])) as { ifname: string; address: string }[];
+      const p = await podOn(
+        [{ type: 'bridge', bridge: br.name, isGateway: true, ipMasq: false, ipam: hostLocal(br.subnet, br.gateway) }],
+        { ns: undefined, ip: br.gateway },
+      );
+      const links = JSON.parse(await run(['ip', '-n', p.key, '-j', 'link', 'show'])) as {
+        ifname: string;
+        address: string;
+      }[];
       expect(links.map((l) => l.ifname)).not.toContain('br0');
       expect(links.find((l) => l.ifname === 'virtlet-eth0')!.address).toBe(p.csn.Interfaces[0]!.mac);
-      expect((await tcFilters(p.key, 'virtlet-eth0')).flatMap((f) => f.options?.actions ?? []).map((a) => a.to_dev)).toEqual(['tap0']);
+      expect(
+        (await tcFilters(p.key, 'virtlet-eth0')).flatMap((f) => f.options?.actions ?? []).map((a) => a.to_dev),
+      ).toEqual(['tap0']);
       await releaseAll(p, forced.stateDir);
     } finally {
       client = saved;
@@ -276,11 +423,19 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
 
   it('ipvlan + host-local (where the kernel can make one): tc-redirect', async (ctx) => {
     const k = await kernelMakes('ipvlan');
-    if (!k.ok) ctx.skip(`this kernel cannot make an ipvlan link (${k.why}); the plan is covered by test/unit/podnet-binding.test.ts`);
+    if (!k.ok)
+      ctx.skip(
+        `this kernel cannot make an ipvlan link (${k.why}); the plan is covered by test/unit/podnet-binding.test.ts`,
+      );
     const lan = await makeLan('i');
     lans.push(lan);
-    const p = await podOn([{ type: 'ipvlan', master: lan.parent, mode: 'l2', ipam: hostLocal(lan.subnet, lan.gateway) }], { ns: lan.ns, ip: lan.gateway });
-    expect((await tcFilters(p.key, 'virtlet-eth0')).flatMap((f) => f.options?.actions ?? []).map((a) => a.to_dev)).toEqual(['tap0']);
+    const p = await podOn(
+      [{ type: 'ipvlan', master: lan.parent, mode: 'l2', ipam: hostLocal(lan.subnet, lan.gateway) }],
+      { ns: lan.ns, ip: lan.gateway },
+    );
+    expect(
+      (await tcFilters(p.key, 'virtlet-eth0')).flatMap((f) => f.options?.actions ?? []).map((a) => a.to_dev),
+    ).toEqual(['tap0']);
     await releaseAll(p);
   }, 90_000);
 
@@ -293,7 +448,10 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     await run(['ip', '-n', lan.ns, 'link', 'add', 'link', 'lan0', 'name', 'lan0.7', 'type', 'vlan', 'id', '7']);
     await run(['ip', '-n', lan.ns, 'addr', 'add', `${prefix}.1/24`, 'dev', 'lan0.7']);
     await run(['ip', '-n', lan.ns, 'link', 'set', 'dev', 'lan0.7', 'up']);
-    const p = await podOn([{ type: 'vlan', master: lan.parent, vlanId: 7, ipam: hostLocal(`${prefix}.0/24`, `${prefix}.1`) }], { ns: lan.ns, ip: `${prefix}.1` });
+    const p = await podOn(
+      [{ type: 'vlan', master: lan.parent, vlanId: 7, ipam: hostLocal(`${prefix}.0/24`, `${prefix}.1`) }],
+      { ns: lan.ns, ip: `${prefix}.1` },
+    );
     await releaseAll(p);
   }, 90_000);
 });

@@ -1,7 +1,16 @@
 // CNI 1.1's STATUS and GC, and CHECK's prevResult, through the client and spawnPluginExec against
 // test/fixtures/cni/fake11: a small CNI 1.1 plugin (installed under two names) that logs its env and stdin and
 // answers as its control file says. No kernel objects: the plugins only answer.
-import { copyFileSync, chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -30,7 +39,12 @@ interface LogLine {
 const begins = (verb: string): LogLine[] => runs().filter((l) => l.verb === verb);
 const runs = (): LogLine[] =>
   existsSync(logFile)
-    ? readFileSync(logFile, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as LogLine).filter((l) => l.phase === 'begin')
+    ? readFileSync(logFile, 'utf8')
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as LogLine)
+        .filter((l) => l.phase === 'begin')
     : [];
 
 function answer(a: Record<string, unknown>): void {
@@ -39,14 +53,22 @@ function answer(a: Record<string, unknown>): void {
 
 function net(version = '1.1.0', extra: Record<string, unknown> = {}, marker = 'one'): NetworkConfigList {
   const plugin = (type: string) => ({ type, log: logFile, control, marker });
-  return parseConfList(Buffer.from(JSON.stringify({ cniVersion: version, name: 'net11', ...extra, plugins: [plugin('fake11'), plugin('fake11b')] })), '/etc/cni/net.d/10-net11.conflist');
+  return parseConfList(
+    Buffer.from(
+      JSON.stringify({ cniVersion: version, name: 'net11', ...extra, plugins: [plugin('fake11'), plugin('fake11b')] }),
+    ),
+    '/etc/cni/net.d/10-net11.conflist',
+  );
 }
 
 const rt = (containerId: string, ifName = 'virtlet-eth0'): RuntimeConf => ({
   containerId,
   netns: `/var/run/netns/${containerId}`,
   ifName,
-  args: [['IgnoreUnknown', '1'], ['K8S_POD_NAME', containerId]],
+  args: [
+    ['IgnoreUnknown', '1'],
+    ['K8S_POD_NAME', containerId],
+  ],
 });
 
 function client(timeoutMs = 20_000): CniClient {
@@ -78,11 +100,24 @@ describe('STATUS', () => {
     ]);
     const r = runs();
     expect(r.map((x) => `${x.type} ${x.verb}`)).toEqual(['fake11 STATUS', 'fake11b STATUS']);
-    expect(r[0]!.env).toMatchObject({ CNI_COMMAND: 'STATUS', CNI_PATH: bin, CNI_CONTAINERID: '', CNI_NETNS: '', CNI_IFNAME: '' });
-    expect(r[0]!.stdin).toEqual({ type: 'fake11', log: logFile, control, marker: 'one', name: 'net11', cniVersion: '1.1.0' });
+    expect(r[0]!.env).toMatchObject({
+      CNI_COMMAND: 'STATUS',
+      CNI_PATH: bin,
+      CNI_CONTAINERID: '',
+      CNI_NETNS: '',
+      CNI_IFNAME: '',
+    });
+    expect(r[0]!.stdin).toEqual({
+      type: 'fake11',
+      log: logFile,
+      control,
+      marker: 'one',
+      name: 'net11',
+      cniVersion: '1.1.0',
+    });
   });
 
-  it('reports each plugin\'s error code and message (50, 51)', async () => {
+  it("reports each plugin's error code and message (50, 51)", async () => {
     answer({ STATUS: { code: 51, msg: 'the uplink is down', details: 'eth9 has no carrier' } });
     const st = await client().status(net());
     expect(st).toEqual([
@@ -114,16 +149,31 @@ describe('GC', () => {
     rmSync(logFile, { force: true });
   }
 
-  it('DELs each stale attachment with the config its cache record holds, only for the runtime\'s ifName', async () => {
+  it("DELs each stale attachment with the config its cache record holds, only for the runtime's ifName", async () => {
     const c = client();
     await attachments(c);
     // the config dir changed since the ADDs: the DEL still gets the config the ADD ran with
-    const report = await c.gc(net('1.1.0', {}, 'two'), [{ containerId: 'podA', ifName: 'virtlet-eth0' }], { plugins: false, ifNames: ['virtlet-eth0'] });
-    expect(report).toEqual({ network: 'net11', removed: [{ containerId: 'podB', ifName: 'virtlet-eth0' }], pluginsAsked: [], errors: [] });
+    const report = await c.gc(net('1.1.0', {}, 'two'), [{ containerId: 'podA', ifName: 'virtlet-eth0' }], {
+      plugins: false,
+      ifNames: ['virtlet-eth0'],
+    });
+    expect(report).toEqual({
+      network: 'net11',
+      removed: [{ containerId: 'podB', ifName: 'virtlet-eth0' }],
+      pluginsAsked: [],
+      errors: [],
+    });
     const r = runs();
-    expect(r.map((x) => `${x.type} ${x.verb} ${x.env.CNI_CONTAINERID}`)).toEqual(['fake11b DEL podB', 'fake11 DEL podB']);
+    expect(r.map((x) => `${x.type} ${x.verb} ${x.env.CNI_CONTAINERID}`)).toEqual([
+      'fake11b DEL podB',
+      'fake11 DEL podB',
+    ]);
     expect(r[0]!.stdin).toMatchObject({ marker: 'one', prevResult: { cniVersion: '1.1.0' } });
-    expect(r[0]!.env).toMatchObject({ CNI_NETNS: '/var/run/netns/podB', CNI_IFNAME: 'virtlet-eth0', CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAME=podB' });
+    expect(r[0]!.env).toMatchObject({
+      CNI_NETNS: '/var/run/netns/podB',
+      CNI_IFNAME: 'virtlet-eth0',
+      CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAME=podB',
+    });
     expect(existsSync(cacheFilePath(cacheDir, 'net11', 'podB', 'virtlet-eth0'))).toBe(false);
     expect(existsSync(cacheFilePath(cacheDir, 'net11', 'podA', 'virtlet-eth0'))).toBe(true);
     expect(existsSync(cacheFilePath(cacheDir, 'net11', 'podC', 'eth0'))).toBe(true);
@@ -132,11 +182,19 @@ describe('GC', () => {
   it('spares an attachment the runtime still holds, and names it valid to the plugins', async () => {
     const c = client();
     await attachments(c);
-    const report = await c.gc(net(), [{ containerId: 'podA', ifName: 'virtlet-eth0' }], { plugins: true, ifNames: ['virtlet-eth0'], stillHeld: (a) => a.containerId === 'podB' });
+    const report = await c.gc(net(), [{ containerId: 'podA', ifName: 'virtlet-eth0' }], {
+      plugins: true,
+      ifNames: ['virtlet-eth0'],
+      stillHeld: (a) => a.containerId === 'podB',
+    });
     expect(report.removed).toEqual([]);
     expect(begins('DEL')).toEqual([]);
-    const valid = [{ containerID: 'podA', ifname: 'virtlet-eth0' }, { containerID: 'podB', ifname: 'virtlet-eth0' }];
-    for (const g of begins('GC')) expect(g.stdin).toMatchObject({ 'cni.dev/valid-attachments': valid, 'cni.dev/attachments': valid });
+    const valid = [
+      { containerID: 'podA', ifname: 'virtlet-eth0' },
+      { containerID: 'podB', ifname: 'virtlet-eth0' },
+    ];
+    for (const g of begins('GC'))
+      expect(g.stdin).toMatchObject({ 'cni.dev/valid-attachments': valid, 'cni.dev/attachments': valid });
   });
 
   it('sends GC to every plugin with exactly the valid attachments under both keys, when asked', async () => {
@@ -147,8 +205,23 @@ describe('GC', () => {
     const r = runs();
     expect(r.map((x) => `${x.type} ${x.verb}`)).toEqual(['fake11 GC', 'fake11b GC']);
     const attachmentsSent = [{ containerID: 'podA', ifname: 'virtlet-eth0' }];
-    expect(r[0]!.stdin).toEqual({ type: 'fake11', log: logFile, control, marker: 'one', name: 'net11', cniVersion: '1.1.0', 'cni.dev/valid-attachments': attachmentsSent, 'cni.dev/attachments': attachmentsSent });
-    expect(r[0]!.env).toMatchObject({ CNI_COMMAND: 'GC', CNI_PATH: bin, CNI_CONTAINERID: '', CNI_NETNS: '', CNI_IFNAME: '' });
+    expect(r[0]!.stdin).toEqual({
+      type: 'fake11',
+      log: logFile,
+      control,
+      marker: 'one',
+      name: 'net11',
+      cniVersion: '1.1.0',
+      'cni.dev/valid-attachments': attachmentsSent,
+      'cni.dev/attachments': attachmentsSent,
+    });
+    expect(r[0]!.env).toMatchObject({
+      CNI_COMMAND: 'GC',
+      CNI_PATH: bin,
+      CNI_CONTAINERID: '',
+      CNI_NETNS: '',
+      CNI_IFNAME: '',
+    });
   });
 
   it('sends no plugin GC without plugins, nor to a list below 1.1.0', async () => {
@@ -171,12 +244,17 @@ describe('GC', () => {
     const c = client();
     await attachments(c);
     answer({ GC: { code: 100, msg: 'cannot list the allocations' }, DEL: { code: 100, msg: 'store locked' } });
-    const report = await c.gc(net(), [{ containerId: 'podA', ifName: 'virtlet-eth0' }], { plugins: true, ifNames: ['virtlet-eth0'] });
+    const report = await c.gc(net(), [{ containerId: 'podA', ifName: 'virtlet-eth0' }], {
+      plugins: true,
+      ifNames: ['virtlet-eth0'],
+    });
     expect(report.removed).toEqual([]);
     expect(report.pluginsAsked).toEqual(['fake11', 'fake11b']);
     expect(report.errors).toHaveLength(3);
     expect(report.errors[0]).toMatch(/^DEL of the stale attachment podB\/virtlet-eth0: .*store locked/);
-    expect(report.errors[1]).toMatch(/^GC of plugin fake11: plugin fake11 GC failed: \[code 100\] cannot list the allocations/);
+    expect(report.errors[1]).toMatch(
+      /^GC of plugin fake11: plugin fake11 GC failed: \[code 100\] cannot list the allocations/,
+    );
     expect(report.errors[2]).toMatch(/^GC of plugin fake11b: /);
     // the DEL that failed keeps the record for the next GC
     expect(existsSync(cacheFilePath(cacheDir, 'net11', 'podB', 'virtlet-eth0'))).toBe(true);
@@ -188,7 +266,9 @@ describe('CHECK', () => {
     const c = client();
     await c.add(net(), rt('podA'));
     rmSync(logFile, { force: true });
-    const out = await c.check(net(), rt('podA'), { prevResult: (cached) => ({ ...cached, dns: { nameservers: ['10.0.0.53'] } }) });
+    const out = await c.check(net(), rt('podA'), {
+      prevResult: (cached) => ({ ...cached, dns: { nameservers: ['10.0.0.53'] } }),
+    });
     expect(out).toBe('checked');
     const r = runs();
     expect(r.map((x) => `${x.type} ${x.verb}`)).toEqual(['fake11 CHECK', 'fake11b CHECK']);

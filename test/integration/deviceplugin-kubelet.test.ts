@@ -9,7 +9,16 @@ import { afterEach, describe, expect, it } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
 import { cdiRequests, loadCdiRegistry, validateSpec } from '../../src/devices/index.js';
 import { startFakeDpKubelet, waitFor, type FakeDpKubelet } from '../helpers/fakedpkubelet.js';
-import { DP_BIN, makeDpNode, removePci, setNuma, startPlugin, writeConfig, type DpNode, type RunningPlugin } from '../helpers/dpplugin.js';
+import {
+  DP_BIN,
+  makeDpNode,
+  removePci,
+  setNuma,
+  startPlugin,
+  writeConfig,
+  type DpNode,
+  type RunningPlugin,
+} from '../helpers/dpplugin.js';
 
 const QAT = 'vendor.example/qat';
 const CX7 = 'vendor.example/cx7';
@@ -37,7 +46,9 @@ afterEach(async () => {
   node = undefined;
 });
 
-async function setup(o: { config?: string; configName?: string; args?: string[]; startKubelet?: boolean; devRoot?: string } = {}) {
+async function setup(
+  o: { config?: string; configName?: string; args?: string[]; startKubelet?: boolean; devRoot?: string } = {},
+) {
   node = makeDpNode();
   kubelet = await startFakeDpKubelet({ start: o.startKubelet !== false });
   const cfg = writeConfig(node.dir, o.configName ?? 'dp.yaml', o.config ?? CONFIG);
@@ -57,7 +68,12 @@ describe('registration and the device lists', { timeout: 180_000 }, () => {
     const { kubelet: k } = await setup();
     const [qat] = await k.registered(QAT);
     const [cx7] = await k.registered(CX7);
-    expect(qat).toEqual({ version: 'v1beta1', endpoint: 'vmpod-vfio_vendor.example_qat.sock', resource_name: QAT, options: { pre_start_required: false, get_preferred_allocation_available: true } });
+    expect(qat).toEqual({
+      version: 'v1beta1',
+      endpoint: 'vmpod-vfio_vendor.example_qat.sock',
+      resource_name: QAT,
+      options: { pre_start_required: false, get_preferred_allocation_available: true },
+    });
     expect(cx7!.endpoint).toBe('vmpod-vfio_vendor.example_cx7.sock');
     expect(fs.existsSync(path.join(k.dir, qat!.endpoint))).toBe(true);
     const c = await k.plugin(QAT);
@@ -68,7 +84,14 @@ describe('registration and the device lists', { timeout: 180_000 }, () => {
   it('IDs per unit, NUMA topology, health with group viability; a no-IOMMU group is never offered', async () => {
     // 0000:3d:02.5 on vfio-pci in vfio's no-IOMMU group 81
     const n = makeDpNodeWith((t) => {
-      t.addPci({ address: '0000:3d:02.5', class: 0x0b4000, vendor: '0x8086', device: '0x4941', driver: 'vfio-pci', iommuGroup: '81' }).markNoiommu('81');
+      t.addPci({
+        address: '0000:3d:02.5',
+        class: 0x0b4000,
+        vendor: '0x8086',
+        device: '0x4941',
+        driver: 'vfio-pci',
+        iommuGroup: '81',
+      }).markNoiommu('81');
       setNuma(t, '0000:3d:02.5', 0);
     });
     const { kubelet: k, plugin: p } = await setupOn(n);
@@ -101,18 +124,42 @@ describe('registration and the device lists', { timeout: 180_000 }, () => {
     const c = await k.plugin(QAT);
     await c.nextList((l) => l.length === 4);
     n.tree.setDriver('0000:3d:02.2', 'qat_4xxx'); // rebind away from vfio
-    expect(healthOf(await c.nextList((l) => healthOf(l, '0000:3d:02.2') === 'Unhealthy'), '0000:3d:02.1')).toBe('Healthy');
+    expect(healthOf(await c.nextList((l) => healthOf(l, '0000:3d:02.2') === 'Unhealthy'), '0000:3d:02.1')).toBe(
+      'Healthy',
+    );
     removePci(n.tree, '0000:3d:02.3', '63'); // removed
-    expect(ids(await c.nextList((l) => !ids(l).includes('0000:3d:02.3')))).toEqual(['0000:3d:02.1', '0000:3d:02.2', '0000:3d:02.4']);
+    expect(ids(await c.nextList((l) => !ids(l).includes('0000:3d:02.3')))).toEqual([
+      '0000:3d:02.1',
+      '0000:3d:02.2',
+      '0000:3d:02.4',
+    ]);
     // a VF created on its PF (sriov_numvfs), bound to vfio-pci
-    n.tree.addPci({ address: '0000:3d:00.0', class: 0x0b4000, vendor: '0x8086', device: '0x4940', driver: 'qat_4xxx', iommuGroup: '60' });
-    n.tree.addPci({ address: '0000:3d:02.6', class: 0x0b4000, vendor: '0x8086', device: '0x4941', driver: 'vfio-pci', iommuGroup: '66', physfn: '0000:3d:00.0', vfIndex: 5 });
+    n.tree.addPci({
+      address: '0000:3d:00.0',
+      class: 0x0b4000,
+      vendor: '0x8086',
+      device: '0x4940',
+      driver: 'qat_4xxx',
+      iommuGroup: '60',
+    });
+    n.tree.addPci({
+      address: '0000:3d:02.6',
+      class: 0x0b4000,
+      vendor: '0x8086',
+      device: '0x4941',
+      driver: 'vfio-pci',
+      iommuGroup: '66',
+      physfn: '0000:3d:00.0',
+      vfIndex: 5,
+    });
     const l = await c.nextList((x) => ids(x).includes('0000:3d:02.6'));
     expect(healthOf(l, '0000:3d:02.6')).toBe('Healthy');
     // a group member leaving the host driver makes the group viable
     const g = await k.plugin(CX7);
     n.tree.setDriver('0000:70:00.1', undefined);
-    expect(healthOf(await g.nextList((x) => healthOf(x, 'iommu-group-70') === 'Healthy'), 'iommu-group-42')).toBe('Healthy');
+    expect(healthOf(await g.nextList((x) => healthOf(x, 'iommu-group-70') === 'Healthy'), 'iommu-group-42')).toBe(
+      'Healthy',
+    );
   });
 });
 
@@ -131,17 +178,34 @@ describe('reasons: logged once per change, exported as a metric', { timeout: 180
     await c.nextList((l) => healthOf(l, '0000:3d:02.2') === 'Healthy');
     const lines = p.linesMatching(bad);
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatchObject({ resource: QAT, device: '0000:3d:02.4', reason: 'not-vfio', member: '0000:3d:02.4', driver: 'qat_4xxx' });
-    expect(lines[0]!.msg).toMatch(/bound to qat_4xxx, not to a vfio driver: bind it to vfio-pci \(echo vfio-pci > .*driver_override/);
+    expect(lines[0]).toMatchObject({
+      resource: QAT,
+      device: '0000:3d:02.4',
+      reason: 'not-vfio',
+      member: '0000:3d:02.4',
+      driver: 'qat_4xxx',
+    });
+    expect(lines[0]!.msg).toMatch(
+      /bound to qat_4xxx, not to a vfio driver: bind it to vfio-pci \(echo vfio-pci > .*driver_override/,
+    );
     const metrics = await (await fetch(`${url}/metrics`)).text();
-    expect(metrics).toContain(`vmpod_dp_device_unhealthy{resource="${QAT}",device="0000:3d:02.4",reason="not-vfio",member="0000:3d:02.4",driver="qat_4xxx"} 1`);
-    expect(metrics).toContain(`vmpod_dp_device_unhealthy{resource="${CX7}",device="iommu-group-70",reason="group-not-viable",member="0000:70:00.1",driver="ixgbe"} 1`);
+    expect(metrics).toContain(
+      `vmpod_dp_device_unhealthy{resource="${QAT}",device="0000:3d:02.4",reason="not-vfio",member="0000:3d:02.4",driver="qat_4xxx"} 1`,
+    );
+    expect(metrics).toContain(
+      `vmpod_dp_device_unhealthy{resource="${CX7}",device="iommu-group-70",reason="group-not-viable",member="0000:70:00.1",driver="ixgbe"} 1`,
+    );
     expect(metrics).toContain(`vmpod_dp_devices{resource="${QAT}",health="Healthy"} 3`);
     expect(metrics).toContain('vmpod_dp_registered 1');
     expect(await (await fetch(`${url}/healthz`)).text()).toBe('ok\n');
     // the DaemonSet's exec probes
     for (const path of ['/healthz', '/readyz'])
-      expect(spawnSync(process.execPath, [DP_BIN, '--probe', path, '--http-listen', `127.0.0.1:${listening!['port']}`], { encoding: 'utf8' }).status, path).toBe(0);
+      expect(
+        spawnSync(process.execPath, [DP_BIN, '--probe', path, '--http-listen', `127.0.0.1:${listening!['port']}`], {
+          encoding: 'utf8',
+        }).status,
+        path,
+      ).toBe(0);
     // the fix: one "healthy again" line, and the metric's series is gone
     n.tree.setDriver('0000:3d:02.4', 'vfio-pci');
     await c.nextList((l) => healthOf(l, '0000:3d:02.4') === 'Healthy');
@@ -168,11 +232,15 @@ describe('GetPreferredAllocation', { timeout: 180_000 }, () => {
     // one whole group, never a function of each; of two that fit, the one on the lowest NUMA node
     expect(await c.preferred([{ available: all, size: 2 }])).toEqual([['0000:61:00.0', '0000:61:00.1']]);
     expect(await c.preferred([{ available: all.slice(0, 3), size: 2 }])).toEqual([['0000:60:00.0', '0000:60:00.1']]);
-    expect(await c.preferred([{ available: all, mustInclude: ['0000:61:00.1'], size: 2 }])).toEqual([['0000:61:00.1', '0000:61:00.0']]);
-    expect(await c.preferred([{ available: all, mustInclude: ['0000:61:00.1'], size: 3 }, { available: all, size: 1 }])).toEqual([
-      ['0000:61:00.1', '0000:61:00.0', '0000:60:00.0'],
-      ['0000:61:00.0'],
+    expect(await c.preferred([{ available: all, mustInclude: ['0000:61:00.1'], size: 2 }])).toEqual([
+      ['0000:61:00.1', '0000:61:00.0'],
     ]);
+    expect(
+      await c.preferred([
+        { available: all, mustInclude: ['0000:61:00.1'], size: 3 },
+        { available: all, size: 1 },
+      ]),
+    ).toEqual([['0000:61:00.1', '0000:61:00.0', '0000:60:00.0'], ['0000:61:00.0']]);
   });
 });
 
@@ -185,7 +253,11 @@ describe('Allocate', { timeout: 180_000 }, () => {
     expect(one).toEqual({
       envs: { PCIDEVICE_VENDOR_EXAMPLE_QAT: '0000:3d:02.1,0000:3d:02.2' },
       mounts: [],
-      devices: ['/dev/vfio/vfio', '/dev/vfio/61', '/dev/vfio/62'].map((p) => ({ container_path: p, host_path: p, permissions: 'rw' })),
+      devices: ['/dev/vfio/vfio', '/dev/vfio/61', '/dev/vfio/62'].map((p) => ({
+        container_path: p,
+        host_path: p,
+        permissions: 'rw',
+      })),
       annotations: {},
       cdi_devices: [{ name: `${QAT}=0000:3d:02.2` }, { name: `${QAT}=0000:3d:02.1` }],
     });
@@ -201,7 +273,11 @@ describe('Allocate', { timeout: 180_000 }, () => {
     for (const f of files) expect(validateSpec(JSON.parse(fs.readFileSync(path.join(cdiDir, f), 'utf8')))).toEqual([]);
     const reg = loadCdiRegistry([cdiDir], () => undefined);
     const problems: string[] = [];
-    const reqs = cdiRequests(one!.cdi_devices.map((d) => d.name), reg, problems);
+    const reqs = cdiRequests(
+      one!.cdi_devices.map((d) => d.name),
+      reg,
+      problems,
+    );
     expect(problems).toEqual([]);
     expect(reqs.map((r) => (r.kind === 'group' ? [r.group, r.only] : r))).toEqual([
       ['62', ['0000:3d:02.2']],
@@ -209,7 +285,7 @@ describe('Allocate', { timeout: 180_000 }, () => {
     ]);
   });
 
-  it('with iommufd: /dev/iommu and the function\'s /dev/vfio/devices/vfioN as well', async () => {
+  it("with iommufd: /dev/iommu and the function's /dev/vfio/devices/vfioN as well", async () => {
     const n = makeDpNodeWith(() => undefined);
     fs.writeFileSync(path.join(n.host.root, 'dev/iommu'), '');
     fs.mkdirSync(path.join(n.host.root, 'dev/vfio/devices'), { recursive: true });
@@ -218,10 +294,21 @@ describe('Allocate', { timeout: 180_000 }, () => {
     const c = await k.plugin(QAT);
     await c.nextList((l) => l.length === 4);
     const [r] = await c.allocate([['0000:3d:02.1']]);
-    expect(r!.devices.map((d) => d.host_path)).toEqual(['/dev/vfio/vfio', '/dev/vfio/61', '/dev/iommu', '/dev/vfio/devices/vfio0']);
+    expect(r!.devices.map((d) => d.host_path)).toEqual([
+      '/dev/vfio/vfio',
+      '/dev/vfio/61',
+      '/dev/iommu',
+      '/dev/vfio/devices/vfio0',
+    ]);
     const spec = JSON.parse(fs.readFileSync(path.join(cdiDir, 'vmpod-vfio_vendor.example_qat.json'), 'utf8'));
-    expect(spec.devices[0].containerEdits.deviceNodes.map((d: { path: string }) => d.path)).toEqual(['/dev/vfio/61', '/dev/vfio/devices/vfio0']);
-    expect(spec.containerEdits.deviceNodes.map((d: { path: string }) => d.path)).toEqual(['/dev/vfio/vfio', '/dev/iommu']);
+    expect(spec.devices[0].containerEdits.deviceNodes.map((d: { path: string }) => d.path)).toEqual([
+      '/dev/vfio/61',
+      '/dev/vfio/devices/vfio0',
+    ]);
+    expect(spec.containerEdits.deviceNodes.map((d: { path: string }) => d.path)).toEqual([
+      '/dev/vfio/vfio',
+      '/dev/iommu',
+    ]);
   });
 
   it('refuses an unknown device and an unhealthy one, naming the device and the reason', async () => {
@@ -229,25 +316,39 @@ describe('Allocate', { timeout: 180_000 }, () => {
     const c = await k.plugin(QAT);
     await c.nextList((l) => l.length === 4);
     const sent = c.lists.length;
-    await expect(c.allocate([['0000:3d:07.0']])).rejects.toMatchObject({ code: grpc.status.NOT_FOUND, details: expect.stringMatching(/device 0000:3d:07\.0 of vendor\.example\/qat is unknown/) });
+    await expect(c.allocate([['0000:3d:07.0']])).rejects.toMatchObject({
+      code: grpc.status.NOT_FOUND,
+      details: expect.stringMatching(/device 0000:3d:07\.0 of vendor\.example\/qat is unknown/),
+    });
     await expect(c.allocate([['0000:3d:02.1', '0000:3d:02.4']])).rejects.toMatchObject({
       code: grpc.status.FAILED_PRECONDITION,
-      details: expect.stringMatching(/^device 0000:3d:02\.4 of vendor\.example\/qat is unhealthy: 0000:3d:02\.4 is bound to qat_4xxx/),
+      details: expect.stringMatching(
+        /^device 0000:3d:02\.4 of vendor\.example\/qat is unhealthy: 0000:3d:02\.4 is bound to qat_4xxx/,
+      ),
     });
     // and a ListAndWatch update with each failure, as the API asks
     await waitFor('the lists sent again', () => (c.lists.length >= sent + 2 ? true : undefined));
     const g = await k.plugin(CX7);
-    await expect(g.allocate([['iommu-group-70']])).rejects.toMatchObject({ details: expect.stringMatching(/IOMMU group 70 is not viable: its member 0000:70:00\.1 is bound to ixgbe/) });
+    await expect(g.allocate([['iommu-group-70']])).rejects.toMatchObject({
+      details: expect.stringMatching(/IOMMU group 70 is not viable: its member 0000:70:00\.1 is bound to ixgbe/),
+    });
   });
 
   it('refuses a device whose group a VM of another pod holds open, naming that VM', async () => {
     const { kubelet: k, node: n } = await setup();
-    n.host.addProcess(4242, 'qemu-system-x86', ['qemu-system-x86_64', '-name', 'guest=vm-of-deleted-pod'], ['/dev/vfio/42']);
+    n.host.addProcess(
+      4242,
+      'qemu-system-x86',
+      ['qemu-system-x86_64', '-name', 'guest=vm-of-deleted-pod'],
+      ['/dev/vfio/42'],
+    );
     const g = await k.plugin(CX7);
     await g.nextList((l) => l.length === 2);
     await expect(g.allocate([['iommu-group-42']])).rejects.toMatchObject({
       code: grpc.status.FAILED_PRECONDITION,
-      details: expect.stringMatching(/^device iommu-group-42 of vendor\.example\/cx7: its IOMMU group 42 \(\/dev\/vfio\/42\) is held open by pid 4242 \(qemu-system-x86, VM "vm-of-deleted-pod"\)/),
+      details: expect.stringMatching(
+        /^device iommu-group-42 of vendor\.example\/cx7: its IOMMU group 42 \(\/dev\/vfio\/42\) is held open by pid 4242 \(qemu-system-x86, VM "vm-of-deleted-pod"\)/,
+      ),
     });
   });
 
@@ -266,7 +367,9 @@ describe('Allocate', { timeout: 180_000 }, () => {
       const { kubelet: k } = await setupOn(n, { devRoot: root });
       const c = await k.plugin(QAT);
       await c.nextList((l) => l.length === 4);
-      await expect(c.allocate([['0000:3d:02.1']])).rejects.toMatchObject({ details: expect.stringContaining(`is held open by pid ${holder.pid} (sleep)`) });
+      await expect(c.allocate([['0000:3d:02.1']])).rejects.toMatchObject({
+        details: expect.stringContaining(`is held open by pid ${holder.pid} (sleep)`),
+      });
       expect((await c.allocate([['0000:3d:02.2']]))[0]!.envs).toEqual({ PCIDEVICE_VENDOR_EXAMPLE_QAT: '0000:3d:02.2' });
     } finally {
       holder.kill('SIGKILL');
@@ -317,15 +420,20 @@ describe('kubelet and the plugin die', { timeout: 180_000 }, () => {
     await p.waitLog(/^registered with kubelet/, 2);
   });
 
-  it('kubelet refuses the registration: exit 1 naming the resource and kubelet\'s reason', async () => {
+  it("kubelet refuses the registration: exit 1 naming the resource and kubelet's reason", async () => {
     const n = makeDpNodeWith(() => undefined);
     kubelet = await startFakeDpKubelet();
     kubelet.refuse = { code: grpc.status.UNKNOWN, details: `resource ${QAT} is already registered` };
     const cfg = writeConfig(n.dir, 'dp.yaml', CONFIG);
-    const p = startPlugin({ args: ['--config', cfg, '--kubelet-dir', kubelet.dir, '--cdi-dir', ''], env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: n.host.root } });
+    const p = startPlugin({
+      args: ['--config', cfg, '--kubelet-dir', kubelet.dir, '--cdi-dir', ''],
+      env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: n.host.root },
+    });
     const r = await p.exited;
     expect(r.code).toBe(1);
-    expect(p.stderr.trim().split('\n').pop()).toBe(`vfio-device-plugin: kubelet refused the registration of ${QAT}: resource ${QAT} is already registered`);
+    expect(p.stderr.trim().split('\n').pop()).toBe(
+      `vfio-device-plugin: kubelet refused the registration of ${QAT}: resource ${QAT} is already registered`,
+    );
     expect(fs.readdirSync(kubelet.dir).filter((f) => f !== 'kubelet.sock')).toEqual([]);
   });
 
@@ -334,9 +442,14 @@ describe('kubelet and the plugin die', { timeout: 180_000 }, () => {
     const [first] = await k.registered(QAT);
     await k.registered(CX7);
     const socketId = fs.statSync(path.join(k.dir, first!.endpoint)).ino;
-    const second = startPlugin({ args: ['--config', path.join(n.dir, 'dp.yaml'), '--kubelet-dir', k.dir, '--cdi-dir', ''], env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: n.host.root } });
+    const second = startPlugin({
+      args: ['--config', path.join(n.dir, 'dp.yaml'), '--kubelet-dir', k.dir, '--cdi-dir', ''],
+      env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: n.host.root },
+    });
     expect((await second.exited).code).toBe(1);
-    expect(second.stderr.trim().split('\n').pop()).toBe(`vfio-device-plugin: another process serves on ${path.join(k.dir, first!.endpoint)} (another vfio-device-plugin with a resource of the same name?): stop it, or rename the resource`);
+    expect(second.stderr.trim().split('\n').pop()).toBe(
+      `vfio-device-plugin: another process serves on ${path.join(k.dir, first!.endpoint)} (another vfio-device-plugin with a resource of the same name?): stop it, or rename the resource`,
+    );
     expect(fs.statSync(path.join(k.dir, first!.endpoint)).ino).toBe(socketId);
     expect(k.registrations.filter((r) => r.resource_name === QAT)).toHaveLength(1);
     expect(await (await k.plugin(QAT)).allocate([['0000:3d:02.1']])).toHaveLength(1);
@@ -357,8 +470,15 @@ describe('the config', { timeout: 180_000 }, () => {
   it('a bad one is refused at start: one line per problem, naming the entry', async () => {
     const n = makeDpNodeWith(() => undefined);
     kubelet = await startFakeDpKubelet();
-    const cfg = writeConfig(n.dir, 'dp.yaml', `- resourceName: ${QAT}\n  vendors: ["8086"]\n  unit: gpu\n- resourceName: vendor.example/x\n  devices: ["10fb"]\n  driver: vfio-pci\n`);
-    const p = startPlugin({ args: ['--config', cfg, '--kubelet-dir', kubelet.dir], env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: n.host.root } });
+    const cfg = writeConfig(
+      n.dir,
+      'dp.yaml',
+      `- resourceName: ${QAT}\n  vendors: ["8086"]\n  unit: gpu\n- resourceName: vendor.example/x\n  devices: ["10fb"]\n  driver: vfio-pci\n`,
+    );
+    const p = startPlugin({
+      args: ['--config', cfg, '--kubelet-dir', kubelet.dir],
+      env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: n.host.root },
+    });
     const r = await p.exited;
     expect(r.code).toBe(1);
     expect(p.stderr.trim().split('\n')).toEqual([
@@ -403,6 +523,9 @@ async function setupOn(n: DpNode, o: { config?: string; configName?: string; dev
   kubelet = await startFakeDpKubelet();
   const cfg = writeConfig(n.dir, o.configName ?? 'dp.yaml', o.config ?? CONFIG);
   const cdiDir = path.join(n.dir, 'cdi');
-  plugin = startPlugin({ args: ['--config', cfg, '--kubelet-dir', kubelet.dir, '--cdi-dir', cdiDir, ...(o.args ?? [])], env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: o.devRoot ?? n.host.root } });
+  plugin = startPlugin({
+    args: ['--config', cfg, '--kubelet-dir', kubelet.dir, '--cdi-dir', cdiDir, ...(o.args ?? [])],
+    env: { VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: o.devRoot ?? n.host.root },
+  });
   return { node: n, kubelet, plugin, cdiDir };
 }

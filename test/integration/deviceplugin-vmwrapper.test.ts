@@ -48,7 +48,17 @@ async function startWith(config: string) {
 }
 
 const vmwrapper = (n: DpNode, env: Record<string, string>) =>
-  runVmwrapper({ args: LIBVIRT_ARGS, env: { VIRTLET_EMULATOR: STUB_EMULATOR, VMPOD_SYSFS_ROOT: n.tree.root, VMPOD_DEV_ROOT: n.host.root, VMPOD_LOG_LEVEL: 'silent', VMPOD_POD_RESOURCES_SOCKET: '', ...env } });
+  runVmwrapper({
+    args: LIBVIRT_ARGS,
+    env: {
+      VIRTLET_EMULATOR: STUB_EMULATOR,
+      VMPOD_SYSFS_ROOT: n.tree.root,
+      VMPOD_DEV_ROOT: n.host.root,
+      VMPOD_LOG_LEVEL: 'silent',
+      VMPOD_POD_RESOURCES_SOCKET: '',
+      ...env,
+    },
+  });
 
 const added = (argv: string[]) => argv.slice(LIBVIRT_ARGS.length + 1);
 
@@ -65,10 +75,15 @@ describe('plugin -> kubelet -> vmwrapper -> qemu', () => {
     const r = await vmwrapper(n, resp!.envs);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
-    expect(added(r.stub!.argv)).toEqual(['-device', 'vfio-pci,host=0000:60:00.0,id=vmpodhostdev0', '-device', 'vfio-pci,host=0000:60:00.1,id=vmpodhostdev1']);
+    expect(added(r.stub!.argv)).toEqual([
+      '-device',
+      'vfio-pci,host=0000:60:00.0,id=vmpodhostdev0',
+      '-device',
+      'vfio-pci,host=0000:60:00.1,id=vmpodhostdev1',
+    ]);
   }, 180_000);
 
-  it('one QAT VF allocated: qemu gets that one, none of the node\'s others; the same through the CDI names alone', async () => {
+  it("one QAT VF allocated: qemu gets that one, none of the node's others; the same through the CDI names alone", async () => {
     const { node: n, kubelet: k, cdiDir } = await start();
     const c = await k.plugin('vendor.example/qat');
     await c.nextList((l) => l.length === 4);
@@ -83,22 +98,39 @@ describe('plugin -> kubelet -> vmwrapper -> qemu', () => {
     expect(added(viaCdi.stub!.argv)).toEqual(['-device', 'vfio-pci,host=0000:3d:02.2,id=vmpodhostdev0']);
   }, 180_000);
 
-  it('unit group, found through kubelet\'s PodResources API with the iommu-group rule: the group\'s functions', async () => {
-    const { node: n, kubelet: k } = await startWith(`- resourceName: vendor.example/cx7g\n  devices: ["101e"]\n  unit: group\n`);
+  it("unit group, found through kubelet's PodResources API with the iommu-group rule: the group's functions", async () => {
+    const { node: n, kubelet: k } = await startWith(
+      `- resourceName: vendor.example/cx7g\n  devices: ["101e"]\n  unit: group\n`,
+    );
     const c = await k.plugin('vendor.example/cx7g');
     await c.nextList((l) => l.length === 2);
     const [resp] = await c.allocate([['iommu-group-42']]);
     expect(resp!.envs).toEqual({ PCIDEVICE_VENDOR_EXAMPLE_CX7G: '0000:60:00.0,0000:60:00.1' });
     // what kubelet then reports for the pod: the plugin's device IDs
-    podResources = await startFakeKubelet([{ name: 'vm-a', namespace: 'vms', containers: [{ name: 'vm', devices: [{ resource_name: 'vendor.example/cx7g', device_ids: ['iommu-group-42'] }] }] }]);
+    podResources = await startFakeKubelet([
+      {
+        name: 'vm-a',
+        namespace: 'vms',
+        containers: [
+          { name: 'vm', devices: [{ resource_name: 'vendor.example/cx7g', device_ids: ['iommu-group-42'] }] },
+        ],
+      },
+    ]);
     const r = await vmwrapper(n, {
       VMPOD_POD_RESOURCES_SOCKET: podResources.socket,
       VMPOD_POD_NAME: 'vm-a',
       VMPOD_POD_NAMESPACE: 'vms',
       VMPOD_POD_RESOURCES_TIMEOUT_MS: '60000',
-      VMPOD_RESOURCE_MAP: JSON.stringify({ 'vendor.example/cx7g': { ids: 'iommu-group', pattern: '^iommu-group-(\\d+)$' } }),
+      VMPOD_RESOURCE_MAP: JSON.stringify({
+        'vendor.example/cx7g': { ids: 'iommu-group', pattern: '^iommu-group-(\\d+)$' },
+      }),
     });
     expect(r.stderr).toBe('');
-    expect(added(r.stub!.argv)).toEqual(['-device', 'vfio-pci,host=0000:60:00.0,id=vmpodhostdev0', '-device', 'vfio-pci,host=0000:60:00.1,id=vmpodhostdev1']);
+    expect(added(r.stub!.argv)).toEqual([
+      '-device',
+      'vfio-pci,host=0000:60:00.0,id=vmpodhostdev0',
+      '-device',
+      'vfio-pci,host=0000:60:00.1,id=vmpodhostdev1',
+    ]);
   }, 180_000);
 });

@@ -1,9 +1,22 @@
 // kubelet's PodResources API as a device input: a fake kubelet gRPC server on a Unix socket (Get, List where Get is
 // unimplemented or disabled, an unknown pod, a kubelet that never answers), fake sysfs behind it, qemu argv out.
 import { afterEach, describe, expect, it } from 'vitest';
-import { collectDevices, devicesOrThrow, podResourcesTarget, Sysfs, type CollectedDevices, type PodResourcesMsg } from '../../src/devices/index.js';
+import {
+  collectDevices,
+  devicesOrThrow,
+  podResourcesTarget,
+  Sysfs,
+  type CollectedDevices,
+  type PodResourcesMsg,
+} from '../../src/devices/index.js';
 import { buildQemuArgv } from '../../src/qemu/index.js';
-import { makeFakeHostRoot, makeFakeSysfs, removeFakeSysfs, type FakeHostRoot, type FakeSysfsTree } from '../helpers/fakesysfs.js';
+import {
+  makeFakeHostRoot,
+  makeFakeSysfs,
+  removeFakeSysfs,
+  type FakeHostRoot,
+  type FakeSysfsTree,
+} from '../helpers/fakesysfs.js';
 import { startFakeKubelet, startSilentSocket, type FakeKubelet } from '../helpers/fakekubelet.js';
 
 let tree: FakeSysfsTree | undefined;
@@ -45,15 +58,34 @@ const VM_POD: PodResourcesMsg = {
     { name: 'sidecar', devices: [{ resource_name: 'intel.com/gvt', device_ids: [MDEV] }] },
   ],
 };
-const OTHER_POD: PodResourcesMsg = { name: 'vm-b', namespace: 'vms', containers: [{ name: 'vm', devices: [{ resource_name: 'intel.com/intel_sriov_netdevice', device_ids: ['0000:8a:04.0'] }] }] };
+const OTHER_POD: PodResourcesMsg = {
+  name: 'vm-b',
+  namespace: 'vms',
+  containers: [
+    { name: 'vm', devices: [{ resource_name: 'intel.com/intel_sriov_netdevice', device_ids: ['0000:8a:04.0'] }] },
+  ],
+};
 
-const RESOURCE_MAP = JSON.stringify({ 'qat.intel.com/generic': { ids: 'iommu-group', pattern: '^vfio-(\\d+)$' }, 'intel.com/gvt': 'mdev', 'devices.kubevirt.io/kvm': 'ignore' });
+const RESOURCE_MAP = JSON.stringify({
+  'qat.intel.com/generic': { ids: 'iommu-group', pattern: '^vfio-(\\d+)$' },
+  'intel.com/gvt': 'mdev',
+  'devices.kubevirt.io/kvm': 'ignore',
+});
 
 const collect = (env: Record<string, string>): Promise<CollectedDevices> =>
-  collectDevices({ VMPOD_POD_NAME: 'vm-a', VMPOD_POD_NAMESPACE: 'vms', VMPOD_RESOURCE_MAP: RESOURCE_MAP, VMPOD_POD_RESOURCES_TIMEOUT_MS: '60000', ...env }, { sysfs: new Sysfs(tree!.root), hostRoot: host!.root });
+  collectDevices(
+    {
+      VMPOD_POD_NAME: 'vm-a',
+      VMPOD_POD_NAMESPACE: 'vms',
+      VMPOD_RESOURCE_MAP: RESOURCE_MAP,
+      VMPOD_POD_RESOURCES_TIMEOUT_MS: '60000',
+      ...env,
+    },
+    { sysfs: new Sysfs(tree!.root), hostRoot: host!.root },
+  );
 
 describe('PodResources', () => {
-  it('Get: the pod\'s devices only, mapped through VMPOD_RESOURCE_MAP, to the qemu argv', async () => {
+  it("Get: the pod's devices only, mapped through VMPOD_RESOURCE_MAP, to the qemu argv", async () => {
     node();
     kubelet = await startFakeKubelet([OTHER_POD, VM_POD]);
     const r = await collect({ VMPOD_POD_RESOURCES_SOCKET: kubelet.socket });
@@ -99,7 +131,9 @@ describe('PodResources', () => {
     await kubelet.close();
     kubelet = await startFakeKubelet([OTHER_POD], 'disabled');
     const l = await collect({ VMPOD_POD_RESOURCES_SOCKET: kubelet.socket });
-    expect(l.inputErrors).toEqual([`kubelet's PodResources API (${kubelet.socket}) does not list pod vms/vm-a: check VMPOD_POD_NAME and VMPOD_POD_NAMESPACE`]);
+    expect(l.inputErrors).toEqual([
+      `kubelet's PodResources API (${kubelet.socket}) does not list pod vms/vm-a: check VMPOD_POD_NAME and VMPOD_POD_NAMESPACE`,
+    ]);
   });
 
   it('a kubelet that never answers: an error at the deadline, no hang', async () => {
@@ -107,15 +141,25 @@ describe('PodResources', () => {
     kubelet = await startSilentSocket();
     const r = await collect({ VMPOD_POD_RESOURCES_SOCKET: kubelet.socket, VMPOD_POD_RESOURCES_TIMEOUT_MS: '500' });
     expect(r.inputErrors).toHaveLength(1);
-    expect(r.inputErrors[0]).toContain(`ask kubelet's PodResources API (${kubelet.socket}) for the devices of pod vms/vm-a: Get: kubelet did not answer within 500 ms`);
+    expect(r.inputErrors[0]).toContain(
+      `ask kubelet's PodResources API (${kubelet.socket}) for the devices of pod vms/vm-a: Get: kubelet did not answer within 500 ms`,
+    );
   });
 
   it('IDs that are not PCI addresses and have no rule are skipped and reported, not guessed', async () => {
     node();
-    kubelet = await startFakeKubelet([{ name: 'vm-a', namespace: 'vms', containers: [{ name: 'vm', devices: [{ resource_name: 'nvidia.com/gpu', device_ids: ['GPU-8f6c'] }] }] }]);
+    kubelet = await startFakeKubelet([
+      {
+        name: 'vm-a',
+        namespace: 'vms',
+        containers: [{ name: 'vm', devices: [{ resource_name: 'nvidia.com/gpu', device_ids: ['GPU-8f6c'] }] }],
+      },
+    ]);
     const r = await collect({ VMPOD_POD_RESOURCES_SOCKET: kubelet.socket, VMPOD_RESOURCE_MAP: '' });
     expect(r.devices).toEqual([]);
-    expect(r.skipped).toEqual(['nvidia.com/gpu (GPU-8f6c) of container vm: the IDs are not PCI addresses and VMPOD_RESOURCE_MAP has no rule for it']);
+    expect(r.skipped).toEqual([
+      'nvidia.com/gpu (GPU-8f6c) of container vm: the IDs are not PCI addresses and VMPOD_RESOURCE_MAP has no rule for it',
+    ]);
   });
 
   it('when to ask: the variable, else the default socket if it exists; names required with an explicit socket', () => {
@@ -128,7 +172,11 @@ describe('PodResources', () => {
       timeoutMs: 5000,
     });
     expect(podResourcesTarget({}, () => true)).toBeUndefined();
-    expect(podResourcesTarget({ VMPOD_POD_RESOURCES_SOCKET: '', VMPOD_POD_NAME: 'a', VMPOD_POD_NAMESPACE: 'b' }, () => true)).toBeUndefined();
-    expect(() => podResourcesTarget({ VMPOD_POD_RESOURCES_SOCKET: '/x.sock' }, none)).toThrow(/VMPOD_POD_RESOURCES_SOCKET="\/x.sock" is set but VMPOD_POD_NAME and VMPOD_POD_NAMESPACE are not both set/);
+    expect(
+      podResourcesTarget({ VMPOD_POD_RESOURCES_SOCKET: '', VMPOD_POD_NAME: 'a', VMPOD_POD_NAMESPACE: 'b' }, () => true),
+    ).toBeUndefined();
+    expect(() => podResourcesTarget({ VMPOD_POD_RESOURCES_SOCKET: '/x.sock' }, none)).toThrow(
+      /VMPOD_POD_RESOURCES_SOCKET="\/x.sock" is set but VMPOD_POD_NAME and VMPOD_POD_NAMESPACE are not both set/,
+    );
   });
 });

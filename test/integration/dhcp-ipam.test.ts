@@ -29,13 +29,18 @@ async function waitFor(what: string, cond: () => boolean | Promise<boolean>, tim
 /** A DHCP counter on the guest's eth0: answers (udp sport 67) from anyone but tapmanager's server (169.254.254.2). */
 async function countForeignDhcp(ns: string): Promise<void> {
   await run(['ip', 'netns', 'exec', ns, 'nft', '-f', '-'], {
-    input: 'table netdev vmdhcp {\n chain in {\n  type filter hook ingress device "eth0" priority 0;\n  ip saddr != 169.254.254.2 udp sport 67 counter\n }\n}\n',
+    input:
+      'table netdev vmdhcp {\n chain in {\n  type filter hook ingress device "eth0" priority 0;\n  ip saddr != 169.254.254.2 udp sport 67 counter\n }\n}\n',
   });
 }
 
 async function foreignDhcp(ns: string): Promise<number> {
-  const j = JSON.parse(await run(['ip', 'netns', 'exec', ns, 'nft', '-j', 'list', 'table', 'netdev', 'vmdhcp'])) as { nftables: { rule?: { expr: { counter?: { packets: number } }[] } }[] };
-  return j.nftables.flatMap((e) => e.rule?.expr.flatMap((x) => (x.counter ? [x.counter.packets] : [])) ?? []).reduce((a, b) => a + b, 0);
+  const j = JSON.parse(await run(['ip', 'netns', 'exec', ns, 'nft', '-j', 'list', 'table', 'netdev', 'vmdhcp'])) as {
+    nftables: { rule?: { expr: { counter?: { packets: number } }[] } }[];
+  };
+  return j.nftables
+    .flatMap((e) => e.rule?.expr.flatMap((x) => (x.counter ? [x.counter.packets] : [])) ?? [])
+    .reduce((a, b) => a + b, 0);
 }
 
 describe('dhcp IPAM on a macvlan pod (tc-redirect), through a renewal', () => {
@@ -56,19 +61,40 @@ describe('dhcp IPAM on a macvlan pod (tc-redirect), through a renewal', () => {
     dnsmasq = execa(
       'ip',
       [
-        'netns', 'exec', lan.ns, 'dnsmasq', '--keep-in-foreground', '--conf-file=/dev/null', '--port=0', '--user=root', '--group=root',
-        '--interface=lan0', '--bind-interfaces', `--dhcp-range=${lan.prefix}.50,${lan.prefix}.150,255.255.255.0,2m`,
-        `--dhcp-option=3,${lan.gateway}`, `--dhcp-leasefile=${join(root, 'leases')}`, '--log-dhcp', `--log-facility=${join(root, 'dnsmasq.log')}`,
+        'netns',
+        'exec',
+        lan.ns,
+        'dnsmasq',
+        '--keep-in-foreground',
+        '--conf-file=/dev/null',
+        '--port=0',
+        '--user=root',
+        '--group=root',
+        '--interface=lan0',
+        '--bind-interfaces',
+        `--dhcp-range=${lan.prefix}.50,${lan.prefix}.150,255.255.255.0,2m`,
+        `--dhcp-option=3,${lan.gateway}`,
+        `--dhcp-leasefile=${join(root, 'leases')}`,
+        '--log-dhcp',
+        `--log-facility=${join(root, 'dnsmasq.log')}`,
         `--pid-file=${join(root, 'dnsmasq.pid')}`,
       ],
       { reject: false },
     );
-    cniDhcp = execa('/usr/lib/cni/dhcp', ['daemon', '-socketpath', join(root, 'dhcp.sock')], { reject: false, all: true });
+    cniDhcp = execa('/usr/lib/cni/dhcp', ['daemon', '-socketpath', join(root, 'dhcp.sock')], {
+      reject: false,
+      all: true,
+    });
     cniDhcp.all?.on('data', (b: Buffer) => (daemonOut += b.toString()));
     await waitFor('the CNI dhcp daemon socket', () => existsSync(join(root, 'dhcp.sock')), 20_000);
     await waitFor('dnsmasq to start', () => existsSync(join(root, 'dnsmasq.log')), 20_000);
     writeConfList(join(root, 'net.d'), `vmdhcp-${rand()}`, [
-      { type: 'macvlan', master: lan.parent, mode: 'bridge', ipam: { type: 'dhcp', daemonSocketPath: join(root, 'dhcp.sock') } },
+      {
+        type: 'macvlan',
+        master: lan.parent,
+        mode: 'bridge',
+        ipam: { type: 'dhcp', daemonSocketPath: join(root, 'dhcp.sock') },
+      },
     ]);
     d = await startDaemon({ confDir: join(root, 'net.d'), binDirs: ['/usr/lib/cni'], cacheDir: join(root, 'cache') });
   }, 60_000);
@@ -88,7 +114,10 @@ describe('dhcp IPAM on a macvlan pod (tc-redirect), through a renewal', () => {
   }, 60_000);
 
   const dnsmasqLog = () => readFileSync(join(root, 'dnsmasq.log'), 'utf8');
-  const acks = (ip: string) => dnsmasqLog().split('\n').filter((l) => new RegExp(`DHCPACK\\(lan0\\) ${ip.replace(/\./g, '\\.')} `).test(l)).length;
+  const acks = (ip: string) =>
+    dnsmasqLog()
+      .split('\n')
+      .filter((l) => new RegExp(`DHCPACK\\(lan0\\) ${ip.replace(/\./g, '\\.')} `).test(l)).length;
 
   it('the VM keeps the address the daemon leased, across its renewal, and reaches the LAN; release frees the lease', async () => {
     let client = new FdClient(d.socket, { timeoutMs: 60_000 });
@@ -132,7 +161,11 @@ describe('dhcp IPAM on a macvlan pod (tc-redirect), through a renewal', () => {
     client.release(key);
     expect(await listNetns()).not.toContain(key);
     // the daemon's DHCPRELEASE: dnsmasq forgets the lease
-    await waitFor('dnsmasq to drop the lease', () => !readFileSync(join(root, 'leases'), 'utf8').includes(` ${ip} `), 20_000);
+    await waitFor(
+      'dnsmasq to drop the lease',
+      () => !readFileSync(join(root, 'leases'), 'utf8').includes(` ${ip} `),
+      20_000,
+    );
     expect(dnsmasqLog()).toMatch(new RegExp(`DHCPRELEASE\\(lan0\\) ${ip.replace(/\./g, '\\.')} `));
   }, 240_000);
 });

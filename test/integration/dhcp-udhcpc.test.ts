@@ -124,7 +124,11 @@ function capture(ns: string, dev: string): { frames: RecvFrameResult[]; stop(): 
 
 /** An IPv4 UDP frame from `src` to port `dport`. */
 const isUdp4 = (f: Buffer, src: string, dport: number): boolean =>
-  f.length >= 42 && f.readUInt16BE(12) === 0x0800 && f[23] === 17 && [...f.subarray(26, 30)].join('.') === src && f.readUInt16BE(36) === dport;
+  f.length >= 42 &&
+  f.readUInt16BE(12) === 0x0800 &&
+  f[23] === 17 &&
+  [...f.subarray(26, 30)].join('.') === src &&
+  f.readUInt16BE(36) === dport;
 
 // ---- udhcpc with a hook script that records every event's environment ----
 
@@ -160,11 +164,15 @@ exit 0
 }
 
 function udhcpc(ns: string, dir: string, extra: string[]): ResultPromise {
-  const p = execa('ip', ['netns', 'exec', ns, 'busybox', 'udhcpc', '-i', 'eth0', '-f', '-n', '-T', '1', '-s', writeScript(dir), ...extra], {
-    timeout: 40_000,
-    reject: false,
-    all: true,
-  });
+  const p = execa(
+    'ip',
+    ['netns', 'exec', ns, 'busybox', 'udhcpc', '-i', 'eth0', '-f', '-n', '-T', '1', '-s', writeScript(dir), ...extra],
+    {
+      timeout: 40_000,
+      reject: false,
+      all: true,
+    },
+  );
   children.push(p);
   return p;
 }
@@ -190,7 +198,10 @@ function newDir(): string {
 
 function capturingLogger() {
   const lines: Record<string, unknown>[] = [];
-  const log = pino({ level: 'debug' }, { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) });
+  const log = pino(
+    { level: 'debug' },
+    { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) },
+  );
   return { log, lines };
 }
 
@@ -200,8 +211,18 @@ function clientPacket(mac: string, type: number, ciaddr: string, options: DhcpOp
   const chaddr = Buffer.alloc(16);
   macToBytes(mac).copy(chaddr);
   return encodePacket({
-    op: 1, htype: 1, hlen: 6, hops: 0, xid: randomBytes(4).readUInt32BE(0), secs: 0, flags: 0,
-    ciaddr, yiaddr: '0.0.0.0', siaddr: '0.0.0.0', giaddr: '0.0.0.0', chaddr,
+    op: 1,
+    htype: 1,
+    hlen: 6,
+    hops: 0,
+    xid: randomBytes(4).readUInt32BE(0),
+    secs: 0,
+    flags: 0,
+    ciaddr,
+    yiaddr: '0.0.0.0',
+    siaddr: '0.0.0.0',
+    giaddr: '0.0.0.0',
+    chaddr,
     options: [{ code: Opt.MessageType, data: Buffer.from([type]) }, ...options],
   });
 }
@@ -368,9 +389,13 @@ describe('DHCP server with busybox udhcpc', () => {
 
   it('answers hand-built requests: NAK for a wrong address, ACK for a unicast RENEWING request', async () => {
     const server = startServer(BR1, lease1);
-    const nak = await exchange(NS_B1, '255.255.255.255', clientPacket(MAC1, MessageType.Request, '0.0.0.0', [
-      { code: Opt.RequestedIp, data: Buffer.from([10, 1, 90, 99]) },
-    ]));
+    const nak = await exchange(
+      NS_B1,
+      '255.255.255.255',
+      clientPacket(MAC1, MessageType.Request, '0.0.0.0', [
+        { code: Opt.RequestedIp, data: Buffer.from([10, 1, 90, 99]) },
+      ]),
+    );
     expect(messageType(nak)).toBe(MessageType.Nak);
     expect(nak.yiaddr).toBe('0.0.0.0');
     expect(optionIp(nak, Opt.ServerId)).toBe(SERVER_IP);
@@ -385,7 +410,11 @@ describe('DHCP server with busybox udhcpc', () => {
     expect(ack.yiaddr).toBe('10.1.90.5');
     expect(ack.ciaddr).toBe('10.1.90.5');
     expect(getOption(ack, Opt.LeaseTime)!.readUInt32BE(0)).toBe(3600);
-    expect(decodeClasslessRoutes(getOption(ack, Opt.ClasslessRoutes)!)[0]).toEqual({ dst: SERVER_IP, prefix: 32, gw: '0.0.0.0' });
+    expect(decodeClasslessRoutes(getOption(ack, Opt.ClasslessRoutes)!)[0]).toEqual({
+      dst: SERVER_IP,
+      prefix: 32,
+      gw: '0.0.0.0',
+    });
     expect(server.stats).toMatchObject({ acks: 1, naks: 1 });
   });
 
@@ -401,7 +430,12 @@ describe('DHCP server with busybox udhcpc', () => {
     const [e2] = events(d2, 'bound');
     expect([e1.ip, e1.hostname, e1.mtu]).toEqual(['10.1.90.5', 'vm-pod-1', '1450']);
     expect([e2.ip, e2.mask, e2.hostname, e2.mtu, e2.search.trim(), e2.dns.trim()]).toEqual([
-      '192.168.77.9', '26', 'vm-pod-2', '1400', 'example.test', '192.168.77.53',
+      '192.168.77.9',
+      '26',
+      'vm-pod-2',
+      '1400',
+      'example.test',
+      '192.168.77.53',
     ]);
     expect(e2.staticroutes.trim()).toBe('169.254.254.2/32 0.0.0.0 0.0.0.0/0 192.168.77.1');
     // each server saw only its own client (udhcpc sends a second DISCOVER when an OFFER is slow, as on a loaded
@@ -425,8 +459,13 @@ describe('DHCP server with busybox udhcpc', () => {
     expect(env.mtu).toBe('1450');
     expect(server.stats.acks).toBe(1);
     // the same OFFER, computed for a client asking for 576 bytes like udhcpc: option 52 in use, within the limit
-    const discover = clientPacket(MAC1, MessageType.Discover, '0.0.0.0', [{ code: Opt.MaxMessageSize, data: Buffer.from([0x02, 0x40]) }]);
-    const dec = answer(discover, { lease: { ...lease1, search }, built: buildOptions({ ...lease1, search }, SERVER_IP) });
+    const discover = clientPacket(MAC1, MessageType.Discover, '0.0.0.0', [
+      { code: Opt.MaxMessageSize, data: Buffer.from([0x02, 0x40]) },
+    ]);
+    const dec = answer(discover, {
+      lease: { ...lease1, search },
+      built: buildOptions({ ...lease1, search }, SERVER_IP),
+    });
     if (dec.kind !== 'reply') throw new Error(`expected a reply, got ${JSON.stringify(dec)}`);
     expect(dec.data.length).toBeLessThanOrEqual(548);
     expect(getOption(decodePacket(dec.data), Opt.Overload)).toBeDefined();
@@ -461,14 +500,48 @@ describe('DHCP server with busybox udhcpc', () => {
       const server = startServer(BR1, lease1, log);
       const dir = newDir();
       // -a: ARP-check the offered address before taking it; -A 1: retry one second after a DECLINE
-      const p = execa('ip', ['netns', 'exec', NS_B1, 'busybox', 'udhcpc', '-i', 'eth0', '-f', '-a', '-A', '1', '-T', '1', '-s', writeScript(dir)], { reject: false, timeout: 60_000 });
+      const p = execa(
+        'ip',
+        [
+          'netns',
+          'exec',
+          NS_B1,
+          'busybox',
+          'udhcpc',
+          '-i',
+          'eth0',
+          '-f',
+          '-a',
+          '-A',
+          '1',
+          '-T',
+          '1',
+          '-s',
+          writeScript(dir),
+        ],
+        { reject: false, timeout: 60_000 },
+      );
       children.push(p);
-      await waitFor('a DECLINE and DISCOVERs after it', () => server.stats.declines === 1 && server.stats.ignored >= 2, 40_000);
-      await waitFor('the DECLINE warning', () => lines.some((l) => typeof l.msg === 'string' && l.msg.startsWith('dhcp: DECLINE')), 20_000);
+      await waitFor(
+        'a DECLINE and DISCOVERs after it',
+        () => server.stats.declines === 1 && server.stats.ignored >= 2,
+        40_000,
+      );
+      await waitFor(
+        'the DECLINE warning',
+        () => lines.some((l) => typeof l.msg === 'string' && l.msg.startsWith('dhcp: DECLINE')),
+        20_000,
+      );
       p.kill('SIGTERM');
       await p;
       const warn = lines.find((l) => typeof l.msg === 'string' && l.msg.startsWith('dhcp: DECLINE'))!;
-      expect(warn).toMatchObject({ level: 40, address: '10.1.90.5', vmMac: MAC1.toLowerCase(), conflictingMac: macC, backoffMs: 10_000 });
+      expect(warn).toMatchObject({
+        level: 40,
+        address: '10.1.90.5',
+        vmMac: MAC1.toLowerCase(),
+        conflictingMac: macC,
+        backoffMs: 10_000,
+      });
       // the DISCOVERs that followed got no offer: one OFFER, one ACK (the one udhcpc declined), no more
       expect(server.stats).toMatchObject({ offers: 1, acks: 1, declines: 1 });
       expect(events(dir, 'bound')).toEqual([]);

@@ -52,7 +52,10 @@ async function addrs(ns: string, dev: string): Promise<Addr[]> {
 function hook(dir: string, apply: string): string {
   const p = join(dir, 'hook.sh');
   // one file per event, named by the time (ordered), with the event's first argument (udhcpc6: bound, renew, ...)
-  writeFileSync(p, `#!/bin/sh\nf="${dir}/ev.$(date +%s%N)"\n{ env; echo "event=$1"; } > "$f.tmp" && mv "$f.tmp" "$f"\n${apply}\nexit 0\n`);
+  writeFileSync(
+    p,
+    `#!/bin/sh\nf="${dir}/ev.$(date +%s%N)"\n{ env; echo "event=$1"; } > "$f.tmp" && mv "$f.tmp" "$f"\n${apply}\nexit 0\n`,
+  );
   chmodSync(p, 0o755);
   return p;
 }
@@ -61,7 +64,14 @@ function events(dir: string): Record<string, string>[] {
   return readdirSync(dir)
     .filter((f) => f.startsWith('ev.') && !f.endsWith('.tmp'))
     .sort()
-    .map((f) => Object.fromEntries(readFileSync(join(dir, f), 'utf8').split('\n').filter((l) => l.includes('=')).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)])));
+    .map((f) =>
+      Object.fromEntries(
+        readFileSync(join(dir, f), 'utf8')
+          .split('\n')
+          .filter((l) => l.includes('='))
+          .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+      ),
+    );
 }
 
 /** udhcpc6's events after its first bound (it starts with a deconfig) */
@@ -70,7 +80,8 @@ const afterBound = (dir: string): string[] => {
   return ev.slice(ev.indexOf('bound') + 1);
 };
 /** udhcpc6 passes $ipv6 uncompressed (fd00:0000:...): the canonical text of it */
-const ipv6Of = (e: Record<string, string>): string | undefined => (e.ipv6 === undefined ? undefined : normaliseIpv6(e.ipv6));
+const ipv6Of = (e: Record<string, string>): string | undefined =>
+  e.ipv6 === undefined ? undefined : normaliseIpv6(e.ipv6);
 
 const DNS6 = 'fd53::53';
 
@@ -124,10 +135,22 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
 
-  async function pod(): Promise<{ key: string; ip6: string; ip4?: string; vmMac: string; router: string; guest: GuestNetns }> {
+  async function pod(): Promise<{
+    key: string;
+    ip6: string;
+    ip4?: string;
+    vmMac: string;
+    router: string;
+    guest: GuestNetns;
+  }> {
     const key = `vmp6-${rand()}`;
     keys.push(key);
-    const csn = client.add(key, { podId: key, podNs: 'default', podName: 'vm-six', DNS: { nameservers: [DNS6, '10.96.0.10'], search: SEARCH } });
+    const csn = client.add(key, {
+      podId: key,
+      podNs: 'default',
+      podName: 'vm-six',
+      DNS: { nameservers: [DNS6, '10.96.0.10'], search: SEARCH },
+    });
     const result = csn.Result!;
     const v6 = (result.ips ?? []).find((i) => i.version === '6');
     const v4 = (result.ips ?? []).find((i) => i.version === '4');
@@ -139,7 +162,14 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     guests.push(guest);
     // the router the guest sees: the pod bridge's link-local, from its MAC (the veth's new MAC)
     const br = (await ipJson<{ address: string }[]>(key, 'link', 'show', 'dev', 'br0'))[0]!;
-    return { key, ip6: v6!.address.split('/')[0]!, ...(v4 ? { ip4: v4.address.split('/')[0]! } : {}), vmMac, router: formatIpv6(linkLocalFromMac(br.address)), guest };
+    return {
+      key,
+      ip6: v6!.address.split('/')[0]!,
+      ...(v4 ? { ip4: v4.address.split('/')[0]! } : {}),
+      vmMac,
+      router: formatIpv6(linkLocalFromMac(br.address)),
+      guest,
+    };
   }
 
   it('add strips both families from the pod interface and makes the pod netns IPv6-ready', async () => {
@@ -152,7 +182,8 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     const ll = br.find((a) => a.family === 'inet6');
     expect(ll).toMatchObject({ local: p.router, prefixlen: 64, scope: 'link' });
     expect(ll!.tentative).toBeUndefined();
-    const sysctl = async (name: string) => (await execa('ip', ['netns', 'exec', p.key, 'sysctl', '-n', name])).stdout.trim();
+    const sysctl = async (name: string) =>
+      (await execa('ip', ['netns', 'exec', p.key, 'sysctl', '-n', name])).stdout.trim();
     expect(await sysctl('net.ipv6.conf.all.accept_ra')).toBe('0');
     expect(await sysctl('net.ipv6.conf.virtlet-eth0.accept_ra')).toBe('0');
     expect(await sysctl('net.ipv6.conf.all.forwarding')).toBe('1');
@@ -173,11 +204,42 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     await execa('ip', ['addr', 'add', `${far}/128`, 'dev', net.bridge, 'nodad']);
     // dhclient -6 binds to the link-local address: started while it is still in DAD it exits ("Cannot assign
     // requested address"); Debian's ifupdown waits for it the same way (/lib/ifupdown/wait-for-ll6.sh)
-    await waitFor('the guest link-local out of DAD', async () => (await addrs(p.guest.ns, 'eth0')).some((a) => a.scope === 'link' && !a.tentative), 20_000);
-    const dh = execa('ip', ['netns', 'exec', p.guest.ns, 'dhclient', '-6', '-1', '-v', '-d', '-lf', join(dir, 'lease6'), '-pf', join(dir, 'pid'), '-sf', script, 'eth0'], { reject: false, all: true, timeout: 60_000 });
+    await waitFor(
+      'the guest link-local out of DAD',
+      async () => (await addrs(p.guest.ns, 'eth0')).some((a) => a.scope === 'link' && !a.tentative),
+      20_000,
+    );
+    const dh = execa(
+      'ip',
+      [
+        'netns',
+        'exec',
+        p.guest.ns,
+        'dhclient',
+        '-6',
+        '-1',
+        '-v',
+        '-d',
+        '-lf',
+        join(dir, 'lease6'),
+        '-pf',
+        join(dir, 'pid'),
+        '-sf',
+        script,
+        'eth0',
+      ],
+      { reject: false, all: true, timeout: 60_000 },
+    );
     children.push(dh);
     await waitFor('dhclient BOUND6', () => events(dir).some((e) => e.reason === 'BOUND6'), 40_000).catch((e: Error) => {
-      throw new Error(`${e.message}\ndhclient: ${(dh as unknown as { all?: string }).all ?? ''}\n${d.logs().split('\n').filter((l) => l.includes('dhcp6')).slice(-20).join('\n')}`);
+      throw new Error(
+        `${e.message}\ndhclient: ${(dh as unknown as { all?: string }).all ?? ''}\n${d
+          .logs()
+          .split('\n')
+          .filter((l) => l.includes('dhcp6'))
+          .slice(-20)
+          .join('\n')}`,
+      );
     });
     const bound = events(dir).find((e) => e.reason === 'BOUND6')!;
     expect(bound.new_ip6_address).toBe(p.ip6);
@@ -189,17 +251,25 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     expect(bound.new_dhcp6_domain_search?.trim()).toBe(SEARCH.map((s) => `${s}.`).join(' '));
     expect(bound.new_dhcp6_server_id).toBeDefined();
     // the kernel's RA handling: on-link prefix, default route via the pod bridge, MTU
-    await waitFor('a default route from the RA', async () => (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(`via ${p.router} dev eth0`));
+    await waitFor('a default route from the RA', async () =>
+      (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(
+        `via ${p.router} dev eth0`,
+      ),
+    );
     const onlink = (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show'])).stdout;
     // the kernel files the RA's on-link prefix as proto kernel, expiring with the Prefix Information's valid lifetime
     expect(onlink).toMatch(new RegExp(`^${net.subnet6!} dev eth0 proto kernel metric \\d+ expires 259\\d{4}sec`, 'm'));
-    const ping = async (dst: string) => (await execa('ip', ['netns', 'exec', p.guest.ns, 'ping', '-6', '-c', '2', '-W', '3', dst], { reject: false })).exitCode;
+    const ping = async (dst: string) =>
+      (await execa('ip', ['netns', 'exec', p.guest.ns, 'ping', '-6', '-c', '2', '-W', '3', dst], { reject: false }))
+        .exitCode;
     expect(await ping(net.gateway6!)).toBe(0);
     expect(await ping(far)).toBe(0);
     // still reachable after NUD probed the router (R flag: the bridge answers as a router)
     await new Promise((r) => setTimeout(r, 7000));
     expect(await ping(far)).toBe(0);
-    expect((await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout).toContain(`via ${p.router}`);
+    expect((await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout).toContain(
+      `via ${p.router}`,
+    );
     dh.kill('SIGTERM');
     await execa('ip', ['addr', 'del', `${far}/128`, 'dev', net.bridge], { reject: false });
   }, 90_000);
@@ -208,18 +278,40 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     const p = await pod();
     const dir = mkdtempSync(join(work, 'udhcpc6-'));
     const script = hook(dir, `case "$1" in bound|renew) ip -6 addr replace "$ipv6/128" dev "$interface" nodad ;; esac`);
-    const u = execa('ip', ['netns', 'exec', p.guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 60_000 });
+    const u = execa(
+      'ip',
+      ['netns', 'exec', p.guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'],
+      { reject: false, all: true, timeout: 60_000 },
+    );
     children.push(u);
     await waitFor('udhcpc6 bound', () => events(dir).some((e) => e.event === 'bound'), 30_000);
     const bound = events(dir).find((e) => e.event === 'bound')!;
     expect(ipv6Of(bound)).toBe(p.ip6);
-    expect(bound.dns?.trim().split(/\s+/).map((a) => normaliseIpv6(a))).toEqual([DNS6]);
+    expect(
+      bound.dns
+        ?.trim()
+        .split(/\s+/)
+        .map((a) => normaliseIpv6(a)),
+    ).toEqual([DNS6]);
     expect(bound.search?.trim().split(/\s+/)).toEqual(SEARCH);
     const before = events(dir).length;
     // SIGUSR1: renew now (a unicast REQUEST from the leased address to the server's address)
     u.kill('SIGUSR1');
-    await waitFor('udhcpc6 renewed', () => events(dir).slice(before).some((e) => e.event === 'renew'), 20_000);
-    expect(ipv6Of(events(dir).slice(before).find((e) => e.event === 'renew')!)).toBe(p.ip6);
+    await waitFor(
+      'udhcpc6 renewed',
+      () =>
+        events(dir)
+          .slice(before)
+          .some((e) => e.event === 'renew'),
+      20_000,
+    );
+    expect(
+      ipv6Of(
+        events(dir)
+          .slice(before)
+          .find((e) => e.event === 'renew')!,
+      ),
+    ).toBe(p.ip6);
     // never deconfigured: the renewal was answered (a REQUEST to the server's address, answered from it)
     expect(afterBound(dir)).not.toContain('deconfig');
     expect(d.lines().some((l) => l.msg === 'dhcp6: REPLY' && String(l.from).startsWith(`[${p.ip6}]`))).toBe(true);
@@ -227,9 +319,19 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     // socket: its checksum left to be filled in); the server answers it
     const partial = p.guest.counts.partial;
     u.kill('SIGUSR2');
-    const releaseReply = () => d.lines().find((l) => l.msg === 'dhcp6: REPLY' && l.request === 'RELEASE' && String(l.from).startsWith(`[${p.ip6}]`));
+    const releaseReply = () =>
+      d
+        .lines()
+        .find((l) => l.msg === 'dhcp6: REPLY' && l.request === 'RELEASE' && String(l.from).startsWith(`[${p.ip6}]`));
     await waitFor('the RELEASE answered', () => releaseReply() !== undefined, 20_000).catch((e: Error) => {
-      throw new Error(`${e.message}\n${d.logs().split('\n').filter((l) => l.includes('dhcp6')).slice(-10).join('\n')}`);
+      throw new Error(
+        `${e.message}\n${d
+          .logs()
+          .split('\n')
+          .filter((l) => l.includes('dhcp6'))
+          .slice(-10)
+          .join('\n')}`,
+      );
     });
     const released = releaseReply()!;
     expect(String(released.from)).toMatch(new RegExp(`^\\[${p.ip6}\\]:546 `));
@@ -249,16 +351,24 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     const routes = (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show'])).stdout;
     expect(routes).toMatch(new RegExp(`^default via ${p.router} dev eth0 proto ra`, 'm'));
     expect(routes).toMatch(new RegExp(`^${net.subnet6!} dev eth0`, 'm'));
-    const ping = async (dst: string) => (await execa('ip', ['netns', 'exec', p.guest.ns, 'ping', '-6', '-c', '2', '-W', '3', dst], { reject: false })).exitCode;
+    const ping = async (dst: string) =>
+      (await execa('ip', ['netns', 'exec', p.guest.ns, 'ping', '-6', '-c', '2', '-W', '3', dst], { reject: false }))
+        .exitCode;
     expect(await ping(net.gateway6!)).toBe(0);
   }
 
   async function expectIpv4Lease(p: { guest: GuestNetns; ip4?: string }): Promise<void> {
     if (mode !== 'dual') return;
-    await waitFor('the IPv4 lease', async () => (await addrs(p.guest.ns, 'eth0')).some((a) => a.family === 'inet' && a.local === p.ip4), 30_000);
+    await waitFor(
+      'the IPv4 lease',
+      async () => (await addrs(p.guest.ns, 'eth0')).some((a) => a.family === 'inet' && a.local === p.ip4),
+      30_000,
+    );
     const v4 = (await addrs(p.guest.ns, 'eth0')).filter((a) => a.family === 'inet');
     expect(v4.map((a) => `${a.local}/${a.prefixlen}`)).toEqual([`${p.ip4}/24`]);
-    expect((await execa('ip', ['-n', p.guest.ns, '-4', 'route', 'show', 'default'])).stdout).toContain(`via ${net.gateway} dev eth0`);
+    expect((await execa('ip', ['-n', p.guest.ns, '-4', 'route', 'show', 'default'])).stdout).toContain(
+      `via ${net.gateway} dev eth0`,
+    );
     // the DHCPv4 replies (the pod netns's own UDP) reached the guest with their checksum left to fill in, as a
     // virtio-net guest with VIRTIO_NET_F_GUEST_CSUM receives them, and the client took them
     expect(p.guest.counts.partialToGuest, 'frames to the guest with VIRTIO_NET_HDR_F_NEEDS_CSUM').toBeGreaterThan(0);
@@ -272,10 +382,21 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     // dhcpcd keeps its pid files, control sockets and leases in /run/dhcpcd and /var/lib/dhcpcd: private tmpfs
     // mounts in the mount namespace `ip netns exec` makes, so clients in other netns do not see each other
     const cmd = `mkdir -p /run/dhcpcd /var/lib/dhcpcd && mount -t tmpfs tmpfs /run/dhcpcd && mount -t tmpfs tmpfs /var/lib/dhcpcd && exec dhcpcd -B -d ${mode === 'only' ? '-6 ' : ''}-f ${dir}/dhcpcd.conf -c ${script} eth0`;
-    const c = execa('ip', ['netns', 'exec', p.guest.ns, 'sh', '-c', cmd], { reject: false, all: true, timeout: 80_000 });
+    const c = execa('ip', ['netns', 'exec', p.guest.ns, 'sh', '-c', cmd], {
+      reject: false,
+      all: true,
+      timeout: 80_000,
+    });
     children.push(c);
     await waitFor('dhcpcd BOUND6', () => events(dir).some((e) => e.reason === 'BOUND6'), 40_000).catch((e: Error) => {
-      throw new Error(`${e.message}\n${d.logs().split('\n').filter((l) => l.includes('dhcp6') || l.includes('"ra"')).slice(-20).join('\n')}`);
+      throw new Error(
+        `${e.message}\n${d
+          .logs()
+          .split('\n')
+          .filter((l) => l.includes('dhcp6') || l.includes('"ra"'))
+          .slice(-20)
+          .join('\n')}`,
+      );
     });
     const bound = events(dir).find((e) => e.reason === 'BOUND6')!;
     expect(bound.new_dhcp6_ia_na1_ia_addr1).toBe(p.ip6);
@@ -283,11 +404,23 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     expect(bound.new_dhcp6_ia_na1_ia_addr1_pltime).toBe('86400');
     expect(bound.new_dhcp6_name_servers).toBe(DNS6);
     expect(bound.new_dhcp6_domain_search).toBe(SEARCH.join(' '));
-    await waitFor('dhcpcd default route', async () => (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(`via ${p.router}`), 30_000);
+    await waitFor(
+      'dhcpcd default route',
+      async () =>
+        (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(`via ${p.router}`),
+      30_000,
+    );
     await expectLeased(p);
     // the RA as dhcpcd read it: managed, the pod prefix on-link without SLAAC, RDNSS and DNSSL, the pod MTU
     const ra = events(dir).find((e) => e.reason === 'ROUTERADVERT')!;
-    expect(ra).toMatchObject({ nd1_flags: 'MO', nd1_prefix_information1_flags: 'L', nd1_prefix_information1_length: '64', nd1_rdnss1_servers: DNS6, nd1_dnssl1_search: SEARCH.join(' '), nd1_mtu: '1500' });
+    expect(ra).toMatchObject({
+      nd1_flags: 'MO',
+      nd1_prefix_information1_flags: 'L',
+      nd1_prefix_information1_length: '64',
+      nd1_rdnss1_servers: DNS6,
+      nd1_dnssl1_search: SEARCH.join(' '),
+      nd1_mtu: '1500',
+    });
     await expectIpv4Lease(p);
     c.kill('SIGTERM');
     await c;
@@ -296,13 +429,21 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
   it('systemd-networkd (solicits after the RA) gets the address, lifetimes, route, DNS and search list', async () => {
     const p = await pod();
     const dir = mkdtempSync(join(work, 'networkd-'));
-    writeFileSync(join(dir, '10-vmpod-test.network'), `[Match]\nName=eth0\n[Network]\nDHCP=${mode === 'dual' ? 'yes' : 'ipv6'}\nIPv6AcceptRA=yes\n` +
+    writeFileSync(
+      join(dir, '10-vmpod-test.network'),
+      `[Match]\nName=eth0\n[Network]\nDHCP=${mode === 'dual' ? 'yes' : 'ipv6'}\nIPv6AcceptRA=yes\n` +
         // search domains are used only when asked for (networkd's default UseDomains=no)
-        '[DHCPv4]\nUseDomains=yes\n[DHCPv6]\nUseDomains=yes\n[IPv6AcceptRA]\nUseDomains=yes\n');
+        '[DHCPv4]\nUseDomains=yes\n[DHCPv6]\nUseDomains=yes\n[IPv6AcceptRA]\nUseDomains=yes\n',
+    );
     // networkd outside systemd, in the mount namespace `ip netns exec` makes: a private /run/systemd (its state
     // and our .network file), and /sys read-only, which tells networkd there is no udev to wait for
     const cmd = `mount -t tmpfs tmpfs /run/systemd && mkdir -p /run/systemd/network && cp ${dir}/10-vmpod-test.network /run/systemd/network/ && mount -o remount,ro /sys && exec /lib/systemd/systemd-networkd`;
-    const c = execa('ip', ['netns', 'exec', p.guest.ns, 'sh', '-c', cmd], { reject: false, all: true, timeout: 80_000, env: { SYSTEMD_LOG_LEVEL: 'debug' } });
+    const c = execa('ip', ['netns', 'exec', p.guest.ns, 'sh', '-c', cmd], {
+      reject: false,
+      all: true,
+      timeout: 80_000,
+      env: { SYSTEMD_LOG_LEVEL: 'debug' },
+    });
     children.push(c);
     const ifindex = (await ipJson<{ ifindex: number }[]>(p.guest.ns, 'link', 'show', 'dev', 'eth0'))[0]!.ifindex;
     // the link's state file, as networkd wrote it in its mount namespace (the same pid: sh and ip exec'd it)
@@ -315,16 +456,28 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     };
     await waitFor(
       'networkd configured',
-      async () => state().includes('ADMIN_STATE=configured') && (await addrs(p.guest.ns, 'eth0')).some((a) => a.local === p.ip6 && !a.tentative),
+      async () =>
+        state().includes('ADMIN_STATE=configured') &&
+        (await addrs(p.guest.ns, 'eth0')).some((a) => a.local === p.ip6 && !a.tentative),
       50_000,
     ).catch((e: Error) => {
       throw new Error(`${e.message}\nstate:\n${state()}\nnetworkd:\n${(c as unknown as { all?: string }).all ?? ''}`);
     });
-    await waitFor('networkd default route', async () => (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(`via ${p.router}`), 30_000);
+    await waitFor(
+      'networkd default route',
+      async () =>
+        (await execa('ip', ['-n', p.guest.ns, '-6', 'route', 'show', 'default'])).stdout.includes(`via ${p.router}`),
+      30_000,
+    );
     await expectLeased(p);
     expectPartial(p.guest);
     // DNS from DHCPv6 and the RA's RDNSS/DNSSL, merged by networkd (IPv4's DNS too, on dual-stack)
-    const st = Object.fromEntries(state().split('\n').filter((l) => l.includes('=')).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+    const st = Object.fromEntries(
+      state()
+        .split('\n')
+        .filter((l) => l.includes('='))
+        .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+    );
     expect(st.DNS?.split(' ')).toContain(DNS6);
     expect(st.DOMAINS?.split(' ')).toEqual(expect.arrayContaining(SEARCH));
     await expectIpv4Lease(p);
@@ -337,7 +490,28 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
       const p = await pod();
       const dir = mkdtempSync(join(work, 'udhcpc4-'));
       const script = hook(dir, 'true');
-      const r = await execa('ip', ['netns', 'exec', p.guest.ns, 'busybox', 'udhcpc', '-i', 'eth0', '-f', '-n', '-q', '-T', '1', '-t', '10', '-s', script], { reject: false, all: true, timeout: 40_000 });
+      const r = await execa(
+        'ip',
+        [
+          'netns',
+          'exec',
+          p.guest.ns,
+          'busybox',
+          'udhcpc',
+          '-i',
+          'eth0',
+          '-f',
+          '-n',
+          '-q',
+          '-T',
+          '1',
+          '-t',
+          '10',
+          '-s',
+          script,
+        ],
+        { reject: false, all: true, timeout: 40_000 },
+      );
       expect(r.exitCode, r.all).toBe(0);
       expect(events(dir).find((e) => e.ip !== undefined)?.ip).toBe(p.ip4);
       expect(p.guest.counts.partialToGuest, 'frames to the guest with VIRTIO_NET_HDR_F_NEEDS_CSUM').toBeGreaterThan(0);
@@ -348,7 +522,11 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     const p = await pod();
     const dir = mkdtempSync(join(work, 'restart-'));
     const script = hook(dir, `case "$1" in bound|renew) ip -6 addr replace "$ipv6/128" dev "$interface" nodad ;; esac`);
-    const u = execa('ip', ['netns', 'exec', p.guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 80_000 });
+    const u = execa(
+      'ip',
+      ['netns', 'exec', p.guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'],
+      { reject: false, all: true, timeout: 80_000 },
+    );
     children.push(u);
     await waitFor('udhcpc6 bound', () => events(dir).some((e) => e.event === 'bound'), 30_000);
     expect(await d.stop()).toBe(0);
@@ -356,15 +534,28 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     client = new FdClient(d.socket, { timeoutMs: 60_000 });
     const before = events(dir).length;
     u.kill('SIGUSR1');
-    await waitFor('udhcpc6 renewed after restart', () => events(dir).slice(before).some((e) => e.event === 'renew'), 20_000);
-    expect(ipv6Of(events(dir).slice(before).find((e) => e.event === 'renew')!)).toBe(p.ip6);
+    await waitFor(
+      'udhcpc6 renewed after restart',
+      () =>
+        events(dir)
+          .slice(before)
+          .some((e) => e.event === 'renew'),
+      20_000,
+    );
+    expect(
+      ipv6Of(
+        events(dir)
+          .slice(before)
+          .find((e) => e.event === 'renew')!,
+      ),
+    ).toBe(p.ip6);
     expect(afterBound(dir)).not.toContain('deconfig');
     expect(d.lines().some((l) => l.msg === 'dhcp6: REPLY')).toBe(true);
     u.kill('SIGTERM');
   }, 90_000);
 });
 
-describe('IPv6 pod with the tc-redirect binding (no bridge: nothing in the pod netns holds the servers\' link-local)', () => {
+describe("IPv6 pod with the tc-redirect binding (no bridge: nothing in the pod netns holds the servers' link-local)", () => {
   let net: CniTestNet;
   let d: Daemon;
   let client: FdClient;
@@ -376,7 +567,12 @@ describe('IPv6 pod with the tc-redirect binding (no bridge: nothing in the pod n
 
   beforeAll(async () => {
     net = await makeCniConf({ ipv6: 'dual' });
-    d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, env: { VMPOD_BINDING: 'tc-redirect' } });
+    d = await startDaemon({
+      confDir: net.confDir,
+      binDirs: net.binDirs,
+      cacheDir: net.cacheDir,
+      env: { VMPOD_BINDING: 'tc-redirect' },
+    });
     client = new FdClient(d.socket, { timeoutMs: 60_000 });
     work = mkdtempSync(join(tmpdir(), 'vmpod-v6t-'));
   }, 60_000);
@@ -397,7 +593,7 @@ describe('IPv6 pod with the tc-redirect binding (no bridge: nothing in the pod n
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
 
-  it('udhcpc6 renews and releases by unicast to the server\'s link-local: its neighbour solicitation is answered, then the REQUEST and the RELEASE', async () => {
+  it("udhcpc6 renews and releases by unicast to the server's link-local: its neighbour solicitation is answered, then the REQUEST and the RELEASE", async () => {
     const csn = client.add(key, { podId: key, podNs: 'default', podName: 'vm-six-tc' });
     const ip6 = (csn.Result!.ips ?? []).find((i) => i.version === '6')!.address.split('/')[0]!;
     const { fds: got } = client.get(key);
@@ -405,24 +601,43 @@ describe('IPv6 pod with the tc-redirect binding (no bridge: nothing in the pod n
     guest = await guestOnTap(got[0]!, csn.Interfaces[0]!.mac!);
     const dir = mkdtempSync(join(work, 'udhcpc6-'));
     const script = hook(dir, `case "$1" in bound|renew) ip -6 addr replace "$ipv6/128" dev "$interface" nodad ;; esac`);
-    u = execa('ip', ['netns', 'exec', guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'], { reject: false, all: true, timeout: 60_000 });
+    u = execa(
+      'ip',
+      ['netns', 'exec', guest.ns, busybox6, 'udhcpc6', '-i', 'eth0', '-f', '-s', script, '-t', '10', '-T', '1'],
+      { reject: false, all: true, timeout: 60_000 },
+    );
     await waitFor('udhcpc6 bound', () => events(dir).some((e) => e.event === 'bound'), 30_000);
     expect(ipv6Of(events(dir).find((e) => e.event === 'bound')!)).toBe(ip6);
-    const fromLease = (request: string) => d.lines().some((l) => l.msg === 'dhcp6: REPLY' && l.request === request && String(l.from).startsWith(`[${ip6}]`));
+    const fromLease = (request: string) =>
+      d.lines().some((l) => l.msg === 'dhcp6: REPLY' && l.request === request && String(l.from).startsWith(`[${ip6}]`));
     // the RA's source link-layer address option put the server's MAC in the guest's neighbour table; a guest whose
     // entry expired (NUD probes unanswered, then failed) must solicit it again: start from there
     const forget = () => execa('ip', ['-n', guest!.ns, '-6', 'neigh', 'flush', 'dev', 'eth0']);
     await forget();
     const before = events(dir).length;
     u.kill('SIGUSR1');
-    await waitFor('udhcpc6 renewed', () => events(dir).slice(before).some((e) => e.event === 'renew'), 20_000);
+    await waitFor(
+      'udhcpc6 renewed',
+      () =>
+        events(dir)
+          .slice(before)
+          .some((e) => e.event === 'renew'),
+      20_000,
+    );
     expect(afterBound(dir)).not.toContain('deconfig');
     // the renewal went by unicast, from the leased address: the guest had resolved the server's link-local
     expect(fromLease('REQUEST')).toBe(true);
     await forget();
     u.kill('SIGUSR2');
     await waitFor('the RELEASE answered', () => fromLease('RELEASE'), 20_000).catch((e: Error) => {
-      throw new Error(`${e.message}\n${d.logs().split('\n').filter((l) => l.includes('dhcp6') || l.includes('"ra"')).slice(-10).join('\n')}`);
+      throw new Error(
+        `${e.message}\n${d
+          .logs()
+          .split('\n')
+          .filter((l) => l.includes('dhcp6') || l.includes('"ra"'))
+          .slice(-10)
+          .join('\n')}`,
+      );
     });
     // the guest's neighbour entry for the server: the RA server's answer (the router MAC, a router)
     const neigh = (await execa('ip', ['-n', guest.ns, '-6', 'neigh', 'show', 'dev', 'eth0'])).stdout;

@@ -15,7 +15,9 @@ describe('package exports', () => {
       ]);
       console.log(JSON.stringify(out));`;
     // a self-reference by package name resolves through package.json "exports", like a dependency's import
-    const out = JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: REPO, encoding: 'utf8' }));
+    const out = JSON.parse(
+      execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: REPO, encoding: 'utf8' }),
+    );
     expect(out.vfioGroups).toEqual([
       { group: '67', noiommu: false, hostPath: '/dev/vfio/67' },
       { group: '3', noiommu: true, hostPath: '/dev/vfio/noiommu-3' },

@@ -43,7 +43,12 @@ async function setup(opts: CniConfOptions = { faulty: true }): Promise<Ctx> {
     pgidDir,
     key,
     make({ timeoutMs } = {}) {
-      const cni = new CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir, exec: spawnPluginExec({ pgidDir, killGraceMs: 500 }), ...(timeoutMs ? { timeoutMs } : {}) });
+      const cni = new CniClient({
+        binDirs: net.binDirs,
+        cacheDir: net.cacheDir,
+        exec: spawnPluginExec({ pgidDir, killGraceMs: 500 }),
+        ...(timeoutMs ? { timeoutMs } : {}),
+      });
       const pn = new PodNetwork({ stateDir, cni, loadConfList: () => loadConfList(net.confDir), log: silentLogger() });
       nets.push(pn);
       return pn;
@@ -60,7 +65,12 @@ async function setup(opts: CniConfOptions = { faulty: true }): Promise<Ctx> {
   return ctx;
 }
 
-const desc = (key: string, DNS: { nameservers?: string[]; search?: string[]; options?: string[] } | null = null) => ({ podId: `uid-${key}`, podNs: 'default', podName: `vm-${key}`, DNS });
+const desc = (key: string, DNS: { nameservers?: string[]; search?: string[]; options?: string[] } | null = null) => ({
+  podId: `uid-${key}`,
+  podNs: 'default',
+  podName: `vm-${key}`,
+  DNS,
+});
 
 /** What a user would find left on the node: the netns, veths on the CNI bridge, IPAM files, cache files, records, plugin processes. */
 async function expectNothingLeft(ctx: Ctx) {
@@ -74,11 +84,22 @@ async function expectNothingLeft(ctx: Ctx) {
   }
   expect(left).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   expect(new StateStore(ctx.stateDir).keys(), 'records').toEqual([]);
-  expect(ctx.net.faultyRuns().filter((r) => processAlive(r.pid)), 'plugin processes still running').toEqual([]);
+  expect(
+    ctx.net.faultyRuns().filter((r) => processAlive(r.pid)),
+    'plugin processes still running',
+  ).toEqual([]);
   // no plugin record (a slot is blanked when its plugin's run ends), and no file of the pod in the state dir (the
   // daemon's slot file, all blank, stays under plugins/)
-  expect(existsSync(ctx.pgidDir) ? readdirSync(ctx.pgidDir).flatMap((n) => readPgidRecords(join(ctx.pgidDir, n))) : [], 'pgid records').toEqual([]);
-  expect(readdirSync(ctx.stateDir, { recursive: true }).map(String).filter((n) => n !== 'plugins' && !n.startsWith('plugins/')), 'state dir').toEqual([]);
+  expect(
+    existsSync(ctx.pgidDir) ? readdirSync(ctx.pgidDir).flatMap((n) => readPgidRecords(join(ctx.pgidDir, n))) : [],
+    'pgid records',
+  ).toEqual([]);
+  expect(
+    readdirSync(ctx.stateDir, { recursive: true })
+      .map(String)
+      .filter((n) => n !== 'plugins' && !n.startsWith('plugins/')),
+    'state dir',
+  ).toEqual([]);
 }
 
 async function errorOf(p: Promise<unknown>): Promise<Error & { code?: string }> {
@@ -94,22 +115,25 @@ describe('a failed add never blocks the retry', () => {
   it.each([
     ['not a program (ENOEXEC)', 'not a program\n'],
     ['a script whose interpreter is missing (ENOENT)', '#!/nonexistent/vmpod-interp\n'],
-  ])('a first plugin that cannot be executed, %s, ran nothing: no DEL, no quarantined record, no temp file', async (_what, content) => {
-    const ctx = await setup({});
-    const conf = join(ctx.net.confDir, '10-test.conflist');
-    const good = JSON.parse(readFileSync(conf, 'utf8')) as { plugins: Record<string, unknown>[] };
-    writeFileSync(join(ctx.net.binDirs[0]!, 'vmpod-noexec'), content, { mode: 0o755 });
-    writeFileSync(conf, JSON.stringify({ ...good, plugins: [{ type: 'vmpod-noexec' }, ...good.plugins] }));
-    const pn = ctx.make();
-    const e = await errorOf(pn.add(ctx.key, desc(ctx.key)));
-    expect(e.message).toMatch(/step "cni-add" failed: plugin vmpod-noexec ADD could not be run: .*(ENOEXEC|ENOENT)/);
-    expect(e.message).not.toContain('rollback incomplete');
-    await expectNothingLeft(ctx);
-    writeFileSync(conf, JSON.stringify(good));
-    await pn.add(ctx.key, desc(ctx.key));
-    await pn.release(ctx.key);
-    await expectNothingLeft(ctx);
-  });
+  ])(
+    'a first plugin that cannot be executed, %s, ran nothing: no DEL, no quarantined record, no temp file',
+    async (_what, content) => {
+      const ctx = await setup({});
+      const conf = join(ctx.net.confDir, '10-test.conflist');
+      const good = JSON.parse(readFileSync(conf, 'utf8')) as { plugins: Record<string, unknown>[] };
+      writeFileSync(join(ctx.net.binDirs[0]!, 'vmpod-noexec'), content, { mode: 0o755 });
+      writeFileSync(conf, JSON.stringify({ ...good, plugins: [{ type: 'vmpod-noexec' }, ...good.plugins] }));
+      const pn = ctx.make();
+      const e = await errorOf(pn.add(ctx.key, desc(ctx.key)));
+      expect(e.message).toMatch(/step "cni-add" failed: plugin vmpod-noexec ADD could not be run: .*(ENOEXEC|ENOENT)/);
+      expect(e.message).not.toContain('rollback incomplete');
+      await expectNothingLeft(ctx);
+      writeFileSync(conf, JSON.stringify(good));
+      await pn.add(ctx.key, desc(ctx.key));
+      await pn.release(ctx.key);
+      await expectNothingLeft(ctx);
+    },
+  );
 
   it('a release cut by kill -9 after the netns was unmounted, before its file went: the restart finishes it', async () => {
     const ctx = await setup({});
@@ -151,14 +175,18 @@ describe('a failed add never blocks the retry', () => {
     const e = await errorOf(pn.add(ctx.key, desc(ctx.key)));
     expect(e.message).toContain('plugin faulty ADD failed: [code 100] faulty: injected failure');
     expect(e.message).toContain('plugin faulty DEL failed');
-    expect(e.message).toContain(`quarantined: the next add or release of ${ctx.key} finishes it first, or run "tapctl release --force ${ctx.key}"`);
+    expect(e.message).toContain(
+      `quarantined: the next add or release of ${ctx.key} finishes it first, or run "tapctl release --force ${ctx.key}"`,
+    );
     expect(new StateStore(ctx.stateDir).read(ctx.key)?.quarantine?.errors.length).toBeGreaterThan(0);
 
     // the cause still there: the retry says so, and changes nothing
     ctx.net.setFaults({ ADD: 'ok', DEL: 'fail' });
     const again = await errorOf(pn.add(ctx.key, desc(ctx.key)));
     expect(again.code).toBe('CONFLICT');
-    expect(again.message).toMatch(/quarantined and still cannot be undone: .*plugin faulty DEL failed.*tapctl release --force/);
+    expect(again.message).toMatch(
+      /quarantined and still cannot be undone: .*plugin faulty DEL failed.*tapctl release --force/,
+    );
 
     // the cause fixed: the retry finishes the quarantine, then adds
     ctx.net.setFaults({});
@@ -175,7 +203,9 @@ describe('a failed add never blocks the retry', () => {
     const pn = ctx.make();
     await errorOf(pn.add(ctx.key, desc(ctx.key)));
     // a plain release cannot finish it either, and keeps it
-    expect((await errorOf(pn.release(ctx.key))).message).toMatch(/stays quarantined for a retry \(or "tapctl release --force/);
+    expect((await errorOf(pn.release(ctx.key))).message).toMatch(
+      /stays quarantined for a retry \(or "tapctl release --force/,
+    );
     const { leftovers } = await pn.release(ctx.key, { force: true });
     expect(leftovers.join('\n')).toContain('plugin faulty DEL failed');
     expect(new StateStore(ctx.stateDir).keys()).toEqual([]);
@@ -194,7 +224,10 @@ describe('DEL runs against the network the ADD used', () => {
     // another network under another name, in another file; the old file gone
     const conf = join(ctx.net.confDir, '10-test.conflist');
     const other = JSON.parse(readFileSync(conf, 'utf8')) as Record<string, unknown>;
-    writeFileSync(join(ctx.net.confDir, '05-other.conflist'), JSON.stringify({ ...other, name: `other-${ctx.key}`, plugins: [{ type: 'loopback' }] }));
+    writeFileSync(
+      join(ctx.net.confDir, '05-other.conflist'),
+      JSON.stringify({ ...other, name: `other-${ctx.key}`, plugins: [{ type: 'loopback' }] }),
+    );
     rmSync(conf);
     await pn.release(ctx.key);
     await expectNothingLeft(ctx);
@@ -222,7 +255,10 @@ describe('CNI plugin faults: a clear error naming the plugin, a full rollback, n
   const cases: { mode: 'flood' | 'garbage' | 'error-exit0' | 'ignore-term'; want: RegExp }[] = [
     { mode: 'flood', want: /plugin faulty ADD failed: its output exceeded the size limit of 1048576 bytes \(killed\)/ },
     { mode: 'garbage', want: /plugin faulty ADD returned a result that is not JSON: this is not JSON \{\\x1b\[31m/ },
-    { mode: 'error-exit0', want: /plugin faulty ADD exited 0 but printed a CNI error: \[code 100\] faulty: injected failure/ },
+    {
+      mode: 'error-exit0',
+      want: /plugin faulty ADD exited 0 but printed a CNI error: \[code 100\] faulty: injected failure/,
+    },
     { mode: 'ignore-term', want: /plugin faulty ADD timed out after 20000 ms \(killed with SIGKILL\)/ },
   ];
   for (const { mode, want } of cases) {
@@ -265,11 +301,17 @@ describe('restart and recover', () => {
     const ctx = await setup({});
     const pn = ctx.make();
     const st = await pn.add(ctx.key, desc(ctx.key));
-    const same = await pn.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: structuredClone(st.csn), HaveRunningContainers: true });
+    const same = await pn.recover(ctx.key, {
+      podNetworkDesc: desc(ctx.key),
+      csn: structuredClone(st.csn),
+      HaveRunningContainers: true,
+    });
     expect(same.fds).toEqual(st.fds);
     const other = structuredClone(st.csn);
     other.Result!.ips![0]!.address = '10.99.99.99/24';
-    const e = await errorOf(pn.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: other, HaveRunningContainers: true }));
+    const e = await errorOf(
+      pn.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: other, HaveRunningContainers: true }),
+    );
     expect(e.code).toBe('CONFLICT');
     expect(e.message).toContain('live with another container-side network');
     expect(pn.state(ctx.key)!.csn).toEqual(st.csn);
@@ -280,7 +322,11 @@ describe('restart and recover', () => {
   it("the add's DNS goes into the result the runtime keeps", async () => {
     const ctx = await setup({});
     const pn = ctx.make();
-    const dns = { nameservers: ['10.96.0.10'], search: ['default.svc.cluster.local', 'cluster.local'], options: ['ndots:5'] };
+    const dns = {
+      nameservers: ['10.96.0.10'],
+      search: ['default.svc.cluster.local', 'cluster.local'],
+      options: ['ndots:5'],
+    };
     const st = await pn.add(ctx.key, desc(ctx.key, dns));
     expect(st.csn.Result!.dns).toEqual(dns);
     await pn.release(ctx.key);

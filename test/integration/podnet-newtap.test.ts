@@ -55,7 +55,9 @@ describe('opening the taps of a new pod network', () => {
     expect(readlinkSync(`/proc/self/fd/${fds[0]}`)).toBe('/dev/net/tun');
     for (const fd of fds) native().close(fd);
     // it was busy first, and waited (the holder is gone now: its tap was free to open)
-    expect(lines.map((l) => l.msg)).toContain('a new tap is busy (a process forked meanwhile still holds the fd that made it): waiting');
+    expect(lines.map((l) => l.msg)).toContain(
+      'a new tap is busy (a process forked meanwhile still holds the fd that made it): waiting',
+    );
     await exited(holder);
   });
 
@@ -66,7 +68,7 @@ describe('opening the taps of a new pod network', () => {
     try {
       const t0 = Date.now();
       const e = await openFds(nsPath, [tap], silentLogger(), { justMade: true }).catch((x: unknown) => x);
-      expect(errorChain(e)).toContain('TUNSETIFF tap0 in ' + nsPath + ': EBUSY');
+      expect(errorChain(e)).toContain(`TUNSETIFF tap0 in ${nsPath}: EBUSY`);
       expect(Date.now() - t0).toBeLessThan(2500); // gave up before the holder let go
     } finally {
       holder.kill();

@@ -46,7 +46,13 @@ describe('spare pod netns', () => {
     const net = await makeCniConf();
     const stateDir = mkdtempSync(join(tmpdir(), 'vmpod-sparens-state-'));
     const keys = [1, 2].map(() => `vmpods-${randomBytes(4).toString('hex')}`);
-    const pn = new PodNetwork({ stateDir, cni: new CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir }), loadConfList: () => loadConfList(net.confDir), log: silentLogger(), spareNetns: 1 });
+    const pn = new PodNetwork({
+      stateDir,
+      cni: new CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir }),
+      loadConfList: () => loadConfList(net.confDir),
+      log: silentLogger(),
+      spareNetns: 1,
+    });
     const before = heldNetns();
     try {
       // none before the first add; the first add makes its own
@@ -85,7 +91,8 @@ describe('spare pod netns', () => {
       expect(heldNetns()).toEqual(before);
     } finally {
       pn.closeAll();
-      for (const k of keys) if (existsSync(join(NETNS_DIR, k))) await execa('ip', ['netns', 'del', k], { reject: false });
+      for (const k of keys)
+        if (existsSync(join(NETNS_DIR, k))) await execa('ip', ['netns', 'del', k], { reject: false });
       await net.cleanup();
       rmSync(stateDir, { recursive: true, force: true });
     }

@@ -4,7 +4,17 @@
 // A FakeSysfs subclass plays the kernel's part (driver links, the netdev that comes and goes with the driver);
 // the PF commands go to a recorder, as a dummy PF takes no `vf N mac`.
 import { describe, it, expect, afterEach } from 'vitest';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -112,11 +122,21 @@ async function setup(opts: { pluginType?: string; vlan?: number } = {}): Promise
   writeFileSync(join(bin, type), pluginScript(mac));
   chmodSync(join(bin, type), 0o755);
   const plugin = { type, ...(opts.vlan !== undefined ? { vlan: opts.vlan } : {}) };
-  writeFileSync(join(confDir, '10-sriov.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: `vmpsr-${id}`, plugins: [plugin] }));
+  writeFileSync(
+    join(confDir, '10-sriov.conflist'),
+    JSON.stringify({ cniVersion: '1.0.0', name: `vmpsr-${id}`, plugins: [plugin] }),
+  );
 
   const tree = makeFakeSysfs();
   tree.addPci({ address: PF, driver: 'ice', iommuGroup: '40', net: [{ ifname: pfName, mac: '3c:fd:fe:00:00:01' }] });
-  tree.addPci({ address: VF, driver: 'iavf', iommuGroup: '77', physfn: PF, vfIndex: 1, net: [{ ifname: ifName, mac }] });
+  tree.addPci({
+    address: VF,
+    driver: 'iavf',
+    iommuGroup: '77',
+    physfn: PF,
+    vfIndex: 1,
+    net: [{ ifname: ifName, mac }],
+  });
   tree.ensureDriver('vfio-pci');
   tree.ensureDriver('iavf');
 
@@ -124,13 +144,25 @@ async function setup(opts: { pluginType?: string; vlan?: number } = {}): Promise
   const nets: PodNetwork[] = [];
   const sysfs = new KernelSysfs(tree, events, 'iavf');
   const ctx: Ctx = {
-    key, ifName, pfName, mac, root, stateDir, cacheDir, tree, sysfs, events, nets,
+    key,
+    ifName,
+    pfName,
+    mac,
+    root,
+    stateDir,
+    cacheDir,
+    tree,
+    sysfs,
+    events,
+    nets,
     pfJson: '[]',
     failing: new Map(),
     make(o = {}) {
       const real = new CniClient({ binDirs: [bin], cacheDir });
       const cni = {
-        addDeferred: real.addDeferred.bind(real), locate: real.locate.bind(real), cachedNetworks: real.cachedNetworks.bind(real),
+        addDeferred: real.addDeferred.bind(real),
+        locate: real.locate.bind(real),
+        cachedNetworks: real.cachedNetworks.bind(real),
         del: async (...a: Parameters<CniClient['del']>) => {
           events.push('cni-del');
           return real.del(...a);
@@ -162,8 +194,14 @@ async function setup(opts: { pluginType?: string; vlan?: number } = {}): Promise
     if (existsSync(join(NETNS_DIR, key))) await execa('ip', ['netns', 'del', key], { reject: false });
     tree.cleanup();
     rmSync(root, { recursive: true, force: true });
-    expect((await listNetns()).filter((n) => n === key), 'netns left').toEqual([]);
-    expect((await listLinks()).filter((l) => l === ifName || l === pfName), 'links left').toEqual([]);
+    expect(
+      (await listNetns()).filter((n) => n === key),
+      'netns left',
+    ).toEqual([]);
+    expect(
+      (await listLinks()).filter((l) => l === ifName || l === pfName),
+      'links left',
+    ).toEqual([]);
   });
   return ctx;
 }
@@ -215,7 +253,17 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
     const fds = [...st.fds];
 
     // csn and get: Virtlet's shape, the full PCI address, one fd (/dev/null) for the VF
-    expect(st.csn.Interfaces).toEqual([{ Type: 1, Name: ctx.ifName, HardwareAddr: macToBase64(ctx.mac), PCIAddress: VF, MTU: 1500, VlanID: 0, mac: ctx.mac }]);
+    expect(st.csn.Interfaces).toEqual([
+      {
+        Type: 1,
+        Name: ctx.ifName,
+        HardwareAddr: macToBase64(ctx.mac),
+        PCIAddress: VF,
+        MTU: 1500,
+        VlanID: 0,
+        mac: ctx.mac,
+      },
+    ]);
     expect(getInfos(st)).toEqual([{ type: 1, mac: macToBase64(ctx.mac), fdIndex: 0, pciAddress: VF }]);
     expect(fds).toHaveLength(1);
     expect(isDevNull(fds[0]!)).toBe(true);
@@ -224,26 +272,66 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
     expect(flags & O_CLOEXEC, 'O_CLOEXEC').toBe(O_CLOEXEC);
 
     // the host side: the PF asked first, the VF bound to vfio-pci through driver_override, then MAC/VLAN on the PF
-    expect(ctx.events).toEqual([`ip -d -j link show dev ${ctx.pfName}`, ...bindWrites, `ip link set ${ctx.pfName} vf 1 mac ${ctx.mac} vlan 0`]);
+    expect(ctx.events).toEqual([
+      `ip -d -j link show dev ${ctx.pfName}`,
+      ...bindWrites,
+      `ip link set ${ctx.pfName} vf 1 mac ${ctx.mac} vlan 0`,
+    ]);
     expect(ctx.tree.driverOf(VF)).toBe('vfio-pci');
     expect(ctx.tree.read(`bus/pci/devices/${VF}/driver_override`)).toBe('vfio-pci');
     // no bridge, no tap: the (stand-in) netdev is left as it is
     expect(await podLinks(ctx.key)).toEqual([ctx.ifName, 'lo'].sort());
 
     const vf = {
-      kind: 'vmpodVfSetupV1', ifname: ctx.ifName, pfIfname: ctx.pfName, vfIndex: 1, address: VF, originalDriver: 'iavf',
-      originalMac: ctx.mac, originalVlan: 0, mac: ctx.mac, vlan: 0,
+      kind: 'vmpodVfSetupV1',
+      ifname: ctx.ifName,
+      pfIfname: ctx.pfName,
+      vfIndex: 1,
+      address: VF,
+      originalDriver: 'iavf',
+      originalMac: ctx.mac,
+      originalVlan: 0,
+      mac: ctx.mac,
+      vlan: 0,
     };
-    expect(st.interfaces).toEqual([{ index: 0, cniName: ctx.ifName, type: 'vf', vmMac: ctx.mac, mtu: 1500, tapName: '', bridgeName: '', bridgeIp: '', pciAddress: VF, vlanId: 0, vf }]);
+    expect(st.interfaces).toEqual([
+      {
+        index: 0,
+        cniName: ctx.ifName,
+        type: 'vf',
+        vmMac: ctx.mac,
+        mtu: 1500,
+        tapName: '',
+        bridgeName: '',
+        bridgeIp: '',
+        pciAddress: VF,
+        vlanId: 0,
+        vf,
+      },
+    ]);
     const rec = new StateStore(ctx.stateDir).read(ctx.key)!;
     expect(rec.phase).toBe('ready');
     expect(rec.interfaces).toEqual(st.interfaces);
     // the bridge, tap and filter made while the plugin ran are deleted again: the interface is a VF
-    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'lo-up', 'bridge', 'tap', 'dhcp-filter', 'cni-add', 'ipv6-off', 'drop-prepared', 'vf-setup']);
+    expect(rec.steps.map((s) => s.name)).toEqual([
+      'netns',
+      'rp-filter',
+      'lo-up',
+      'bridge',
+      'tap',
+      'dhcp-filter',
+      'cni-add',
+      'ipv6-off',
+      'drop-prepared',
+      'vf-setup',
+    ]);
     expect(rec.steps[9]).toEqual({
       name: 'vf-setup',
       target: ctx.ifName,
-      do: [{ op: 'vf-bind', address: VF }, { op: 'vf-link', pf: ctx.pfName, vf: 1, mac: ctx.mac, vlan: 0 }],
+      do: [
+        { op: 'vf-bind', address: VF },
+        { op: 'vf-link', pf: ctx.pfName, vf: 1, mac: ctx.mac, vlan: 0 },
+      ],
       undo: [
         { op: 'vf-restore-driver', address: VF, driver: 'iavf' },
         { op: 'vf-link', pf: ctx.pfName, vf: 1, mac: ctx.mac, vlan: 0 },
@@ -282,11 +370,24 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
 
   it("VLAN from sriov-cni's config; the PF's vfinfo gives the MAC and VLAN to restore", async () => {
     const ctx = await setup({ pluginType: 'sriov', vlan: 100 });
-    ctx.pfJson = JSON.stringify([{ ifname: ctx.pfName, vfinfo_list: [{ vf: 0, address: '00:00:00:00:00:00' }, { vf: 1, address: '00:00:00:00:00:00', vlan_list: [{ vlan: 12 }] }] }]);
+    ctx.pfJson = JSON.stringify([
+      {
+        ifname: ctx.pfName,
+        vfinfo_list: [
+          { vf: 0, address: '00:00:00:00:00:00' },
+          { vf: 1, address: '00:00:00:00:00:00', vlan_list: [{ vlan: 12 }] },
+        ],
+      },
+    ]);
     const pn = ctx.make();
     const st = await pn.add(ctx.key, desc(ctx.key));
     expect(st.csn.Interfaces[0]).toMatchObject({ Type: 1, PCIAddress: VF, VlanID: 100 });
-    expect(st.interfaces[0]!.vf).toMatchObject({ originalMac: '00:00:00:00:00:00', originalVlan: 12, mac: ctx.mac, vlan: 100 });
+    expect(st.interfaces[0]!.vf).toMatchObject({
+      originalMac: '00:00:00:00:00:00',
+      originalVlan: 12,
+      mac: ctx.mac,
+      vlan: 100,
+    });
     expect(ctx.events.at(-1)).toBe(`ip link set ${ctx.pfName} vf 1 mac ${ctx.mac} vlan 100`);
     ctx.events.length = 0;
     await pn.release(ctx.key);
@@ -303,7 +404,9 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
       (e: unknown) => e as Error & { code?: string; op?: string },
     );
     expect(err?.op).toBe('vf-setup');
-    expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "vf-setup" on ${ctx.ifName} failed: .*is the vfio-pci module loaded`));
+    expect(err?.message).toMatch(
+      new RegExp(`^add ${ctx.key}: step "vf-setup" on ${ctx.ifName} failed: .*is the vfio-pci module loaded`),
+    );
     const at = ctx.events.indexOf(`sysfs bus/pci/devices/${VF}/driver_override "\\n"`);
     expect(ctx.events.slice(at)).toEqual([
       `sysfs bus/pci/devices/${VF}/driver_override "\\n"`,
@@ -325,17 +428,29 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
     ctx.events.length = 0;
     await expect(pn.release(ctx.key)).rejects.toMatchObject({
       code: 'DEVICE',
-      message: expect.stringMatching(new RegExp(`^release ${ctx.key}: 1 undo step\\(s\\) failed.*restore MAC ${ctx.mac} VLAN 0 on VF 1 of ${ctx.pfName}.*Operation not supported`)),
+      message: expect.stringMatching(
+        new RegExp(
+          `^release ${ctx.key}: 1 undo step\\(s\\) failed.*restore MAC ${ctx.mac} VLAN 0 on VF 1 of ${ctx.pfName}.*Operation not supported`,
+        ),
+      ),
     });
     // the steps after the failing one ran all the same
-    expect(ctx.events.slice(3)).toEqual([restore, `ip link set dev ${KERNEL_NAME} netns ${ctx.key} name ${ctx.ifName}`, 'cni-del']);
+    expect(ctx.events.slice(3)).toEqual([
+      restore,
+      `ip link set dev ${KERNEL_NAME} netns ${ctx.key} name ${ctx.ifName}`,
+      'cni-del',
+    ]);
     expect(new StateStore(ctx.stateDir).read(ctx.key)!.phase).toBe('releasing');
 
     ctx.failing.clear();
     ctx.events.length = 0;
     await pn.release(ctx.key);
     // the driver is back already: only the override is cleared and the probe repeated
-    expect(ctx.events.slice(0, 3)).toEqual([`sysfs bus/pci/devices/${VF}/driver_override "\\n"`, `sysfs bus/pci/drivers_probe "${VF}"`, restore]);
+    expect(ctx.events.slice(0, 3)).toEqual([
+      `sysfs bus/pci/devices/${VF}/driver_override "\\n"`,
+      `sysfs bus/pci/drivers_probe "${VF}"`,
+      restore,
+    ]);
     await expectNothingLeft(ctx, st.fds);
   });
 
@@ -374,7 +489,9 @@ describe('PodNetwork with SR-IOV VFs (fake sysfs tree, real netns and CNI exec)'
     const rec = store.read(ctx.key)!;
     store.remove(ctx.key);
     const pn3 = ctx.make();
-    await expect(pn3.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: st1.csn, HaveRunningContainers: true })).rejects.toMatchObject({
+    await expect(
+      pn3.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: st1.csn, HaveRunningContainers: true }),
+    ).rejects.toMatchObject({
       code: 'DEVICE',
       message: `recover ${ctx.key}: interface ${ctx.ifName} is an SR-IOV VF (${VF}); its original driver, MAC and VLAN are in the state record only, and there is none`,
     });

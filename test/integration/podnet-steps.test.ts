@@ -36,8 +36,23 @@ function setup(): { key: string; deps: StepDeps; rec: PodRecord } {
   const never = async (): Promise<never> => {
     throw new VmpodError(ErrorCode.Internal, 'not used by this test');
   };
-  const deps: StepDeps = { exec: new NetExec(10_000), store, sysfs: new Sysfs('/sys'), vfLink: never, netnsDir: NETNS_DIR, vfNetdevTimeoutMs: 0, cniDel: never };
-  const rec = newRecord({ key, desc: { podId: key, podNs: 'default', podName: key }, nsPath: join(NETNS_DIR, key), phase: Phase.Adding, steps: [], cniIfNames: [] });
+  const deps: StepDeps = {
+    exec: new NetExec(10_000),
+    store,
+    sysfs: new Sysfs('/sys'),
+    vfLink: never,
+    netnsDir: NETNS_DIR,
+    vfNetdevTimeoutMs: 0,
+    cniDel: never,
+  };
+  const rec = newRecord({
+    key,
+    desc: { podId: key, podNs: 'default', podName: key },
+    nsPath: join(NETNS_DIR, key),
+    phase: Phase.Adding,
+    steps: [],
+    cniIfNames: [],
+  });
   cleanups.push(async () => {
     await delNetns(key);
     rmSync(stateDir, { recursive: true, force: true });
@@ -50,13 +65,17 @@ async function inNetns(key: string, argv: string[]): Promise<string> {
   return (await execa('nsenter', [`--net=${join(NETNS_DIR, key)}`, '--', ...argv], { timeout: 10_000 })).stdout;
 }
 
-const rpFilters = async (key: string, devs: string[]) => (await inNetns(key, ['sysctl', '-n', ...devs.map((d) => `net.ipv4.conf.${d}.rp_filter`)])).split('\n');
+const rpFilters = async (key: string, devs: string[]) =>
+  (await inNetns(key, ['sysctl', '-n', ...devs.map((d) => `net.ipv4.conf.${d}.rp_filter`)])).split('\n');
 
 describe('step engine: record before apply', () => {
   it('refuses to run a step that is not in the record, and runs nothing', async () => {
     const { key, deps, rec } = setup();
     const [netns] = podNetnsSteps(key);
-    await expect(runSteps(deps, rec, [netns!])).rejects.toMatchObject({ op: 'netns', message: expect.stringMatching(/^step "netns" on .* failed: applied before it was recorded/) });
+    await expect(runSteps(deps, rec, [netns!])).rejects.toMatchObject({
+      op: 'netns',
+      message: expect.stringMatching(/^step "netns" on .* failed: applied before it was recorded/),
+    });
     expect(await listNetns()).not.toContain(key);
   });
 });
@@ -71,7 +90,15 @@ describe('step engine: rp-filter', () => {
     expect(await rpFilters(key, ['all', 'default'])).toEqual(['2', '2']);
 
     const br = uniqueName('vmpsb');
-    await applySteps(deps, rec, [rpFilter!, { name: StepName.Bridge, target: br, do: [{ op: 'ip', args: ['link', 'add', 'name', br, 'type', 'bridge'] }], undo: [{ op: 'ip', args: ['link', 'del', 'dev', br], withNetns: true }] }]);
+    await applySteps(deps, rec, [
+      rpFilter!,
+      {
+        name: StepName.Bridge,
+        target: br,
+        do: [{ op: 'ip', args: ['link', 'add', 'name', br, 'type', 'bridge'] }],
+        undo: [{ op: 'ip', args: ['link', 'del', 'dev', br], withNetns: true }],
+      },
+    ]);
     expect(await rpFilters(key, ['all', 'default', br])).toEqual(['0', '0', '0']);
     expect(deps.store.read(key)!.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'bridge']);
 
@@ -79,22 +106,33 @@ describe('step engine: rp-filter', () => {
     expect(await listNetns()).not.toContain(key);
   });
 
-  it('a sysctl that fails is a step error naming rp-filter and sysctl\'s complaint', async () => {
+  it("a sysctl that fails is a step error naming rp-filter and sysctl's complaint", async () => {
     const { key, deps, rec } = setup();
     await applySteps(deps, rec, podNetnsSteps(key).slice(0, 1));
     const bad = rpFilterStep(key);
     bad.do = [{ op: 'sysctl', settings: ['net.ipv4.conf.vmpod-nosuchdev.rp_filter=0'] }];
-    await expect(applySteps(deps, rec, [bad])).rejects.toMatchObject({ op: 'rp-filter', message: expect.stringMatching(new RegExp(`^step "rp-filter" on ${key} failed: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0 in .*: .+`)) });
+    await expect(applySteps(deps, rec, [bad])).rejects.toMatchObject({
+      op: 'rp-filter',
+      message: expect.stringMatching(
+        new RegExp(`^step "rp-filter" on ${key} failed: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0 in .*: .+`),
+      ),
+    });
     expect(await undoRecord(deps, rec, silentLogger())).toEqual([]);
   });
 
-  it('made with the netns in one call: a failing sysctl removes the netns again; the error is the netns step\'s, naming the sysctl', async () => {
+  it("made with the netns in one call: a failing sysctl removes the netns again; the error is the netns step's, naming the sysctl", async () => {
     const { key, deps, rec } = setup();
     const [netns, rpFilter] = podNetnsSteps(key);
-    rpFilter!.do = [{ op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.vmpod-nosuchdev.rp_filter=0'] }];
+    rpFilter!.do = [
+      { op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.vmpod-nosuchdev.rp_filter=0'] },
+    ];
     await expect(applySteps(deps, rec, [netns!, rpFilter!])).rejects.toMatchObject({
       op: 'netns',
-      message: expect.stringMatching(new RegExp(`^step "netns" on ${key} failed: netnsMake: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0: ENOENT`)),
+      message: expect.stringMatching(
+        new RegExp(
+          `^step "netns" on ${key} failed: netnsMake: sysctl -w net.ipv4.conf.vmpod-nosuchdev.rp_filter=0: ENOENT`,
+        ),
+      ),
     });
     expect(await listNetns()).not.toContain(key);
     expect(existsSync(join(NETNS_DIR, key))).toBe(false);

@@ -1,6 +1,6 @@
 // The pod network against the real kernel and the real bridge + host-local plugins.
 import { describe, it, expect, afterEach } from 'vitest';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -66,7 +66,10 @@ async function setup(opts: { failingPlugin?: boolean; mtu?: number } = {}): Prom
 const desc = (key: string) => ({ podId: `uid-${key}`, podNs: 'default', podName: `vm-${key}`, DNS: null });
 
 async function netnsState(key: string) {
-  const { stdout } = await execa('ip', ['-d', '-j', '-n', key, '-batch', '-'], { input: 'addr show\nroute show\n', timeout: 10_000 });
+  const { stdout } = await execa('ip', ['-d', '-j', '-n', key, '-batch', '-'], {
+    input: 'addr show\nroute show\n',
+    timeout: 10_000,
+  });
   return parseObserved(stdout);
 }
 
@@ -87,7 +90,12 @@ async function expectNothingLeft(ctx: Ctx, fds: number[]) {
   expect(await ctx.net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   expect(new StateStore(ctx.stateDir).keys(), 'records').toEqual([]);
   // nothing of a released pod stays in the state dir or the CNI cache dir: no file at all (dirs may stay)
-  const files = (dir: string) => (existsSync(dir) ? readdirSync(dir, { recursive: true }).map(String).filter((n) => !statSync(join(dir, n)).isDirectory()) : []);
+  const files = (dir: string) =>
+    existsSync(dir)
+      ? readdirSync(dir, { recursive: true })
+          .map(String)
+          .filter((n) => !statSync(join(dir, n)).isDirectory())
+      : [];
   expect(files(ctx.stateDir), 'state dir').toEqual([]);
   expect(files(ctx.net.cacheDir), 'CNI cache dir').toEqual([]);
   for (const fd of fds) {
@@ -99,18 +107,30 @@ async function expectNothingLeft(ctx: Ctx, fds: number[]) {
 /** A snapshot of what must not change across a daemon restart. */
 function shape(o: Awaited<ReturnType<typeof netnsState>>) {
   return {
-    links: o.links.map((l) => ({ name: l.name, kind: l.kind, mac: l.mac, mtu: l.mtu, master: l.master, addrs4: l.addrs4 })).sort((a, b) => a.name.localeCompare(b.name)),
+    links: o.links
+      .map((l) => ({ name: l.name, kind: l.kind, mac: l.mac, mtu: l.mtu, master: l.master, addrs4: l.addrs4 }))
+      .sort((a, b) => a.name.localeCompare(b.name)),
     routes4: o.routes4,
   };
 }
 
 async function filterRules(key: string): Promise<string> {
-  return (await execa('nsenter', [`--net=${join(NETNS_DIR, key)}`, '--', 'nft', 'list', 'table', 'bridge', 'vmpod-virtlet-eth0'], { timeout: 10_000 })).stdout;
+  return (
+    await execa(
+      'nsenter',
+      [`--net=${join(NETNS_DIR, key)}`, '--', 'nft', 'list', 'table', 'bridge', 'vmpod-virtlet-eth0'],
+      { timeout: 10_000 },
+    )
+  ).stdout;
 }
 
 /** net.ipv4.conf.<dev>.rp_filter of each dev, read inside the netns (/proc/sys/net is the reader's netns). */
 async function rpFilters(key: string, devs: string[]): Promise<string[]> {
-  const { stdout } = await execa('nsenter', [`--net=${join(NETNS_DIR, key)}`, '--', 'sysctl', '-n', ...devs.map((d) => `net.ipv4.conf.${d}.rp_filter`)], { timeout: 10_000 });
+  const { stdout } = await execa(
+    'nsenter',
+    [`--net=${join(NETNS_DIR, key)}`, '--', 'sysctl', '-n', ...devs.map((d) => `net.ipv4.conf.${d}.rp_filter`)],
+    { timeout: 10_000 },
+  );
   return stdout.split('\n');
 }
 
@@ -153,7 +173,8 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
           atAdd = { phase: r.phase, steps: r.steps.map((s) => s.name) };
           return real.addDeferred(...a);
         },
-        locate: real.locate.bind(real), cachedNetworks: real.cachedNetworks.bind(real),
+        locate: real.locate.bind(real),
+        cachedNetworks: real.cachedNetworks.bind(real),
         del: async (...a: Parameters<CniClient['del']>) => {
           atDel = await netnsState(ctx.key);
           return real.del(...a);
@@ -168,7 +189,15 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(existsSync(st.nsPath)).toBe(true);
     expect(st.interfaces).toHaveLength(1);
     const i0 = st.interfaces[0]!;
-    expect(i0).toMatchObject({ cniName: 'virtlet-eth0', type: 'tap', tapName: 'tap0', bridgeName: 'br0', bridgeIp: '169.254.254.2', mtu: 1400, vlanId: 0 });
+    expect(i0).toMatchObject({
+      cniName: 'virtlet-eth0',
+      type: 'tap',
+      tapName: 'tap0',
+      bridgeName: 'br0',
+      bridgeIp: '169.254.254.2',
+      mtu: 1400,
+      vlanId: 0,
+    });
 
     const o = await netnsState(ctx.key);
     const link = (n: string) => o.links.find((l) => l.name === n)!;
@@ -207,7 +236,17 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
 
     // csn: Virtlet's shape, the pod's IP from host-local in our subnet
     expect(st.csn.NsPath).toBe(st.nsPath);
-    expect(st.csn.Interfaces).toEqual([{ Type: 0, Name: 'virtlet-eth0', HardwareAddr: macToBase64(i0.vmMac), PCIAddress: '', MTU: 1400, VlanID: 0, mac: i0.vmMac }]);
+    expect(st.csn.Interfaces).toEqual([
+      {
+        Type: 0,
+        Name: 'virtlet-eth0',
+        HardwareAddr: macToBase64(i0.vmMac),
+        PCIAddress: '',
+        MTU: 1400,
+        VlanID: 0,
+        mac: i0.vmMac,
+      },
+    ]);
     const ip = st.csn.Result!.ips!.find((x) => x.version === '4')!;
     expect(ip.address.startsWith(ctx.net.subnet.replace('0/24', ''))).toBe(true);
     expect(ip.gateway).toBe(ctx.net.gateway);
@@ -216,10 +255,29 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const store = new StateStore(ctx.stateDir);
     const rec = store.read(ctx.key)!;
     // durable before anything is made: the netns, what is made in it while the plugin runs, the CNI ADD
-    expect(atAdd).toEqual({ phase: 'adding', steps: ['netns', 'rp-filter', 'lo-up', 'bridge', 'tap', 'dhcp-filter', 'cni-add'] });
+    expect(atAdd).toEqual({
+      phase: 'adding',
+      steps: ['netns', 'rp-filter', 'lo-up', 'bridge', 'tap', 'dhcp-filter', 'cni-add'],
+    });
     expect(rec.kind).toBe(RECORD_KIND);
     expect(rec.phase).toBe('ready');
-    expect(rec.steps.map((s) => s.name)).toEqual(['netns', 'rp-filter', 'lo-up', 'bridge', 'tap', 'dhcp-filter', 'cni-add', 'ipv6-off', 'strip-routes', 'strip-addrs', 'veth-mac', 'bridge', 'tap', 'enslave', 'links-up']);
+    expect(rec.steps.map((s) => s.name)).toEqual([
+      'netns',
+      'rp-filter',
+      'lo-up',
+      'bridge',
+      'tap',
+      'dhcp-filter',
+      'cni-add',
+      'ipv6-off',
+      'strip-routes',
+      'strip-addrs',
+      'veth-mac',
+      'bridge',
+      'tap',
+      'enslave',
+      'links-up',
+    ]);
     expect(statSync(store.pathOf(ctx.key)).mode & 0o777).toBe(0o600);
     expect(pn.keys()).toEqual([ctx.key]);
     expect((await ctx.net.leftovers()).allocations).toHaveLength(1);
@@ -235,12 +293,17 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(veth.mac).toBe(i0.vmMac);
     expect(veth.master).toBe('br0');
     expect(veth.addrs4.map((a) => `${a.local}/${a.prefixlen}`)).toEqual([ip.address]);
-    expect(atDel!.routes4.filter((r) => r.dev === 'virtlet-eth0' && r.protocol !== 'kernel').map((r) => [r.dst, r.gateway])).toEqual([['default', ctx.net.gateway]]);
+    expect(
+      atDel!.routes4.filter((r) => r.dev === 'virtlet-eth0' && r.protocol !== 'kernel').map((r) => [r.dst, r.gateway]),
+    ).toEqual([['default', ctx.net.gateway]]);
     // tap0 and br0 go with the netns (undo ops marked withNetns), after CNI DEL
     expect(atDel!.links.map((l) => l.name).sort()).toEqual(['br0', 'lo', 'tap0', 'virtlet-eth0']);
     await expectNothingLeft(ctx, fds);
     expect(pn.state(ctx.key)).toBeUndefined();
-    await expect(pn.release(ctx.key)).rejects.toMatchObject({ code: 'NOT_FOUND', message: `no pod network for key ${ctx.key}` });
+    await expect(pn.release(ctx.key)).rejects.toMatchObject({
+      code: 'NOT_FOUND',
+      message: `no pod network for key ${ctx.key}`,
+    });
   });
 
   it('refuses a bad key before anything is created', async () => {
@@ -258,7 +321,11 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     let seen: { links: string[]; csnIfs: number; fds: number } | undefined;
     const st = await pn.add(ctx.key, desc(ctx.key), undefined, {
       whileApplying: (pre) => {
-        seen = { links: pre.interfaces.map((i) => `${i.bridgeName}/${i.tapName}`), csnIfs: pre.csn.Interfaces.length, fds: pre.fds.length };
+        seen = {
+          links: pre.interfaces.map((i) => `${i.bridgeName}/${i.tapName}`),
+          csnIfs: pre.csn.Interfaces.length,
+          fds: pre.fds.length,
+        };
       },
     });
     expect(seen).toEqual({ links: ['br0/tap0'], csnIfs: 1, fds: 0 });
@@ -272,7 +339,10 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
           throw new Error('no DHCP for you');
         },
       }),
-    ).rejects.toMatchObject({ op: 'dhcp', message: expect.stringMatching(new RegExp(`^add ${key2}: step "dhcp" failed: no DHCP for you`)) });
+    ).rejects.toMatchObject({
+      op: 'dhcp',
+      message: expect.stringMatching(new RegExp(`^add ${key2}: step "dhcp" failed: no DHCP for you`)),
+    });
     expect(existsSync(join(NETNS_DIR, key2))).toBe(false);
     expect(pn.keys()).toEqual([]);
     expect(await ctx.net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
@@ -290,7 +360,9 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(isVmpodError(err)).toBe(true);
     const e = err as Error & { op?: string; code?: string };
     expect(e.op).toBe('cni-add');
-    expect(e.message).toMatch(new RegExp(`^add ${ctx.key}: step "cni-add" failed: .*code 100.*fake failure for the test`));
+    expect(e.message).toMatch(
+      new RegExp(`^add ${ctx.key}: step "cni-add" failed: .*code 100.*fake failure for the test`),
+    );
     await expectNothingLeft(ctx, []);
     expect(pn.keys()).toEqual([]);
   });
@@ -327,7 +399,9 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     }
     expect(held).toHaveLength(256);
     expect(err?.op).toBe('open-tap');
-    expect(err?.message).toMatch(new RegExp(`^add ${ctx.key}: step "open-tap" failed: open tap tap0 in ${nsPath}: .*E2BIG`));
+    expect(err?.message).toMatch(
+      new RegExp(`^add ${ctx.key}: step "open-tap" failed: open tap tap0 in ${nsPath}: .*E2BIG`),
+    );
     const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
     // the MAC the plugin gave it is back (ours, swapped in by the container side, is gone)
     expect(pluginMac).toMatch(/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
@@ -350,13 +424,20 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
       containerId: ctx.key,
       netns: nsPath,
       ifName: 'virtlet-eth0',
-      args: [['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', `vm-${ctx.key}`], ['K8S_POD_INFRA_CONTAINER_ID', ctx.key]],
+      args: [
+        ['IgnoreUnknown', '1'],
+        ['K8S_POD_NAMESPACE', 'default'],
+        ['K8S_POD_NAME', `vm-${ctx.key}`],
+        ['K8S_POD_INFRA_CONTAINER_ID', ctx.key],
+      ],
     });
     const plan = planContainerSide({ observed: await netnsState(ctx.key), result, newMac: () => randomLaaMac() });
     const upTo = plan.steps.findIndex((s) => s.name === 'tap');
     const applied = plan.steps.slice(0, upTo);
-    const lines = applied.flatMap((s) => s.do.filter((o) => o.op === 'ip').map((o) => (o as { args: string[] }).args.join(' ')));
-    await execa('ip', ['-n', ctx.key, '-batch', '-'], { input: lines.join('\n') + '\n' });
+    const lines = applied.flatMap((s) =>
+      s.do.filter((o) => o.op === 'ip').map((o) => (o as { args: string[] }).args.join(' ')),
+    );
+    await execa('ip', ['-n', ctx.key, '-batch', '-'], { input: `${lines.join('\n')}\n` });
     store.write({
       kind: RECORD_KIND,
       key: ctx.key,
@@ -430,7 +511,11 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     new StateStore(ctx.stateDir).remove(ctx.key); // a runtime that only has the csn
 
     const pn2 = ctx.make();
-    const st2 = await pn2.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: st1.csn, HaveRunningContainers: true });
+    const st2 = await pn2.recover(ctx.key, {
+      podNetworkDesc: desc(ctx.key),
+      csn: st1.csn,
+      HaveRunningContainers: true,
+    });
     expect(st2.interfaces).toEqual(st1.interfaces);
     expect(fdinfo(st2.fds[0]!)).toContain('iff:\ttap0');
     expect(shape(await netnsState(ctx.key))).toEqual(before);
@@ -444,6 +529,12 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
   it('recover of a key without a netns is NotFound', async () => {
     const ctx = await setup();
     const pn = ctx.make();
-    await expect(pn.recover(ctx.key, { podNetworkDesc: desc(ctx.key), csn: { Result: null, NsPath: '', Interfaces: [] }, HaveRunningContainers: false })).rejects.toMatchObject({ code: 'NOT_FOUND' });
+    await expect(
+      pn.recover(ctx.key, {
+        podNetworkDesc: desc(ctx.key),
+        csn: { Result: null, NsPath: '', Interfaces: [] },
+        HaveRunningContainers: false,
+      }),
+    ).rejects.toMatchObject({ code: 'NOT_FOUND' });
   });
 });

@@ -18,7 +18,10 @@ afterEach(() => {
 });
 
 function tapctl(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [BIN.tapctl, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+  const child = spawn(process.execPath, [BIN.tapctl, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+  });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d) => (stdout += d));
@@ -29,7 +32,12 @@ function tapctl(args: string[]): Promise<{ code: number | null; stdout: string; 
 function envFile(vars: Record<string, string>, sep = '\n'): string {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vmpod-envfile-'));
   const f = path.join(dir, 'env');
-  fs.writeFileSync(f, Object.entries(vars).map(([k, v]) => `${k}=${v}`).join(sep) + sep);
+  fs.writeFileSync(
+    f,
+    Object.entries(vars)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(sep) + sep,
+  );
   return f;
 }
 
@@ -44,12 +52,23 @@ function node(): Record<string, string> {
 
 describe('tapctl devices', () => {
   it('a table with each function, its group, driver and source, and the qemu arguments', async () => {
-    const f = envFile({ ...node(), QAT0: '0000:3d:02.2', VMPOD_CRI_DEVICES: '[{"containerPath":"/dev/vfio/67","hostPath":"/dev/vfio/67","permissions":"mrw"}]' });
+    const f = envFile({
+      ...node(),
+      QAT0: '0000:3d:02.2',
+      VMPOD_CRI_DEVICES: '[{"containerPath":"/dev/vfio/67","hostPath":"/dev/vfio/67","permissions":"mrw"}]',
+    });
     const r = await tapctl(['devices', '--env-file', f]);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(r.stdout).toBe(
-      ['FUNCTION      GROUP  DRIVER    SOURCE', '0000:3d:02.2  67     vfio-pci  QAT0', '', 'qemu arguments:', '  -device vfio-pci,host=0000:3d:02.2,id=vmpodhostdev0', ''].join('\n'),
+      [
+        'FUNCTION      GROUP  DRIVER    SOURCE',
+        '0000:3d:02.2  67     vfio-pci  QAT0',
+        '',
+        'qemu arguments:',
+        '  -device vfio-pci,host=0000:3d:02.2,id=vmpodhostdev0',
+        '',
+      ].join('\n'),
     );
   });
 
@@ -57,7 +76,12 @@ describe('tapctl devices', () => {
     const f = envFile({ ...node(), QAT0: '0000:3d:02.2', PCIDEVICE_MELLANOX_COM_CX7: '0000:5f:00.0' }, '\0');
     const r = await tapctl(['devices', '--env-file', f, '--json', '--machine', 'pc-q35-8.2']);
     expect(r.code).toBe(1);
-    const j = JSON.parse(r.stdout) as { devices: unknown[]; qemuArgs: string[]; refused: string[]; inputErrors: string[] };
+    const j = JSON.parse(r.stdout) as {
+      devices: unknown[];
+      qemuArgs: string[];
+      refused: string[];
+      inputErrors: string[];
+    };
     expect(j.devices).toEqual([
       { address: '0000:5f:00.0', group: '41', driver: 'vfio-pci', source: 'PCIDEVICE_MELLANOX_COM_CX7' },
       { address: '0000:3d:02.2', group: '67', driver: 'vfio-pci', source: 'QAT0' },

@@ -15,7 +15,8 @@ let net: CniTestNet;
 let daemon: Daemon;
 let port = 0;
 
-const tapctl = (...a: string[]) => execa(process.execPath, [BIN.tapctl, '--socket', daemon.socket, ...a], { reject: false, timeout: 60_000 });
+const tapctl = (...a: string[]) =>
+  execa(process.execPath, [BIN.tapctl, '--socket', daemon.socket, ...a], { reject: false, timeout: 60_000 });
 
 interface Check {
   ok: boolean;
@@ -29,7 +30,11 @@ async function check(): Promise<{ code: number; r: Check }> {
 }
 
 async function listed(): Promise<{ state: string; degraded?: { failures: { reason: string }[] } }> {
-  const pods = JSON.parse((await tapctl('list', '--json')).stdout) as { key: string; state: string; degraded?: { failures: { reason: string }[] } }[];
+  const pods = JSON.parse((await tapctl('list', '--json')).stdout) as {
+    key: string;
+    state: string;
+    degraded?: { failures: { reason: string }[] };
+  }[];
   return pods.find((p) => p.key === KEY)!;
 }
 
@@ -41,7 +46,12 @@ async function failuresCounted(reason: string): Promise<number> {
 
 beforeAll(async () => {
   net = await makeCniConf();
-  daemon = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--check-interval', '0', '--http-listen', '127.0.0.1:0'] });
+  daemon = await startDaemon({
+    confDir: net.confDir,
+    binDirs: net.binDirs,
+    cacheDir: net.cacheDir,
+    extraArgs: ['--check-interval', '0', '--http-listen', '127.0.0.1:0'],
+  });
   port = daemon.lines().find((l) => l.msg === 'HTTP listening: /healthz /readyz /metrics')?.port as number;
   const r = await tapctl('add', KEY, '--pod-name', 'vm-check', '--pod-namespace', 'default');
   expect(r.exitCode, r.stderr).toBe(0);
@@ -61,8 +71,20 @@ describe('tapctl check', () => {
     expect((await listed()).state).toBe('ready');
     // why the prevResult is rewritten: the cached one names the MAC and address that went to the VM
     const client = new CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir });
-    const rt = { containerId: KEY, netns: `/var/run/netns/${KEY}`, ifName: 'virtlet-eth0', args: [['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', 'vm-check'], ['K8S_POD_INFRA_CONTAINER_ID', KEY]] as [string, string][] };
-    await expect(client.check(await loadConfList(net.confDir), rt)).rejects.toThrow(/plugin bridge CHECK failed: .*Mac/);
+    const rt = {
+      containerId: KEY,
+      netns: `/var/run/netns/${KEY}`,
+      ifName: 'virtlet-eth0',
+      args: [
+        ['IgnoreUnknown', '1'],
+        ['K8S_POD_NAMESPACE', 'default'],
+        ['K8S_POD_NAME', 'vm-check'],
+        ['K8S_POD_INFRA_CONTAINER_ID', KEY],
+      ] as [string, string][],
+    };
+    await expect(client.check(await loadConfList(net.confDir), rt)).rejects.toThrow(
+      /plugin bridge CHECK failed: .*Mac/,
+    );
   });
 
   it('fails a pod whose tap is down, and passes it again once it is up (nothing repaired it)', async () => {
@@ -78,7 +100,7 @@ describe('tapctl check', () => {
     expect(await failuresCounted('link-down')).toBe(1);
   });
 
-  it('fails a pod whose IPAM allocation was removed behind tapmanager\'s back', async () => {
+  it("fails a pod whose IPAM allocation was removed behind tapmanager's back", async () => {
     const [alloc] = (await net.leftovers()).allocations;
     const content = readFileSync(alloc!);
     rmSync(alloc!);
@@ -86,8 +108,13 @@ describe('tapctl check', () => {
       const { code, r } = await check();
       expect(code).toBe(1);
       expect(r.failures.map((f) => f.reason)).toEqual(['cni-check-failed']);
-      expect(r.failures[0]!.detail).toMatch(/plugin bridge CHECK failed: .*host-local: Failed to find address added by container/);
-      expect(await listed()).toMatchObject({ state: 'degraded', degraded: { failures: [{ reason: 'cni-check-failed' }] } });
+      expect(r.failures[0]!.detail).toMatch(
+        /plugin bridge CHECK failed: .*host-local: Failed to find address added by container/,
+      );
+      expect(await listed()).toMatchObject({
+        state: 'degraded',
+        degraded: { failures: [{ reason: 'cni-check-failed' }] },
+      });
     } finally {
       writeFileSync(alloc!, content);
     }
@@ -110,7 +137,8 @@ describe('a tc-redirect pod, checked on --check-interval', () => {
   const key = `chkt-${process.pid}-${randomBytes(2).toString('hex')}`;
   let tnet: CniTestNet;
   let td: Daemon;
-  const tctl = (...a: string[]) => execa(process.execPath, [BIN.tapctl, '--socket', td.socket, ...a], { reject: false, timeout: 60_000 });
+  const tctl = (...a: string[]) =>
+    execa(process.execPath, [BIN.tapctl, '--socket', td.socket, ...a], { reject: false, timeout: 60_000 });
   const state = async (): Promise<{ state: string; degraded?: { failures: { reason: string; detail: string }[] } }> =>
     (JSON.parse((await tctl('list', '--json')).stdout) as { key: string; state: string }[]).find((p) => p.key === key)!;
   const until = async (what: string, cond: () => Promise<boolean>): Promise<void> => {
@@ -123,7 +151,12 @@ describe('a tc-redirect pod, checked on --check-interval', () => {
 
   beforeAll(async () => {
     tnet = await makeCniConf();
-    td = await startDaemon({ confDir: tnet.confDir, binDirs: tnet.binDirs, cacheDir: tnet.cacheDir, extraArgs: ['--binding', 'tc-redirect', '--check-interval', '300'] });
+    td = await startDaemon({
+      confDir: tnet.confDir,
+      binDirs: tnet.binDirs,
+      cacheDir: tnet.cacheDir,
+      extraArgs: ['--binding', 'tc-redirect', '--check-interval', '300'],
+    });
     const r = await tctl('add', key, '--pod-name', 'vm-tc', '--pod-namespace', 'default');
     expect(r.exitCode, r.stderr).toBe(0);
   });
@@ -138,10 +171,42 @@ describe('a tc-redirect pod, checked on --check-interval', () => {
     const { stdout } = await tctl('check', key);
     expect(JSON.parse(stdout)).toMatchObject({ ok: true, failures: [], cni: 'checked' });
     await execa('ip', ['netns', 'exec', key, 'tc', 'filter', 'del', 'dev', 'tap0', 'parent', 'ffff:', 'prio', '100']);
-    await until('the interval\'s check to find it', async () => (await state()).state === 'degraded');
-    expect((await state()).degraded?.failures).toEqual([{ reason: 'redirect-missing', detail: 'tap0 has no ingress filter redirecting its frames to virtlet-eth0' }]);
-    expect(td.lines().some((l) => l.msg === 'pod check failed: degraded (nothing is repaired)' && l.key === key)).toBe(true);
-    await execa('ip', ['netns', 'exec', key, 'tc', 'filter', 'add', 'dev', 'tap0', 'parent', 'ffff:', 'prio', '100', 'protocol', 'all', 'u32', 'match', 'u8', '0', '0', 'at', '0', 'action', 'mirred', 'egress', 'redirect', 'dev', 'virtlet-eth0']);
+    await until("the interval's check to find it", async () => (await state()).state === 'degraded');
+    expect((await state()).degraded?.failures).toEqual([
+      { reason: 'redirect-missing', detail: 'tap0 has no ingress filter redirecting its frames to virtlet-eth0' },
+    ]);
+    expect(td.lines().some((l) => l.msg === 'pod check failed: degraded (nothing is repaired)' && l.key === key)).toBe(
+      true,
+    );
+    await execa('ip', [
+      'netns',
+      'exec',
+      key,
+      'tc',
+      'filter',
+      'add',
+      'dev',
+      'tap0',
+      'parent',
+      'ffff:',
+      'prio',
+      '100',
+      'protocol',
+      'all',
+      'u32',
+      'match',
+      'u8',
+      '0',
+      '0',
+      'at',
+      '0',
+      'action',
+      'mirred',
+      'egress',
+      'redirect',
+      'dev',
+      'virtlet-eth0',
+    ]);
     await until('a later check to pass', async () => (await state()).state === 'ready');
   });
 });

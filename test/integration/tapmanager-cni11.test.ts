@@ -2,7 +2,17 @@
 // (test/fixtures/cni/fake11, under the names fake11 and fake11b): the first makes a real veth into the pod netns on
 // ADD, each logs its env and stdin and answers as its own control file says. Debian's plugins speak up to 1.0.0, so
 // a 1.1.0 conflist needs plugins of its own.
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
@@ -35,10 +45,21 @@ let subnetByte = 0;
 
 /** Writes the conflist: fake11 (a veth with an address of a private /24) then fake11b. */
 function conflist(extra: Record<string, unknown> = {}, marker = 'one', version = '1.1.0'): void {
-  const plugin = (type: string, more: Record<string, unknown> = {}) => ({ type, log: logFile, control: join(root, `${type}.control`), marker, ...more });
+  const plugin = (type: string, more: Record<string, unknown> = {}) => ({
+    type,
+    log: logFile,
+    control: join(root, `${type}.control`),
+    marker,
+    ...more,
+  });
   writeFileSync(
     join(confDir, '10-fake11.conflist'),
-    JSON.stringify({ cniVersion: version, name: `net11-${id}`, ...extra, plugins: [plugin('fake11', { address: `10.251.${subnetByte}.5/24` }), plugin('fake11b')] }),
+    JSON.stringify({
+      cniVersion: version,
+      name: `net11-${id}`,
+      ...extra,
+      plugins: [plugin('fake11', { address: `10.251.${subnetByte}.5/24` }), plugin('fake11b')],
+    }),
   );
 }
 
@@ -46,10 +67,18 @@ function answer(type: 'fake11' | 'fake11b', a: Record<string, unknown>): void {
   writeFileSync(join(root, `${type}.control`), JSON.stringify(a));
 }
 
-const runs = (): LogLine[] => (existsSync(logFile) ? readFileSync(logFile, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as LogLine) : []);
+const runs = (): LogLine[] =>
+  existsSync(logFile)
+    ? readFileSync(logFile, 'utf8')
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as LogLine)
+    : [];
 const begins = (verb: string) => runs().filter((l) => l.phase === 'begin' && l.verb === verb);
 
-const tapctl = (...a: string[]) => execa(process.execPath, [BIN.tapctl, '--socket', daemon!.socket, ...a], { reject: false, timeout: 60_000 });
+const tapctl = (...a: string[]) =>
+  execa(process.execPath, [BIN.tapctl, '--socket', daemon!.socket, ...a], { reject: false, timeout: 60_000 });
 
 function key(): string {
   const k = `c11-${id}-${keys.length}`;
@@ -106,14 +135,21 @@ afterEach(async () => {
 });
 
 describe('STATUS', () => {
-  it('gates adds, readiness and the metric on the plugins\' answers; releases still run', async () => {
+  it("gates adds, readiness and the metric on the plugins' answers; releases still run", async () => {
     conflist();
     answer('fake11b', { STATUS: { code: 50, msg: 'no uplink on eth9' } });
-    daemon = await startDaemon({ confDir, binDirs: [bin], cacheDir, extraArgs: ['--cni-status-interval', '300', '--http-listen', '127.0.0.1:0', '--check-interval', '0'] });
+    daemon = await startDaemon({
+      confDir,
+      binDirs: [bin],
+      cacheDir,
+      extraArgs: ['--cni-status-interval', '300', '--http-listen', '127.0.0.1:0', '--check-interval', '0'],
+    });
     const port = daemon.lines().find((l) => l.msg === 'HTTP listening: /healthz /readyz /metrics')?.port as number;
     await until('not ready', async () => (await tapctl('status', '--ready')).exitCode === 1);
     const ready = await tapctl('status', '--ready');
-    expect(ready.stdout).toMatch(/^not ready: CNI plugin fake11b of network net11-\w+ answers STATUS with error 50 \(cannot take adds\): no uplink on eth9$/);
+    expect(ready.stdout).toMatch(
+      /^not ready: CNI plugin fake11b of network net11-\w+ answers STATUS with error 50 \(cannot take adds\): no uplink on eth9$/,
+    );
     const readyz = await fetch(`http://127.0.0.1:${port}/readyz`);
     expect(readyz.status).toBe(503);
     expect(await readyz.text()).toContain('fake11b');
@@ -124,7 +160,9 @@ describe('STATUS', () => {
     const refused = key();
     const r = await add(refused);
     expect(r.exitCode).toBe(1);
-    expect(r.stderr).toMatch(/add refused: CNI plugin fake11b of network net11-\w+ answers STATUS with error 50 \(cannot take adds\): no uplink on eth9/);
+    expect(r.stderr).toMatch(
+      /add refused: CNI plugin fake11b of network net11-\w+ answers STATUS with error 50 \(cannot take adds\): no uplink on eth9/,
+    );
     expect(begins('ADD')).toEqual([]);
     expect(await listNetns()).not.toContain(refused);
 
@@ -135,7 +173,11 @@ describe('STATUS', () => {
     await addOk(k);
     // degraded (51) while the pod lives: not ready, yet its release runs
     answer('fake11', { STATUS: { code: 51, msg: 'half the uplinks are down' } });
-    await until('not ready again', async () => (await tapctl('status', '--ready')).stdout.includes('error 51 (cannot take adds, and existing attachments may be degraded): half the uplinks are down'));
+    await until('not ready again', async () =>
+      (await tapctl('status', '--ready')).stdout.includes(
+        'error 51 (cannot take adds, and existing attachments may be degraded): half the uplinks are down',
+      ),
+    );
     expect((await tapctl('list', '--json')).stdout).toContain(k);
     expect((await tapctl('release', k)).exitCode).toBe(0);
     expect(begins('DEL').map((l) => l.env.CNI_CONTAINERID)).toEqual([k, k]);
@@ -144,16 +186,28 @@ describe('STATUS', () => {
   it('kills a STATUS that hangs at the per-plugin timeout and counts it as 50', async () => {
     conflist();
     answer('fake11', { STATUS: 'hang' });
-    daemon = await startDaemon({ confDir, binDirs: [bin], cacheDir, extraArgs: ['--cni-timeout', '500', '--cni-status-interval', '60000', '--check-interval', '0'] });
+    daemon = await startDaemon({
+      confDir,
+      binDirs: [bin],
+      cacheDir,
+      extraArgs: ['--cni-timeout', '500', '--cni-status-interval', '60000', '--check-interval', '0'],
+    });
     await until('not ready', async () => (await tapctl('status', '--ready')).exitCode === 1);
-    expect((await tapctl('status', '--ready')).stdout).toMatch(/CNI plugin fake11 of network net11-\w+ answers STATUS with error 50 \(cannot take adds\): plugin fake11 STATUS timed out after 500 ms/);
+    expect((await tapctl('status', '--ready')).stdout).toMatch(
+      /CNI plugin fake11 of network net11-\w+ answers STATUS with error 50 \(cannot take adds\): plugin fake11 STATUS timed out after 500 ms/,
+    );
     for (const l of begins('STATUS')) expect(() => process.kill(l.pid, 0)).toThrow();
   });
 
   it('never asks a conflist below 1.1.0', async () => {
     conflist({}, 'one', '1.0.0');
     answer('fake11', { STATUS: { code: 50, msg: 'must not be asked' } });
-    daemon = await startDaemon({ confDir, binDirs: [bin], cacheDir, extraArgs: ['--cni-status-interval', '100', '--cni-gc', 'plugins', '--check-interval', '0'] });
+    daemon = await startDaemon({
+      confDir,
+      binDirs: [bin],
+      cacheDir,
+      extraArgs: ['--cni-status-interval', '100', '--cni-gc', 'plugins', '--check-interval', '0'],
+    });
     const k = key();
     await addOk(k);
     await delay(300);
@@ -186,16 +240,39 @@ describe('GC', () => {
     conflist({}, 'two');
     rmSync(logFile, { force: true });
     answer('fake11', { GC: { code: 100, msg: 'cannot list the allocations' } });
-    daemon = await startDaemon({ confDir, binDirs: [bin], reuse, extraArgs: ['--cni-gc', 'plugins', '--check-interval', '0'] });
+    daemon = await startDaemon({
+      confDir,
+      binDirs: [bin],
+      reuse,
+      extraArgs: ['--cni-gc', 'plugins', '--check-interval', '0'],
+    });
     await until('the GC after the restore', () => daemon!.lines().some((l) => l.msg === 'CNI GC done'));
     const dels = begins('DEL');
-    expect(dels.map((l) => `${l.type} ${l.env.CNI_CONTAINERID} ${l.env.CNI_IFNAME}`)).toEqual([`fake11b ${lost} virtlet-eth0`, `fake11 ${lost} virtlet-eth0`]);
-    expect(dels[0]!.stdin).toMatchObject({ marker: 'one', prevResult: { ips: [{ address: `10.251.${subnetByte}.5/24` }] } });
-    const valid = [{ containerID: live, ifname: 'virtlet-eth0' }, { containerID: orphan, ifname: 'virtlet-eth0' }];
+    expect(dels.map((l) => `${l.type} ${l.env.CNI_CONTAINERID} ${l.env.CNI_IFNAME}`)).toEqual([
+      `fake11b ${lost} virtlet-eth0`,
+      `fake11 ${lost} virtlet-eth0`,
+    ]);
+    expect(dels[0]!.stdin).toMatchObject({
+      marker: 'one',
+      prevResult: { ips: [{ address: `10.251.${subnetByte}.5/24` }] },
+    });
+    const valid = [
+      { containerID: live, ifname: 'virtlet-eth0' },
+      { containerID: orphan, ifname: 'virtlet-eth0' },
+    ];
     const gcs = begins('GC');
     expect(gcs.map((l) => l.type)).toEqual(['fake11', 'fake11b']);
-    for (const g of gcs) expect(g.stdin).toMatchObject({ marker: 'two', 'cni.dev/valid-attachments': valid, 'cni.dev/attachments': valid });
-    expect(daemon.lines().some((l) => l.msg === 'CNI GC: a part failed' && String(l.error).includes('cannot list the allocations'))).toBe(true);
+    for (const g of gcs)
+      expect(g.stdin).toMatchObject({
+        marker: 'two',
+        'cni.dev/valid-attachments': valid,
+        'cni.dev/attachments': valid,
+      });
+    expect(
+      daemon
+        .lines()
+        .some((l) => l.msg === 'CNI GC: a part failed' && String(l.error).includes('cannot list the allocations')),
+    ).toBe(true);
     expect(existsSync(join(cacheDir, 'results', `net11-${id}-${lost}-virtlet-eth0`))).toBe(false);
     expect(existsSync(join(cacheDir, 'results', `net11-${id}-${live}-virtlet-eth0`))).toBe(true);
     expect(existsSync(join(cacheDir, 'results', `net11-${id}-${orphan}-virtlet-eth0`))).toBe(true);
@@ -206,21 +283,46 @@ describe('GC', () => {
 
   it('sends no plugin GC without --cni-gc plugins, and nothing at all with disableGC', async () => {
     conflist();
-    daemon = await startDaemon({ confDir, binDirs: [bin], cacheDir, extraArgs: ['--cni-gc-interval', '0', '--check-interval', '0'] });
+    daemon = await startDaemon({
+      confDir,
+      binDirs: [bin],
+      cacheDir,
+      extraArgs: ['--cni-gc-interval', '0', '--check-interval', '0'],
+    });
     const k = key();
     await addOk(k);
     // another runtime's attachment in a shared cache dir (ifName eth0) and one of ours whose pod is gone
     const results = join(cacheDir, 'results');
-    const record = JSON.parse(readFileSync(join(results, `net11-${id}-${k}-virtlet-eth0`), 'utf8')) as Record<string, unknown>;
-    writeFileSync(join(results, `net11-${id}-ctrd1-eth0`), JSON.stringify({ ...record, containerId: 'ctrd1', ifName: 'eth0' }));
-    writeFileSync(join(results, `net11-${id}-gone1-virtlet-eth0`), JSON.stringify({ ...record, containerId: 'gone1', netns: '/var/run/netns/gone1' }));
+    const record = JSON.parse(readFileSync(join(results, `net11-${id}-${k}-virtlet-eth0`), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    writeFileSync(
+      join(results, `net11-${id}-ctrd1-eth0`),
+      JSON.stringify({ ...record, containerId: 'ctrd1', ifName: 'eth0' }),
+    );
+    writeFileSync(
+      join(results, `net11-${id}-gone1-virtlet-eth0`),
+      JSON.stringify({ ...record, containerId: 'gone1', netns: '/var/run/netns/gone1' }),
+    );
     conflist({ disableGC: true });
     let r = await tapctl('gc');
-    expect(JSON.parse(r.stdout)).toEqual({ network: `net11-${id}`, disabled: true, removed: [], pluginsAsked: [], errors: [] });
+    expect(JSON.parse(r.stdout)).toEqual({
+      network: `net11-${id}`,
+      disabled: true,
+      removed: [],
+      pluginsAsked: [],
+      errors: [],
+    });
     conflist();
     r = await tapctl('gc');
     expect(r.exitCode).toBe(0);
-    expect(JSON.parse(r.stdout)).toEqual({ network: `net11-${id}`, removed: [{ containerId: 'gone1', ifName: 'virtlet-eth0' }], pluginsAsked: [], errors: [] });
+    expect(JSON.parse(r.stdout)).toEqual({
+      network: `net11-${id}`,
+      removed: [{ containerId: 'gone1', ifName: 'virtlet-eth0' }],
+      pluginsAsked: [],
+      errors: [],
+    });
     expect(begins('GC')).toEqual([]);
     expect(begins('DEL').map((l) => l.env.CNI_CONTAINERID)).toEqual(['gone1', 'gone1']);
     expect(existsSync(join(results, `net11-${id}-ctrd1-eth0`))).toBe(true);
@@ -229,7 +331,12 @@ describe('GC', () => {
   it('never runs beside an add: it waits for the adds running, and the adds after it wait for it', async () => {
     conflist();
     answer('fake11', { ADD: 'slow' });
-    daemon = await startDaemon({ confDir, binDirs: [bin], cacheDir, extraArgs: ['--cni-gc', 'plugins', '--cni-gc-interval', '0', '--check-interval', '0'] });
+    daemon = await startDaemon({
+      confDir,
+      binDirs: [bin],
+      cacheDir,
+      extraArgs: ['--cni-gc', 'plugins', '--cni-gc-interval', '0', '--check-interval', '0'],
+    });
     const first = [key(), key()];
     const later = [key(), key()];
     const adds1 = first.map(add);

@@ -23,7 +23,8 @@ async function waitFor(what: string, cond: () => boolean | Promise<boolean>, ms 
 /** The PID records in a plugins dir: the slots that hold one. */
 const pidRecords = (dir: string) => readdirSync(dir).flatMap((n) => readPgidRecords(join(dir, n)));
 
-const tapctl = (socket: string, ...args: string[]) => execa(process.execPath, [BIN.tapctl, '--socket', socket, ...args], { reject: false, timeout: 120_000 });
+const tapctl = (socket: string, ...args: string[]) =>
+  execa(process.execPath, [BIN.tapctl, '--socket', socket, ...args], { reject: false, timeout: 120_000 });
 
 describe('tapmanager killed with SIGKILL mid-add', () => {
   it('the next start kills the orphaned plugin, sweeps temp files, rolls the add back; the retry succeeds', async () => {
@@ -38,7 +39,9 @@ describe('tapmanager killed with SIGKILL mid-add', () => {
       const plugin = net.faultyRuns().find((r) => r.verb === 'ADD')!.pid;
       expect((await net.leftovers()).allocations).toHaveLength(1);
       // the plugin's group is recorded while it runs (a slot file per plugin running at once)
-      expect(pidRecords(join(d1.stateDir, 'plugins')).map((r) => [r.pgid, r.verb, r.containerId])).toEqual([[plugin, 'ADD', key]]);
+      expect(pidRecords(join(d1.stateDir, 'plugins')).map((r) => [r.pgid, r.verb, r.containerId])).toEqual([
+        [plugin, 'ADD', key],
+      ]);
 
       d1.proc.kill('SIGKILL');
       await waitFor('the daemon to die', () => !d1.alive());
@@ -55,7 +58,10 @@ describe('tapmanager killed with SIGKILL mid-add', () => {
       expect(d2.lines().some((l) => l.msg === 'killed CNI plugins a previous daemon left running')).toBe(true);
       // the socket answers at once, the rollback runs in the background (its CNI DEL is a plugin too): ready once done
       const socket2 = d2.socket;
-      await waitFor('the restore (status --ready)', async () => (await tapctl(socket2, 'status', '--ready')).exitCode === 0);
+      await waitFor(
+        'the restore (status --ready)',
+        async () => (await tapctl(socket2, 'status', '--ready')).exitCode === 0,
+      );
       expect(pidRecords(join(d1.stateDir, 'plugins'))).toEqual([]);
       expect(readdirSync(d1.stateDir).filter((n) => n.startsWith('.tmp-'))).toEqual([]);
       expect(existsSync(join(net.cacheDir, 'results', `x-${key}-eth0.tmp-1-deadbeef`))).toBe(false);

@@ -168,13 +168,18 @@ describe('get answered by the addon', () => {
       try {
         const kind = i % 5;
         const junk =
-          kind === 0 ? randomBytes(1 + (i % 200)) // noise
-          : kind === 1 ? valid.subarray(0, 1 + (i % 76)) // a header cut short, then a hang-up
-          : kind === 2 ? Buffer.concat([valid.subarray(0, 5), Buffer.from([0xff, 0xff, 0xff, 0xff]), valid.subarray(9)]) // a 4 GB get
-          : kind === 3 ? Buffer.concat([valid, randomBytes(3)]) // a get, then noise
-          : valid;
+          kind === 0
+            ? randomBytes(1 + (i % 200)) // noise
+            : kind === 1
+              ? valid.subarray(0, 1 + (i % 76)) // a header cut short, then a hang-up
+              : kind === 2
+                ? Buffer.concat([valid.subarray(0, 5), Buffer.from([0xff, 0xff, 0xff, 0xff]), valid.subarray(9)]) // a 4 GB get
+                : kind === 3
+                  ? Buffer.concat([valid, randomBytes(3)]) // a get, then noise
+                  : valid;
         n.writeAll(fd, junk);
-        if (kind === 3 || kind === 4) expect(seen(readReply(fd)!)).toMatchObject({ command: 0x82, key: k, taps: ['/dev/net/tun'] });
+        if (kind === 3 || kind === 4)
+          expect(seen(readReply(fd)!)).toMatchObject({ command: 0x82, key: k, taps: ['/dev/net/tun'] });
       } finally {
         n.close(fd);
       }

@@ -145,7 +145,9 @@ describe('every connection ends', () => {
     native().close(fd);
     expect(sent).toBeLessThan(bytes.length);
     expect(reply?.command).toBe(0xff);
-    expect(reply?.data.toString()).toMatch(new RegExp(`no complete request within ${REQUEST_TIMEOUT_MS} ms of its first byte`));
+    expect(reply?.data.toString()).toMatch(
+      new RegExp(`no complete request within ${REQUEST_TIMEOUT_MS} ms of its first byte`),
+    );
   });
 
   it('more than 16 pipelined requests: the first 16 are answered, then an error, then the close', () => {
@@ -191,14 +193,20 @@ describe('every connection ends', () => {
     // the limit bounds fd numbers, not their count: closed fds leave gaps below the highest, which a newcomer fills
     const limit = limitLeaving(d.pid, 3);
     // the soft limit only: lowering the hard limit could not be undone without CAP_SYS_RESOURCE
-    const soft = (await execa('prlimit', ['--pid', String(d.pid), '--nofile', '--raw', '--noheadings', '--output=SOFT'])).stdout.trim();
+    const soft = (
+      await execa('prlimit', ['--pid', String(d.pid), '--nofile', '--raw', '--noheadings', '--output=SOFT'])
+    ).stdout.trim();
     await execa('prlimit', ['--pid', String(d.pid), `--nofile=${limit}:`]);
     const held: number[] = [];
     try {
       // more connections than fds left: the first few are taken, the rest are accepted and closed at once
       for (let i = 0; i < 6; i++) held.push(connect(d.socket));
-      await settled(() => d.lines().some((l) => l.msg === 'out of file descriptors: a new connection was closed unserved'));
-      expect(d.lines().some((l) => l.msg === 'out of file descriptors: a new connection was closed unserved')).toBe(true);
+      await settled(() =>
+        d.lines().some((l) => l.msg === 'out of file descriptors: a new connection was closed unserved'),
+      );
+      expect(d.lines().some((l) => l.msg === 'out of file descriptors: a new connection was closed unserved')).toBe(
+        true,
+      );
       const cpu0 = cpuTicks(d.pid);
       await sleep(1000);
       const cpuMs = (cpuTicks(d.pid) - cpu0) * 10;

@@ -43,7 +43,10 @@ function chainSlowPlugin(net: CniTestNet, addS: number, delGate?: string): strin
 
 async function netnsList(): Promise<string[]> {
   const r = await execa('ip', ['netns', 'list'], { timeout: 10_000 });
-  return r.stdout.split('\n').map((l) => l.split(' ')[0]!).filter(Boolean);
+  return r.stdout
+    .split('\n')
+    .map((l) => l.split(' ')[0]!)
+    .filter(Boolean);
 }
 
 /** Sends a request on a new connection and returns the fd; the reply is read later with replyOf. */
@@ -62,7 +65,10 @@ function replyOf(fd: number): number | null {
 }
 
 /** Log lines of the daemon, read from its pipe: lets the event loop deliver them first (bounded). */
-async function logLines(d: Daemon, until: (lines: Record<string, unknown>[]) => boolean): Promise<Record<string, unknown>[]> {
+async function logLines(
+  d: Daemon,
+  until: (lines: Record<string, unknown>[]) => boolean,
+): Promise<Record<string, unknown>[]> {
   for (let i = 0; i < 200 && !until(d.lines()); i++) await new Promise((r) => setTimeout(r, 25));
   return d.lines();
 }
@@ -138,12 +144,16 @@ describe('one daemon per state dir and socket', () => {
     const sameState = await runToExit([...common, '--socket', join(d.dir, 'other.sock'), '--state-dir', d.stateDir]);
     expect(sameState.code).toBe(1);
     const stateLine = sameState.stderr.split('\n').filter((l) => l.startsWith('tapmanager:'));
-    expect(stateLine).toEqual([`tapmanager: another tapmanager is running on the state dir ${d.stateDir} (it holds its lock): stop it first, or give this one its own --state-dir and --socket`]);
+    expect(stateLine).toEqual([
+      `tapmanager: another tapmanager is running on the state dir ${d.stateDir} (it holds its lock): stop it first, or give this one its own --state-dir and --socket`,
+    ]);
     expect(existsSync(join(d.dir, 'other.sock'))).toBe(false);
 
     const sameSocket = await runToExit([...common, '--socket', d.socket, '--state-dir', join(d.dir, 'state2')]);
     expect(sameSocket.code).toBe(1);
-    expect(sameSocket.stderr).toContain(`tapmanager: another tapmanager is serving on the socket ${d.socket}: stop it first`);
+    expect(sameSocket.stderr).toContain(
+      `tapmanager: another tapmanager is serving on the socket ${d.socket}: stop it first`,
+    );
 
     // the first daemon's socket is still there and served
     expect(d.alive()).toBe(true);
@@ -173,7 +183,8 @@ describe('serving during restore', () => {
     // is held until the gate file exists
     const addFd = send(d.socket, ADD, slow, desc(slow));
     // kill only once the add is inside the plugin (its CNI step recorded), however slow the machine
-    for (let i = 0; i < 1200 && !existsSync(join(net.root, 'add-started')); i++) await new Promise((r) => setTimeout(r, 50));
+    for (let i = 0; i < 1200 && !existsSync(join(net.root, 'add-started')); i++)
+      await new Promise((r) => setTimeout(r, 50));
     d.proc.kill('SIGKILL');
     await d.stop();
     native().close(addFd);
@@ -181,12 +192,20 @@ describe('serving during restore', () => {
 
     // systemd's notify socket, stood in for by a receiver on an abstract name of this test's own
     const notifySocket = `@vmpod-notify-${rand()}`;
-    const rx = spawn('/usr/bin/python3', [join(REPO, 'test/fixtures/notify-receiver.py'), notifySocket], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const rx = spawn('/usr/bin/python3', [join(REPO, 'test/fixtures/notify-receiver.py'), notifySocket], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let notified = '';
     rx.stdout!.on('data', (b) => (notified += b));
     try {
       for (let i = 0; i < 400 && !notified.startsWith('ready'); i++) await new Promise((r) => setTimeout(r, 25));
-      const d2 = await startDaemon({ confDir: net.confDir, binDirs, reuse: d, extraArgs: ['--http-listen', '127.0.0.1:0'], env: { NOTIFY_SOCKET: notifySocket } });
+      const d2 = await startDaemon({
+        confDir: net.confDir,
+        binDirs,
+        reuse: d,
+        extraArgs: ['--http-listen', '127.0.0.1:0'],
+        env: { NOTIFY_SOCKET: notifySocket },
+      });
       daemons.push(d2);
       // the socket answers while the slow pod is still being rolled back
       const getSlow = send(d2.socket, GET, slow);
@@ -195,7 +214,11 @@ describe('serving during restore', () => {
       // the slow pod's restore is still held in its CNI DEL: nothing for it has been answered
       expect(d2.lines().some((l) => l.msg === 'restored pod networks from the state dir')).toBe(false);
       // answering is not ready: the exec probe, /readyz and systemd all wait for the restore, and say so
-      const statusReady = () => execa(process.execPath, [BIN.tapctl, '--socket', d2.socket, 'status', '--ready'], { reject: false, timeout: 60_000 });
+      const statusReady = () =>
+        execa(process.execPath, [BIN.tapctl, '--socket', d2.socket, 'status', '--ready'], {
+          reject: false,
+          timeout: 60_000,
+        });
       const port = d2.lines().find((l) => l.msg === 'HTTP listening: /healthz /readyz /metrics')!.port as number;
       const readyz = async () => {
         const r = await fetch(`http://127.0.0.1:${port}/readyz`);
@@ -249,7 +272,12 @@ function connectReply(fd: number): { command: number; text: string } {
 describe('soak', () => {
   it('500 (VMPOD_SOAK_CYCLES) add/get/release cycles from 8 clients at once leave fds, netns, links and IPAM files as they were', async () => {
     net = await makeCniConf();
-    const d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--log-level', 'warn'] });
+    const d = await startDaemon({
+      confDir: net.confDir,
+      binDirs: net.binDirs,
+      cacheDir: net.cacheDir,
+      extraArgs: ['--log-level', 'warn'],
+    });
     daemons.push(d);
     const prefix = `vmsk${rand()}`;
     await firstPodDone(d);
@@ -277,10 +305,23 @@ describe('soak', () => {
       console.log('ok');`;
     const per = Math.ceil(total / clients);
     const runs = Array.from({ length: clients }, (_, i) =>
-      execa(process.execPath, ['--input-type=module', '-e', script, d.socket, prefix, String(i * per), String(Math.min(per, total - i * per))], { timeout: 1_500_000, reject: false }),
+      execa(
+        process.execPath,
+        [
+          '--input-type=module',
+          '-e',
+          script,
+          d.socket,
+          prefix,
+          String(i * per),
+          String(Math.min(per, total - i * per)),
+        ],
+        { timeout: 1_500_000, reject: false },
+      ),
     );
     const results = await Promise.all(runs);
-    for (const r of results) expect(r.stdout + r.stderr, `client exit ${r.exitCode}, signal ${r.signal}, ${r.shortMessage}`).toBe('ok');
+    for (const r of results)
+      expect(r.stdout + r.stderr, `client exit ${r.exitCode}, signal ${r.signal}, ${r.shortMessage}`).toBe('ok');
     expect(d.alive()).toBe(true);
     expect(await fdsSettled(d)).toBe(fdsBefore);
     expect((await netnsList()).filter((n) => n.startsWith(prefix))).toEqual(nsBefore);

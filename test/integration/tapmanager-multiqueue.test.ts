@@ -25,7 +25,12 @@ vi.setConfig({ testTimeout: 180_000, hookTimeout: 120_000 });
 
 beforeAll(async () => {
   net = await makeCniConf();
-  d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--http-listen', '127.0.0.1:0'] });
+  d = await startDaemon({
+    confDir: net.confDir,
+    binDirs: net.binDirs,
+    cacheDir: net.cacheDir,
+    extraArgs: ['--http-listen', '127.0.0.1:0'],
+  });
 });
 
 afterAll(async () => {
@@ -44,10 +49,19 @@ function addPod(): string {
 }
 
 /** What `ip -d link` says of the pod's tap: its tun flags and how many queues are attached and detached. */
-async function tapInfo(key: string): Promise<{ multi_queue: boolean; vnet_hdr: boolean; numqueues: number; numdisabled: number }> {
-  const out = JSON.parse(await run(['ip', '-n', key, '-j', '-d', 'link', 'show', 'tap0'])) as { linkinfo: { info_data: Record<string, unknown> } }[];
+async function tapInfo(
+  key: string,
+): Promise<{ multi_queue: boolean; vnet_hdr: boolean; numqueues: number; numdisabled: number }> {
+  const out = JSON.parse(await run(['ip', '-n', key, '-j', '-d', 'link', 'show', 'tap0'])) as {
+    linkinfo: { info_data: Record<string, unknown> };
+  }[];
   const i = out[0]!.linkinfo.info_data;
-  return { multi_queue: i.multi_queue === true, vnet_hdr: i.vnet_hdr === true, numqueues: Number(i.numqueues), numdisabled: Number(i.numdisabled) };
+  return {
+    multi_queue: i.multi_queue === true,
+    vnet_hdr: i.vnet_hdr === true,
+    numqueues: Number(i.numqueues),
+    numdisabled: Number(i.numdisabled),
+  };
 }
 
 /** The tap an fd of ours is attached to ("iff:" in fdinfo); undefined for a detached fd or no tap. */
@@ -100,7 +114,9 @@ describe('multiqueue taps', () => {
     expect(one).toMatchObject({ command: 0x82, oobSize: 24 });
     expect(one.fds).toHaveLength(1);
     expect(readlinkSync(`/proc/self/fd/${one.fds[0]}`)).toBe('/dev/net/tun');
-    expect(JSON.parse(one.data.toString())).toEqual([{ type: 0, mac: expect.any(String), fdIndex: 0, pciAddress: '', mtu: 1500, queueFdIndices: [0] }]);
+    expect(JSON.parse(one.data.toString())).toEqual([
+      { type: 0, mac: expect.any(String), fdIndex: 0, pciAddress: '', mtu: 1500, queueFdIndices: [0] },
+    ]);
     closeAll(one.fds);
     expect(await fastGets()).toBe(before + 1);
     expect(await tapInfo(k)).toMatchObject({ numqueues: 1 });
@@ -126,12 +142,23 @@ describe('multiqueue taps', () => {
     expect(await d.stop()).toBe(0);
     // tapmanager's own queue was also the VM's first: the VM keeps it
     expect(await tapInfo(k)).toMatchObject({ numqueues: 4, numdisabled: 0 });
-    d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d, extraArgs: ['--http-listen', '127.0.0.1:0'] });
+    d = await startDaemon({
+      confDir: net.confDir,
+      binDirs: net.binDirs,
+      reuse: d,
+      extraArgs: ['--http-listen', '127.0.0.1:0'],
+    });
     // restored without fds: the tap still has exactly the VM's queues
-    expect(client().list().find((p) => (p as { key: string }).key === k)).toBeDefined();
+    expect(
+      client()
+        .list()
+        .find((p) => (p as { key: string }).key === k),
+    ).toBeDefined();
     expect(await tapInfo(k)).toMatchObject({ numqueues: 4, numdisabled: 0 });
     // a get while the VM runs is refused, as for a single-queue tap (EBUSY), rather than attaching a second VM
-    expect(() => client().get(k, { queues: 2 })).toThrow(/in use \(EBUSY\): the VM holds it already.*tap tap0 in \S+ has 4 queues attached/);
+    expect(() => client().get(k, { queues: 2 })).toThrow(
+      /in use \(EBUSY\): the VM holds it already.*tap tap0 in \S+ has 4 queues attached/,
+    );
     expect(() => client().get(k)).toThrow(/in use/);
     expect(await tapInfo(k)).toMatchObject({ numqueues: 4 });
 

@@ -4,7 +4,7 @@
 import { describe, it, expect } from 'vitest';
 import { spawn } from 'node:child_process';
 import { createServer, type AddressInfo } from 'node:net';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -31,12 +31,18 @@ function sample(text: string, name: string, labels = ''): number | undefined {
   return line === undefined ? undefined : Number(line.split(' ').pop());
 }
 
-const tapctl = (socket: string, ...a: string[]) => execa(process.execPath, [BIN.tapctl, '--socket', socket, ...a], { reject: false, timeout: 60_000 });
+const tapctl = (socket: string, ...a: string[]) =>
+  execa(process.execPath, [BIN.tapctl, '--socket', socket, ...a], { reject: false, timeout: 60_000 });
 
 describe('probes, metrics and list on a running tapmanager', () => {
   it('answers /healthz, /readyz, /metrics and tapctl status --ready; says why when the CNI config goes away', async () => {
     const net = await makeCniConf();
-    const d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--http-listen', '127.0.0.1:0'] });
+    const d = await startDaemon({
+      confDir: net.confDir,
+      binDirs: net.binDirs,
+      cacheDir: net.cacheDir,
+      extraArgs: ['--http-listen', '127.0.0.1:0'],
+    });
     const key = `vmpo-${rand()}`;
     try {
       const port = httpPort(d);
@@ -49,15 +55,36 @@ describe('probes, metrics and list on a running tapmanager', () => {
 
       const add = await tapctl(d.socket, 'add', key, '--pod-name', 'vm-ops', '--pod-namespace', 'ops-ns');
       expect(add.exitCode).toBe(0);
-      const csn = JSON.parse(add.stdout) as { Interfaces: { HardwareAddr: string }[]; Result: { ips: { address: string }[] } };
+      const csn = JSON.parse(add.stdout) as {
+        Interfaces: { HardwareAddr: string }[];
+        Result: { ips: { address: string }[] };
+      };
       const list = await tapctl(d.socket, 'list');
       expect(list.exitCode).toBe(0);
       const [head, row, ...more] = list.stdout.split('\n');
       expect(head).toMatch(/^KEY\s+POD\s+NAMESPACE\s+IPS\s+MAC\s+STATE\s+AGE\s+LAST LEASE$/);
       expect(more).toEqual([]);
-      expect(row!.split(/\s{3,}/)).toEqual([key, 'vm-ops', 'ops-ns', csn.Result.ips[0]!.address, expect.stringMatching(/^[0-9a-f:]{17}$/i), 'ready', expect.stringMatching(/^\d+s$/), '-']);
+      expect(row!.split(/\s{3,}/)).toEqual([
+        key,
+        'vm-ops',
+        'ops-ns',
+        csn.Result.ips[0]!.address,
+        expect.stringMatching(/^[0-9a-f:]{17}$/i),
+        'ready',
+        expect.stringMatching(/^\d+s$/),
+        '-',
+      ]);
       const json = JSON.parse((await tapctl(d.socket, 'list', '--json')).stdout);
-      expect(json).toEqual([expect.objectContaining({ key, podName: 'vm-ops', podNs: 'ops-ns', state: 'ready', dhcp: true, lastLease: null })]);
+      expect(json).toEqual([
+        expect.objectContaining({
+          key,
+          podName: 'vm-ops',
+          podNs: 'ops-ns',
+          state: 'ready',
+          dhcp: true,
+          lastLease: null,
+        }),
+      ]);
       expect(Date.now() - Date.parse(json[0].createdAt)).toBeLessThan(120_000);
 
       const m = await get(port, '/metrics');
@@ -66,7 +93,9 @@ describe('probes, metrics and list on a running tapmanager', () => {
       expect(sample(m.body, 'vmpod_requests_total', 'command="add",result="ok"')).toBe(1);
       expect(sample(m.body, 'vmpod_requests_total', 'command="status",result="ok"')).toBe(1);
       expect(sample(m.body, 'vmpod_request_duration_seconds_count', 'command="add"')).toBe(1);
-      expect(sample(m.body, 'vmpod_cni_plugin_duration_seconds_count', 'plugin="bridge",command="add",result="ok"')).toBe(1);
+      expect(
+        sample(m.body, 'vmpod_cni_plugin_duration_seconds_count', 'plugin="bridge",command="add",result="ok"'),
+      ).toBe(1);
       expect(sample(m.body, 'vmpod_pods', 'state="ready"')).toBe(1);
       expect(sample(m.body, 'vmpod_restore_duration_seconds_count')).toBe(1);
       expect(sample(m.body, 'vmpod_restored')).toBe(1);
@@ -80,7 +109,9 @@ describe('probes, metrics and list on a running tapmanager', () => {
       renameSync(join(net.confDir, conf), join(net.root, conf));
       const rz = await get(port, '/readyz');
       expect(rz.status).toBe(503);
-      expect(rz.body).toBe(`not ready: CNI config in ${net.confDir} does not load: no CNI network config in ${net.confDir} (looked for .conf, .conflist, .json)\n`);
+      expect(rz.body).toBe(
+        `not ready: CNI config in ${net.confDir} does not load: no CNI network config in ${net.confDir} (looked for .conf, .conflist, .json)\n`,
+      );
       const nr = await tapctl(d.socket, 'status', '--ready');
       expect(nr.exitCode).toBe(1);
       expect(nr.stdout).toBe(rz.body.trimEnd());
@@ -99,10 +130,16 @@ describe('systemd notify', () => {
     const net = await makeCniConf();
     const dir = mkdtempSync(join(tmpdir(), 'vmpod-notify-'));
     const sock = join(dir, 'notify');
-    const rx = spawn('/usr/bin/python3', [join(REPO, 'test/fixtures/notify-receiver.py'), sock], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const rx = spawn('/usr/bin/python3', [join(REPO, 'test/fixtures/notify-receiver.py'), sock], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     rx.stdout!.on('data', (b) => (out += b));
-    const msgs = () => out.split('\n').filter((l) => l.startsWith('{')).map((l) => (JSON.parse(l) as { msg: string }).msg);
+    const msgs = () =>
+      out
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => (JSON.parse(l) as { msg: string }).msg);
     const waitFor = async (what: string, cond: () => boolean) => {
       const end = Date.now() + 20_000;
       while (!cond()) {
@@ -113,12 +150,21 @@ describe('systemd notify', () => {
     let d: Daemon | undefined;
     try {
       await waitFor('the receiver', () => out.startsWith('ready'));
-      d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, env: { NOTIFY_SOCKET: sock, WATCHDOG_USEC: '400000' } });
+      d = await startDaemon({
+        confDir: net.confDir,
+        binDirs: net.binDirs,
+        cacheDir: net.cacheDir,
+        env: { NOTIFY_SOCKET: sock, WATCHDOG_USEC: '400000' },
+      });
       await waitFor('READY=1', () => msgs().some((m) => m.startsWith('READY=1')));
       // READY is sent after the socket listens and restore ran: the daemon is ready by its own account
       expect(new FdClient(d.socket).status()).toMatchObject({ ready: true, restored: true });
       const readyMsg = msgs().find((m) => m.startsWith('READY=1'))!;
-      expect(readyMsg.split('\n')).toEqual(['READY=1', `STATUS=serving 0 pod networks on ${d.socket}`, `MAINPID=${d.pid}`]);
+      expect(readyMsg.split('\n')).toEqual([
+        'READY=1',
+        `STATUS=serving 0 pod networks on ${d.socket}`,
+        `MAINPID=${d.pid}`,
+      ]);
       await waitFor('two WATCHDOG=1', () => msgs().filter((m) => m === 'WATCHDOG=1').length >= 2);
       expect(await d.stop()).toBe(0);
       await waitFor('STOPPING=1', () => msgs().some((m) => m.startsWith('STOPPING=1')));
@@ -163,12 +209,35 @@ describe('bad input at start-up', () => {
     const port = (taken.address() as AddressInfo).port;
     try {
       const cases: [Record<string, string>, RegExp][] = [
-        [{ '--socket': join(dir, 'no-such-dir', 'tm.sock') }, new RegExp(`^tapmanager: socket dir ${dir}/no-such-dir does not exist \\(ENOENT\\): mount the host's ${dir}/no-such-dir into the tapmanager container`)],
-        [{ '--cni-bin-dir': join(dir, 'no-cni-bin') }, new RegExp(`^tapmanager: CNI plugin dir ${dir}/no-cni-bin does not exist \\(ENOENT\\): mount the host's ${dir}/no-cni-bin \\(read-only\\)`)],
-        [{ '--state-dir': join(notDir, 'state') }, new RegExp(`^tapmanager: state dir ${notDir}/state cannot be created \\(ENOTDIR\\): .*--state-dir / VMPOD_STATE_DIR`)],
+        [
+          { '--socket': join(dir, 'no-such-dir', 'tm.sock') },
+          new RegExp(
+            `^tapmanager: socket dir ${dir}/no-such-dir does not exist \\(ENOENT\\): mount the host's ${dir}/no-such-dir into the tapmanager container`,
+          ),
+        ],
+        [
+          { '--cni-bin-dir': join(dir, 'no-cni-bin') },
+          new RegExp(
+            `^tapmanager: CNI plugin dir ${dir}/no-cni-bin does not exist \\(ENOENT\\): mount the host's ${dir}/no-cni-bin \\(read-only\\)`,
+          ),
+        ],
+        [
+          { '--state-dir': join(notDir, 'state') },
+          new RegExp(
+            `^tapmanager: state dir ${notDir}/state cannot be created \\(ENOTDIR\\): .*--state-dir / VMPOD_STATE_DIR`,
+          ),
+        ],
         // root writes anywhere a mode allows; /proc is a place even root cannot create a file in
-        [{ '--state-dir': '/proc/self' }, /^tapmanager: state dir \/proc\/self is not writable \((ENOENT|EACCES)\): make it writable/],
-        [{ '--http-listen': `127.0.0.1:${port}` }, new RegExp(`^tapmanager: HTTP listen 127\\.0\\.0\\.1:${port}: EADDRINUSE: another process holds this port: stop it or choose another port \\(--http-listen / VMPOD_HTTP_LISTEN\\)$`)],
+        [
+          { '--state-dir': '/proc/self' },
+          /^tapmanager: state dir \/proc\/self is not writable \((ENOENT|EACCES)\): make it writable/,
+        ],
+        [
+          { '--http-listen': `127.0.0.1:${port}` },
+          new RegExp(
+            `^tapmanager: HTTP listen 127\\.0\\.0\\.1:${port}: EADDRINUSE: another process holds this port: stop it or choose another port \\(--http-listen / VMPOD_HTTP_LISTEN\\)$`,
+          ),
+        ],
       ];
       for (const [over, want] of cases) {
         const r = await runToExit(base(over));

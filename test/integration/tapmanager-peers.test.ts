@@ -13,13 +13,21 @@ const NOBODY = 65534; // nobody / nogroup on Debian
  * Runs the built fd client's list() as another user (setpriv, so supplementary groups can be given too);
  * returns its exit code and output.
  */
-function listAs(uid: number, gid: number, socket: string, groups: number[] = []): { status: number | null; out: string } {
+function listAs(
+  uid: number,
+  gid: number,
+  socket: string,
+  groups: number[] = [],
+): { status: number | null; out: string } {
   const script = `
     import { FdClient } from ${JSON.stringify(join(REPO, 'dist/client/fdclient.js'))};
     try { console.log(JSON.stringify(new FdClient(${JSON.stringify(socket)}, { timeoutMs: 5000 }).list())); }
     catch (e) { console.log(String(e.message)); process.exit(3); }`;
   const ids = [`--reuid=${uid}`, `--regid=${gid}`, groups.length ? `--groups=${groups.join(',')}` : '--clear-groups'];
-  const r = spawnSync('setpriv', [...ids, process.execPath, '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 20_000 });
+  const r = spawnSync('setpriv', [...ids, process.execPath, '--input-type=module', '-e', script], {
+    encoding: 'utf8',
+    timeout: 20_000,
+  });
   return { status: r.status, out: `${r.stdout}${r.stderr}` };
 }
 
@@ -53,7 +61,12 @@ describe('socket access', () => {
   it('closes a refused peer that keeps writing once it has its reason; others are served meanwhile', async () => {
     net = await makeCniConf();
     // a request timeout far beyond the peer's patience: only a close right after the reason ends its connection
-    d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--request-timeout', '600000'] });
+    d = await startDaemon({
+      confDir: net.confDir,
+      binDirs: net.binDirs,
+      cacheDir: net.cacheDir,
+      extraArgs: ['--request-timeout', '600000'],
+    });
     chmodSync(d.dir, 0o755);
     chmodSync(d.socket, 0o666);
     // as nobody: a list request, then 64 KiB writes until one fails (or 60 s pass); then the reply it was sent
@@ -78,10 +91,14 @@ describe('socket access', () => {
         reply = Buffer.concat([reply, r.data]);
       }
       console.log(JSON.stringify({ writeError, command: reply[4], text: reply.subarray(77).toString() }));`;
-    const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '--input-type=module', '-e', script], {
-      encoding: 'utf8',
-      timeout: 90_000,
-    });
+    const r = spawnSync(
+      'setpriv',
+      ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '--input-type=module', '-e', script],
+      {
+        encoding: 'utf8',
+        timeout: 90_000,
+      },
+    );
     expect(r.stderr).toBe('');
     const seen = JSON.parse(r.stdout) as { writeError: string; command: number; text: string };
     expect(seen.command).toBe(0xff);
@@ -94,7 +111,12 @@ describe('socket access', () => {
 
   it('serves the members of --socket-group, and gives the socket that group', async () => {
     net = await makeCniConf();
-    d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir, extraArgs: ['--socket-group', String(NOBODY)] });
+    d = await startDaemon({
+      confDir: net.confDir,
+      binDirs: net.binDirs,
+      cacheDir: net.cacheDir,
+      extraArgs: ['--socket-group', String(NOBODY)],
+    });
     chmodSync(d.dir, 0o755);
     const st = statSync(d.socket);
     expect(st.gid).toBe(NOBODY);
@@ -162,7 +184,11 @@ describe('per-key serialisation, cross-key parallelism', () => {
     expect(replyOf(releaseSlow)).toBe(0x81);
     expect(replyOf(send(1, fast))).toBe(0x81);
     // the daemon's log lines arrive through a pipe: let the event loop read them (bounded)
-    const order = () => d!.lines().filter((l) => l.msg === `${String(l.op)} done` && (l.key === slow || l.key === fast)).map((l) => `${l.op} ${l.key === slow ? 'slow' : 'fast'}`);
+    const order = () =>
+      d!
+        .lines()
+        .filter((l) => l.msg === `${String(l.op)} done` && (l.key === slow || l.key === fast))
+        .map((l) => `${l.op} ${l.key === slow ? 'slow' : 'fast'}`);
     for (let i = 0; i < 100 && order().length < 4; i++) await new Promise((r) => setTimeout(r, 20));
     expect(order()).toEqual(['add fast', 'add slow', 'release slow', 'release fast']);
     expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });

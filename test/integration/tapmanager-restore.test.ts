@@ -26,12 +26,23 @@ describe('restart with many pods recorded', () => {
     const keys = Array.from({ length: PODS }, (_, i) => `${prefix}-${i}`);
     let d2 = d;
     try {
-      for (const k of keys) expect(exchange(d.socket, ADD, k, { podNetworkDesc: { podId: k, podNs: 'default', podName: k, DNS: null } }).command).toBe(0x80);
+      for (const k of keys)
+        expect(
+          exchange(d.socket, ADD, k, { podNetworkDesc: { podId: k, podNs: 'default', podName: k, DNS: null } }).command,
+        ).toBe(0x80);
       expect(await d.stop()).toBe(0); // SIGTERM: the pod networks stay
       d2 = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d });
       // the first answer comes while the restore runs (startDaemon returns once the socket takes a connection)
-      const first = JSON.parse(exchange(d2.socket, STATUS, '').data.toString()) as { ready: boolean; restored: boolean; reasons: string[] };
-      expect(first).toMatchObject({ ready: false, restored: false, reasons: ['restoring the pods recorded in the state dir'] });
+      const first = JSON.parse(exchange(d2.socket, STATUS, '').data.toString()) as {
+        ready: boolean;
+        restored: boolean;
+        reasons: string[];
+      };
+      expect(first).toMatchObject({
+        ready: false,
+        restored: false,
+        reasons: ['restoring the pods recorded in the state dir'],
+      });
       // gets meanwhile are answered with the tap at once (the last pod's moves its restore to the front)
       for (const k of [keys[PODS - 1]!, keys[0]!]) {
         const r = exchange(d2.socket, GET, k);
@@ -44,7 +55,12 @@ describe('restart with many pods recorded', () => {
       }
       // restored means every pod's DHCP server listens again
       const listed = JSON.parse(exchange(d2.socket, LIST, '').data.toString()) as { key: string; dhcp: boolean }[];
-      expect(listed.filter((p) => keys.includes(p.key)).map((p) => [p.key, p.dhcp])).toEqual(keys.slice().sort().map((k) => [k, true]));
+      expect(listed.filter((p) => keys.includes(p.key)).map((p) => [p.key, p.dhcp])).toEqual(
+        keys
+          .slice()
+          .sort()
+          .map((k) => [k, true]),
+      );
       for (const k of keys) {
         const r = exchange(d2.socket, GET, k);
         expect([k, r.command, r.fds.length]).toEqual([k, 0x82, 1]);

@@ -29,7 +29,12 @@ function virtletRequest(socket: string, command: number, key: string, payload?: 
 
 /** The PodNetworkDesc Virtlet's runtime sends (upper-case DNS, as Go marshals it). */
 function podDesc(key: string) {
-  return { podId: key, podNs: 'default', podName: 'cirros-vm', DNS: { nameservers: ['10.96.0.10'], search: ['default.svc.cluster.local'], options: ['ndots:5'] } };
+  return {
+    podId: key,
+    podNs: 'default',
+    podName: 'cirros-vm',
+    DNS: { nameservers: ['10.96.0.10'], search: ['default.svc.cluster.local'], options: ['ndots:5'] },
+  };
 }
 
 let net: CniTestNet;
@@ -60,9 +65,19 @@ describe('Virtlet drop-in', () => {
     expect(add.oobSize).toBe(0);
     expect(add.fds).toEqual([]);
     const csn = JSON.parse(add.data.toString('utf8')) as {
-      Result: { interfaces: { name: string; mac: string; sandbox: string }[]; ips: { version: string; address: string; gateway?: string }[] };
+      Result: {
+        interfaces: { name: string; mac: string; sandbox: string }[];
+        ips: { version: string; address: string; gateway?: string }[];
+      };
       NsPath: string;
-      Interfaces: { Type: number; Name: string; HardwareAddr: string; PCIAddress: string; MTU: number; VlanID: number }[];
+      Interfaces: {
+        Type: number;
+        Name: string;
+        HardwareAddr: string;
+        PCIAddress: string;
+        MTU: number;
+        VlanID: number;
+      }[];
     };
     expect(csn.NsPath).toBe(`/var/run/netns/${key}`);
     expect(csn.Interfaces).toHaveLength(1);
@@ -77,12 +92,20 @@ describe('Virtlet drop-in', () => {
     expect(get.oobSize).toBe(24);
     expect(get.fds).toHaveLength(1);
     expect(readlinkSync(`/proc/self/fd/${get.fds[0]}`)).toBe('/dev/net/tun');
-    const infos = JSON.parse(get.data.toString('utf8')) as { type: number; mac: string; fdIndex: number; pciAddress: string }[];
+    const infos = JSON.parse(get.data.toString('utf8')) as {
+      type: number;
+      mac: string;
+      fdIndex: number;
+      pciAddress: string;
+    }[];
     expect(infos).toEqual([expect.objectContaining({ type: 0, mac: nif.HardwareAddr, fdIndex: 0, pciAddress: '' })]);
     // the tap is multi-queue now (a get of ours may ask for more queues); Virtlet's get still gets its one fd (a dup
     // of tapmanager's own: one queue), and the fields it does not know (queueFdIndices, mtu) are ones Go ignores
     const link = await execa('ip', ['-n', key, '-j', '-d', 'link', 'show', 'tap0'], { timeout: 10_000 });
-    expect((JSON.parse(link.stdout) as { linkinfo: { info_data: object } }[])[0]!.linkinfo.info_data).toMatchObject({ multi_queue: true, numqueues: 1 });
+    expect((JSON.parse(link.stdout) as { linkinfo: { info_data: object } }[])[0]!.linkinfo.info_data).toMatchObject({
+      multi_queue: true,
+      numqueues: 1,
+    });
     native().close(get.fds[0]!);
 
     // ReleaseFDs: an empty reply with the key
@@ -101,7 +124,11 @@ describe('Virtlet drop-in', () => {
     expect(await d.stop()).toBe(0);
     rmSync(d.stateDir, { recursive: true, force: true });
     d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d });
-    const rec = virtletRequest(d.socket, RECOVER, key, { podNetworkDesc: podDesc(key), csn, HaveRunningContainers: true });
+    const rec = virtletRequest(d.socket, RECOVER, key, {
+      podNetworkDesc: podDesc(key),
+      csn,
+      HaveRunningContainers: true,
+    });
     expect(rec).toMatchObject({ dataSize: 0, oobSize: 0, key });
     // vmwrapper's get works on the recovered pod: the same MAC
     const get = virtletRequest(d.socket, GET, key);
@@ -121,7 +148,9 @@ describe('Virtlet drop-in', () => {
     expect(raw.key).toBe('');
     expect(raw.oobSize).toBe(0);
     expect(raw.dataSize).toBe(raw.data.length);
-    expect(() => virtletRequest(d.socket, RELEASE, key)).toThrow(`server returned error: no pod network for key ${key}`);
+    expect(() => virtletRequest(d.socket, RELEASE, key)).toThrow(
+      `server returned error: no pod network for key ${key}`,
+    );
     expect(() => virtletRequest(d.socket, GET, key)).toThrow(/^server returned error: /);
     expect(d.alive()).toBe(true);
   });

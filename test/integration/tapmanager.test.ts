@@ -1,12 +1,30 @@
 // tapmanager as an operator runs it: a child process on a temporary socket, Debian's CNI plugins, the real kernel.
 // Every pod key and CNI network is unique to this file; every test checks that nothing of its own is left.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { readFileSync, readdirSync, mkdtempSync, writeFileSync, chmodSync, mkdirSync, openSync, closeSync, rmSync } from 'node:fs';
+import {
+  readFileSync,
+  readdirSync,
+  mkdtempSync,
+  writeFileSync,
+  chmodSync,
+  mkdirSync,
+  openSync,
+  closeSync,
+  rmSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
-import { startDaemon, stopDaemonAndNet, removeDir, firstPodDone, fdsSettled, BIN, type Daemon } from '../helpers/daemon.js';
+import {
+  startDaemon,
+  stopDaemonAndNet,
+  removeDir,
+  firstPodDone,
+  fdsSettled,
+  BIN,
+  type Daemon,
+} from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet, SYSTEM_CNI_BIN } from '../helpers/cniconf.js';
 import { runVmwrapper, stubTaps, ambientFds, STUB_EMULATOR } from '../helpers/vmwrapper.js';
 import { FdClient } from '../../src/client/fdclient.js';
@@ -118,12 +136,19 @@ describe('tapmanager with bridge + host-local', () => {
     expect(veth.address).not.toBe(vmMac);
     expect(veth.addr_info.filter((a) => a.family === 'inet')).toEqual([]);
     expect(l.get('tap0')!.master).toBe('br0');
-    expect(l.get('br0')!.addr_info.filter((a) => a.family === 'inet').map((a) => `${a.local}/${a.prefixlen}`)).toEqual(['169.254.254.2/24']);
+    expect(
+      l
+        .get('br0')!
+        .addr_info.filter((a) => a.family === 'inet')
+        .map((a) => `${a.local}/${a.prefixlen}`),
+    ).toEqual(['169.254.254.2/24']);
     expect(l.get('lo')!.flags).toContain('UP');
 
     // get: one fd, and it is this pod's tap
     const { infos, fds } = client.get(key);
-    expect(infos).toEqual([{ type: 0, mac: nif.HardwareAddr, fdIndex: 0, pciAddress: '', mtu: 1500, queueFdIndices: [0] }]);
+    expect(infos).toEqual([
+      { type: 0, mac: nif.HardwareAddr, fdIndex: 0, pciAddress: '', mtu: 1500, queueFdIndices: [0] },
+    ]);
     expect(fds).toHaveLength(1);
     expect(readFileSync(`/proc/self/fdinfo/${fds[0]}`, 'utf8')).toMatch(/^iff:\ttap0$/m);
     native().close(fds[0]!);
@@ -143,7 +168,13 @@ describe('tapmanager with bridge + host-local', () => {
 
     // every request line carries key, op and duration
     const lines = d.lines().filter((x) => x.key === key && typeof x.durationMs === 'number');
-    expect(lines.map((x) => [x.op, x.command])).toEqual(expect.arrayContaining([['add', 0], ['get', 2], ['release', 1]]));
+    expect(lines.map((x) => [x.op, x.command])).toEqual(
+      expect.arrayContaining([
+        ['add', 0],
+        ['get', 2],
+        ['release', 1],
+      ]),
+    );
   });
 
   it('serves several requests on one connection, in order', () => {
@@ -194,7 +225,10 @@ describe('tapmanager with bridge + host-local', () => {
   });
 
   it('times out a truncated header with an error reply', () => {
-    const t = rawExchange(d.socket, encodeHeader({ command: 2, dataSize: 0, oobSize: 0, key: 'x' }).subarray(0, 30), { timeoutMs: 20_000, untilEof: true });
+    const t = rawExchange(d.socket, encodeHeader({ command: 2, dataSize: 0, oobSize: 0, key: 'x' }).subarray(0, 30), {
+      timeoutMs: 20_000,
+      untilEof: true,
+    });
     expect(errorText(t)).toMatch(/incomplete request: got 30 bytes/);
     expect(Array.isArray(client.list())).toBe(true);
   });
@@ -207,7 +241,9 @@ describe('tapmanager with bridge + host-local', () => {
       const text = errorText(rawExchange(d.socket, Buffer.concat([hdr, payload])));
       expect(text).toContain(JSON.stringify(key));
     }
-    expect(readdirSync('/var/run/netns').filter((n) => n.includes('etc') || n === 'a' || n.startsWith('x;'))).toEqual([]);
+    expect(readdirSync('/var/run/netns').filter((n) => n.includes('etc') || n === 'a' || n.startsWith('x;'))).toEqual(
+      [],
+    );
     const unknown = `vmpt-${rand()}`;
     expect(() => client.get(unknown)).toThrow(new RegExp(`server returned error: .*${unknown}`));
     expect(() => client.release(unknown)).toThrow(new RegExp(`server returned error: .*${unknown}`));
@@ -215,7 +251,12 @@ describe('tapmanager with bridge + host-local', () => {
     const badKey = `vmpt-${rand()}`;
     for (const payload of ['{"podNetworkDesc": 5}', 'not json', '{"podNetworkDesc":{"podId":1}}']) {
       const data = Buffer.from(payload);
-      const text = errorText(rawExchange(d.socket, Buffer.concat([encodeHeader({ command: 0, dataSize: data.length, oobSize: 0, key: badKey }), data])));
+      const text = errorText(
+        rawExchange(
+          d.socket,
+          Buffer.concat([encodeHeader({ command: 0, dataSize: data.length, oobSize: 0, key: badKey }), data]),
+        ),
+      );
       expect(text).toMatch(/podNetworkDesc|JSON/);
     }
     expect(await netnsExists(badKey)).toBe(false);
@@ -224,11 +265,20 @@ describe('tapmanager with bridge + host-local', () => {
   it('sets up different pods at once, each with its own address', async () => {
     const keys = [`vmpt-${rand()}`, `vmpt-${rand()}`];
     const outs = await Promise.all(
-      keys.map((k) => execa(process.execPath, [BIN.tapctl, '--socket', d.socket, 'add', k, '--pod-name', 'vm', '--pod-namespace', 'default'], { timeout: 60_000 })),
+      keys.map((k) =>
+        execa(
+          process.execPath,
+          [BIN.tapctl, '--socket', d.socket, 'add', k, '--pod-name', 'vm', '--pod-namespace', 'default'],
+          { timeout: 60_000 },
+        ),
+      ),
     );
-    const ips = outs.map((o) => (JSON.parse(o.stdout) as { Result: { ips: { address: string }[] } }).Result.ips[0]!.address);
+    const ips = outs.map(
+      (o) => (JSON.parse(o.stdout) as { Result: { ips: { address: string }[] } }).Result.ips[0]!.address,
+    );
     expect(new Set(ips).size).toBe(2);
-    for (const k of keys) await execa(process.execPath, [BIN.tapctl, '--socket', d.socket, 'release', k], { timeout: 60_000 });
+    for (const k of keys)
+      await execa(process.execPath, [BIN.tapctl, '--socket', d.socket, 'release', k], { timeout: 60_000 });
     for (const k of keys) expect(await netnsExists(k)).toBe(false);
     expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
   });
@@ -242,7 +292,14 @@ describe('tapmanager with bridge + host-local', () => {
     writeFileSync(mon, '');
     const monFd = openSync(mon, 'r');
     try {
-      const args = ['-name', 'guest=vm-a', '-chardev', 'socket,id=charmonitor,fd=7,server=on,wait=off', '-machine', 'pc,accel=tcg'];
+      const args = [
+        '-name',
+        'guest=vm-a',
+        '-chardev',
+        'socket,id=charmonitor,fd=7,server=on,wait=off',
+        '-machine',
+        'pc,accel=tcg',
+      ];
       const r = await runVmwrapper({
         args,
         env: { VIRTLET_EMULATOR: STUB_EMULATOR, VIRTLET_NET_KEY: key, VIRTLET_FD_SERVER_SOCKET_PATH: d.socket },
@@ -259,8 +316,10 @@ describe('tapmanager with bridge + host-local', () => {
         STUB_EMULATOR,
         ...args,
         // vhost where /dev/vhost-net opens (test/integration/vmwrapper-multiqueue.test.ts tests both)
-        '-netdev', `tap,id=vmpodnet0,fd=${tapFd},vhost=${vhostUsable('/').on ? 'on' : 'off'}`,
-        '-device', `virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${mac},host_mtu=1500`,
+        '-netdev',
+        `tap,id=vmpodnet0,fd=${tapFd},vhost=${vhostUsable('/').on ? 'on' : 'off'}`,
+        '-device',
+        `virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${mac},host_mtu=1500`,
       ]);
       expect(stub.fds['7']?.target).toBe(mon);
       const expected = ['0', '1', '2', '7', String(tapFd), ...ambientFds()];
@@ -275,17 +334,24 @@ describe('tapmanager with bridge + host-local', () => {
 
   it('vmwrapper fails with one line naming the key when tapmanager does not know it', async () => {
     const key = `vmpt-${rand()}`;
-    const r = await runVmwrapper({ args: ['-S'], env: { VIRTLET_EMULATOR: STUB_EMULATOR, VIRTLET_NET_KEY: key, VIRTLET_FD_SERVER_SOCKET_PATH: d.socket } });
+    const r = await runVmwrapper({
+      args: ['-S'],
+      env: { VIRTLET_EMULATOR: STUB_EMULATOR, VIRTLET_NET_KEY: key, VIRTLET_FD_SERVER_SOCKET_PATH: d.socket },
+    });
     expect(r.code).toBe(1);
     expect(r.stub).toBeUndefined();
-    const lines = r.stderr.trim().split('\n').filter((l) => !l.startsWith('{'));
+    const lines = r.stderr
+      .trim()
+      .split('\n')
+      .filter((l) => !l.startsWith('{'));
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(new RegExp(`^vmwrapper: .*${key}`));
   });
 
   it('tapctl: add prints the network, get --exec hands the fds to a command, exit codes', async () => {
     const key = `vmpt-${rand()}`;
-    const tapctl = (...a: string[]) => execa(process.execPath, [BIN.tapctl, '--socket', d.socket, ...a], { reject: false, timeout: 60_000 });
+    const tapctl = (...a: string[]) =>
+      execa(process.execPath, [BIN.tapctl, '--socket', d.socket, ...a], { reject: false, timeout: 60_000 });
     const add = await tapctl('add', key, '--pod-name', 'vm-b', '--pod-namespace', 'ns1');
     expect(add.exitCode).toBe(0);
     expect(JSON.parse(add.stdout).NsPath).toBe(`/var/run/netns/${key}`);
@@ -311,7 +377,9 @@ describe('tapmanager with failing CNI plugins', () => {
     try {
       const key = `vmpt-${rand()}`;
       const client = new FdClient(d.socket);
-      expect(() => client.add(key, desc(key))).toThrow(/server returned error: .*cni-add.*code 100.*fake failure for the test/);
+      expect(() => client.add(key, desc(key))).toThrow(
+        /server returned error: .*cni-add.*code 100.*fake failure for the test/,
+      );
       expect(await netnsExists(key)).toBe(false);
       expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
       expect(readdirSync(d.stateDir).filter((f) => f.includes(key))).toEqual([]);
@@ -326,12 +394,20 @@ describe('tapmanager with failing CNI plugins', () => {
     const marker = `vmpod-hang-${rand()}`;
     const binDir = join(net.root, 'hangbin');
     mkdirSync(binDir);
-    writeFileSync(join(binDir, marker), `#!/bin/sh\ncase "$CNI_COMMAND" in ADD) exec /bin/sleep 3600 ;; *) exit 0 ;; esac\n`);
+    writeFileSync(
+      join(binDir, marker),
+      `#!/bin/sh\ncase "$CNI_COMMAND" in ADD) exec /bin/sleep 3600 ;; *) exit 0 ;; esac\n`,
+    );
     chmodSync(join(binDir, marker), 0o755);
     const conf = JSON.parse(readFileSync(join(net.confDir, '10-test.conflist'), 'utf8')) as { plugins: unknown[] };
     conf.plugins.push({ type: marker });
     writeFileSync(join(net.confDir, '10-test.conflist'), JSON.stringify(conf));
-    const d = await startDaemon({ confDir: net.confDir, binDirs: [binDir, SYSTEM_CNI_BIN], cacheDir: net.cacheDir, extraArgs: ['--cni-timeout', '1500'] });
+    const d = await startDaemon({
+      confDir: net.confDir,
+      binDirs: [binDir, SYSTEM_CNI_BIN],
+      cacheDir: net.cacheDir,
+      extraArgs: ['--cni-timeout', '1500'],
+    });
     try {
       const key = `vmpt-${rand()}`;
       const client = new FdClient(d.socket);
@@ -399,7 +475,23 @@ describe('tapmanager recover', () => {
       rmSync(d.stateDir, { recursive: true, force: true }); // the node lost tapmanager's state, not the netns
       d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, reuse: d });
       expect(() => new FdClient(d.socket).get(key)).toThrow(new RegExp(key));
-      const rec = await execa(process.execPath, [BIN.tapctl, '--socket', d.socket, 'recover', key, '--csn', csnFile, '--pod-name', 'vm-a', '--pod-namespace', 'default'], { reject: false });
+      const rec = await execa(
+        process.execPath,
+        [
+          BIN.tapctl,
+          '--socket',
+          d.socket,
+          'recover',
+          key,
+          '--csn',
+          csnFile,
+          '--pod-name',
+          'vm-a',
+          '--pod-namespace',
+          'default',
+        ],
+        { reject: false },
+      );
       expect(rec.stderr).toBe('');
       expect(rec.exitCode).toBe(0);
       const { infos, fds } = new FdClient(d.socket).get(key);

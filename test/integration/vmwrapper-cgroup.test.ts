@@ -13,7 +13,8 @@ const mounts = () => cgroupMounts(readFileSync('/proc/self/mountinfo', 'utf8')).
 
 /** rmdir (deepest first) in every hierarchy, what exists of the given cgroup paths. */
 function removeCgroups(paths: string[]): void {
-  for (const m of mounts()) for (const p of paths) if (existsSync(join(m.mountPoint, p))) rmdirSync(join(m.mountPoint, p));
+  for (const m of mounts())
+    for (const p of paths) if (existsSync(join(m.mountPoint, p))) rmdirSync(join(m.mountPoint, p));
 }
 
 describe('vmwrapper VMPOD_VM_CGROUP', () => {
@@ -35,7 +36,9 @@ describe('vmwrapper VMPOD_VM_CGROUP', () => {
       expect(stub.cpusAllowed).toBe('0');
       expect(readFileSync(`/sys/fs/cgroup/cpuset/${top}/vms/${leaf}/cpuset.cpus`, 'utf8').trim()).toBe('0');
       // the parent keeps what it inherited: the cpuset narrows only the VM's own leaf
-      expect(readFileSync(`/sys/fs/cgroup/cpuset/${top}/vms/cpuset.cpus`, 'utf8').trim()).toBe(readFileSync('/sys/fs/cgroup/cpuset/cpuset.cpus', 'utf8').trim());
+      expect(readFileSync(`/sys/fs/cgroup/cpuset/${top}/vms/cpuset.cpus`, 'utf8').trim()).toBe(
+        readFileSync('/sys/fs/cgroup/cpuset/cpuset.cpus', 'utf8').trim(),
+      );
       // the emulator has exited: its leaf is empty
       expect(readFileSync(`/sys/fs/cgroup/unified/${top}/vms/${leaf}/cgroup.procs`, 'utf8')).toBe('');
     } finally {
@@ -44,7 +47,7 @@ describe('vmwrapper VMPOD_VM_CGROUP', () => {
     for (const m of mounts()) expect(existsSync(join(m.mountPoint, top))).toBe(false);
   });
 
-  it('in a cgroup namespace (as cgroup v2 nodes give containers): the VM leaves the container\'s cgroup for VMPOD_VM_CGROUP', async () => {
+  it("in a cgroup namespace (as cgroup v2 nodes give containers): the VM leaves the container's cgroup for VMPOD_VM_CGROUP", async () => {
     const top = `vmpod-test-${randomBytes(3).toString('hex')}`;
     const domain = `virtlet-${randomBytes(2).toString('hex')}-vm`;
     const leaf = `vm-${domain}`;
@@ -55,7 +58,9 @@ describe('vmwrapper VMPOD_VM_CGROUP', () => {
       for (const m of mounts()) {
         mkdirSync(join(m.mountPoint, container), { recursive: true });
         if (m.superOpts.includes('cpuset')) {
-          for (const d of [top, container]) for (const f of ['cpuset.cpus', 'cpuset.mems']) writeFileSync(join(m.mountPoint, d, f), readFileSync(join(m.mountPoint, f), 'utf8').trim());
+          for (const d of [top, container])
+            for (const f of ['cpuset.cpus', 'cpuset.mems'])
+              writeFileSync(join(m.mountPoint, d, f), readFileSync(join(m.mountPoint, f), 'utf8').trim());
         }
       }
       const enter = `for f in ${procsFiles.join(' ')}; do echo $$ > "$f"; done; exec unshare --cgroup "$@"`;
@@ -79,17 +84,24 @@ describe('vmwrapper VMPOD_VM_CGROUP', () => {
     for (const m of mounts()) expect(existsSync(join(m.mountPoint, top))).toBe(false);
   });
 
-  it('takes VMPOD_VM_CGROUP from the node\'s settings file when the domain\'s environment has none (libvirt clears the rest)', async () => {
+  it("takes VMPOD_VM_CGROUP from the node's settings file when the domain's environment has none (libvirt clears the rest)", async () => {
     const top = `vmpod-test-${randomBytes(3).toString('hex')}`;
     const dir = mkdtempSync(join(tmpdir(), 'vmpod-vmwenv-'));
     const file = join(dir, 'vmwrapper.env');
     writeFileSync(file, `# the libvirt container's settings\nVMPOD_VM_CGROUP=/${top}/vms\n`);
     try {
-      const r = await runVmwrapper({ args: ['-name', 'guest=envfile', '-S'], env: { VIRTLET_EMULATOR: STUB_EMULATOR, VMPOD_VMWRAPPER_ENV_FILE: file } });
+      const r = await runVmwrapper({
+        args: ['-name', 'guest=envfile', '-S'],
+        env: { VIRTLET_EMULATOR: STUB_EMULATOR, VMPOD_VMWRAPPER_ENV_FILE: file },
+      });
       expect(r.code, r.stderr).toBe(0);
-      for (const l of r.stub!.cgroup.trim().split('\n')) expect(l).toMatch(new RegExp(`^\\d+:[^:]*:/${top}/vms/vm-envfile$`));
+      for (const l of r.stub!.cgroup.trim().split('\n'))
+        expect(l).toMatch(new RegExp(`^\\d+:[^:]*:/${top}/vms/vm-envfile$`));
       // the domain's own setting wins over the file's
-      const own = await runVmwrapper({ args: ['-name', 'guest=envfile', '-S'], env: { VIRTLET_EMULATOR: STUB_EMULATOR, VMPOD_VMWRAPPER_ENV_FILE: file, VMPOD_VM_CGROUP: `/${top}/own` } });
+      const own = await runVmwrapper({
+        args: ['-name', 'guest=envfile', '-S'],
+        env: { VIRTLET_EMULATOR: STUB_EMULATOR, VMPOD_VMWRAPPER_ENV_FILE: file, VMPOD_VM_CGROUP: `/${top}/own` },
+      });
       expect(own.code, own.stderr).toBe(0);
       for (const l of own.stub!.cgroup.trim().split('\n')) expect(l).toMatch(new RegExp(`:/${top}/own/vm-envfile$`));
     } finally {
@@ -101,10 +113,18 @@ describe('vmwrapper VMPOD_VM_CGROUP', () => {
 
   it('a bad VMPOD_VM_CGROUP: one line, exit 1, and no cgroup created', async () => {
     const top = `vmpod-test-${randomBytes(3).toString('hex')}`;
-    const r = await runVmwrapper({ args: ['-S'], env: { VIRTLET_EMULATOR: STUB_EMULATOR, VMPOD_VM_CGROUP: `/${top}/../x` } });
+    const r = await runVmwrapper({
+      args: ['-S'],
+      env: { VIRTLET_EMULATOR: STUB_EMULATOR, VMPOD_VM_CGROUP: `/${top}/../x` },
+    });
     expect(r.code).toBe(1);
     expect(r.stub).toBeUndefined();
-    expect(r.stderr.trim().split('\n').filter((l) => !l.startsWith('{'))).toEqual([`vmwrapper: VMPOD_VM_CGROUP "/${top}/../x": component ".." is not a plain name ([A-Za-z0-9_.@:+-])`]);
+    expect(
+      r.stderr
+        .trim()
+        .split('\n')
+        .filter((l) => !l.startsWith('{')),
+    ).toEqual([`vmwrapper: VMPOD_VM_CGROUP "/${top}/../x": component ".." is not a plain name ([A-Za-z0-9_.@:+-])`]);
     for (const m of mounts()) expect(existsSync(join(m.mountPoint, top))).toBe(false);
   });
 });

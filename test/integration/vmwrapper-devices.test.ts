@@ -17,7 +17,14 @@ afterEach(async () => {
   kubelet = undefined;
 });
 
-const LIBVIRT_ARGS = ['-name', 'guest=vm', '-machine', 'pc-i440fx-7.2,usb=off', '-device', 'vfio-pci,host=0000:01:00.0,id=hostdev0,bus=pci.0,addr=0x5'];
+const LIBVIRT_ARGS = [
+  '-name',
+  'guest=vm',
+  '-machine',
+  'pc-i440fx-7.2,usb=off',
+  '-device',
+  'vfio-pci,host=0000:01:00.0,id=hostdev0,bus=pci.0,addr=0x5',
+];
 
 function node(): FakeSysfsTree {
   tree = makeFakeSysfs();
@@ -33,7 +40,16 @@ function node(): FakeSysfsTree {
 }
 
 const run = (t: FakeSysfsTree, env: Record<string, string>, args = LIBVIRT_ARGS) =>
-  runVmwrapper({ args, env: { VIRTLET_EMULATOR: STUB_EMULATOR, VMPOD_SYSFS_ROOT: t.root, VMPOD_DEV_ROOT: host!.root, VMPOD_LOG_LEVEL: 'silent', ...env } });
+  runVmwrapper({
+    args,
+    env: {
+      VIRTLET_EMULATOR: STUB_EMULATOR,
+      VMPOD_SYSFS_ROOT: t.root,
+      VMPOD_DEV_ROOT: host!.root,
+      VMPOD_LOG_LEVEL: 'silent',
+      ...env,
+    },
+  });
 
 describe('vmwrapper with device-plugin devices', () => {
   it('the seed case: QAT0 with /dev/vfio/67 gives exactly one vfio-pci device and no disk', async () => {
@@ -47,7 +63,12 @@ describe('vmwrapper with device-plugin devices', () => {
     });
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
-    expect(r.stub!.argv).toEqual([STUB_EMULATOR, ...LIBVIRT_ARGS, '-device', 'vfio-pci,host=0000:3d:02.2,id=vmpodhostdev0']);
+    expect(r.stub!.argv).toEqual([
+      STUB_EMULATOR,
+      ...LIBVIRT_ARGS,
+      '-device',
+      'vfio-pci,host=0000:3d:02.2,id=vmpodhostdev0',
+    ]);
     expect(r.stub!.argv.join(' ')).not.toMatch(/-drive|\/dev\/vfio/);
   });
 
@@ -55,10 +76,18 @@ describe('vmwrapper with device-plugin devices', () => {
     const t = node();
     const r = await run(t, {
       PCIDEVICE_INTEL_COM_SRIOV_NETDEVICE: '0001:8a:04.0',
-      PCIDEVICE_INTEL_COM_SRIOV_NETDEVICE_INFO: JSON.stringify({ '0001:8a:04.0': { generic: { deviceID: '0001:8a:04.0' }, vfio: { 'dev-mount': '/dev/vfio/145', mount: '/dev/vfio/vfio' } } }),
+      PCIDEVICE_INTEL_COM_SRIOV_NETDEVICE_INFO: JSON.stringify({
+        '0001:8a:04.0': {
+          generic: { deviceID: '0001:8a:04.0' },
+          vfio: { 'dev-mount': '/dev/vfio/145', mount: '/dev/vfio/vfio' },
+        },
+      }),
     });
     expect(r.code).toBe(0);
-    expect(r.stub!.argv.slice(LIBVIRT_ARGS.length + 1)).toEqual(['-device', 'vfio-pci,host=0001:8a:04.0,id=vmpodhostdev0']);
+    expect(r.stub!.argv.slice(LIBVIRT_ARGS.length + 1)).toEqual([
+      '-device',
+      'vfio-pci,host=0001:8a:04.0,id=vmpodhostdev0',
+    ]);
   });
 
   it('refuses a device on another driver, naming the device and the driver', async () => {
@@ -91,7 +120,10 @@ describe('vmwrapper with device-plugin devices', () => {
     const t = node();
     const r = await run(t, { PCIDEVICE_MELLANOX_COM_CX7: '0000:60:00.0' });
     expect(r.stderr).toBe('');
-    expect(r.stub!.argv.slice(LIBVIRT_ARGS.length + 1)).toEqual(['-device', 'vfio-pci,host=0000:60:00.0,id=vmpodhostdev0']);
+    expect(r.stub!.argv.slice(LIBVIRT_ARGS.length + 1)).toEqual([
+      '-device',
+      'vfio-pci,host=0000:60:00.0,id=vmpodhostdev0',
+    ]);
   });
 
   it('refuses a group another VM holds open, naming its process, before qemu starts', async () => {
@@ -100,17 +132,33 @@ describe('vmwrapper with device-plugin devices', () => {
     const r = await run(t, { PCIDEVICE_MELLANOX_COM_CX7: '0000:60:00.0' });
     expect(r.code).toBe(1);
     expect(r.stub).toBeUndefined();
-    expect(r.stderr).toMatch(/^vmwrapper: collect devices: \/dev\/vfio\/42 .* is held open by pid 4242 \(qemu-system-x86, VM "vm-b"\)/);
+    expect(r.stderr).toMatch(
+      /^vmwrapper: collect devices: \/dev\/vfio\/42 .* is held open by pid 4242 \(qemu-system-x86, VM "vm-b"\)/,
+    );
   });
 
-  it('asks kubelet\'s PodResources API (gRPC loaded from node_modules by the bundle)', async () => {
+  it("asks kubelet's PodResources API (gRPC loaded from node_modules by the bundle)", async () => {
     const t = node();
-    kubelet = await startFakeKubelet([{ name: 'vm-a', namespace: 'vms', containers: [{ name: 'vm', devices: [{ resource_name: 'intel.com/sriov', device_ids: ['0001:8a:04.0'] }] }] }]);
+    kubelet = await startFakeKubelet([
+      {
+        name: 'vm-a',
+        namespace: 'vms',
+        containers: [{ name: 'vm', devices: [{ resource_name: 'intel.com/sriov', device_ids: ['0001:8a:04.0'] }] }],
+      },
+    ]);
     // a generous deadline: the machine running the tests may be busy
-    const r = await run(t, { VMPOD_POD_RESOURCES_SOCKET: kubelet.socket, VMPOD_POD_NAME: 'vm-a', VMPOD_POD_NAMESPACE: 'vms', VMPOD_POD_RESOURCES_TIMEOUT_MS: '60000' });
+    const r = await run(t, {
+      VMPOD_POD_RESOURCES_SOCKET: kubelet.socket,
+      VMPOD_POD_NAME: 'vm-a',
+      VMPOD_POD_NAMESPACE: 'vms',
+      VMPOD_POD_RESOURCES_TIMEOUT_MS: '60000',
+    });
     expect(r.stderr).toBe('');
     expect(kubelet.calls).toEqual(['Get']);
-    expect(r.stub!.argv.slice(LIBVIRT_ARGS.length + 1)).toEqual(['-device', 'vfio-pci,host=0001:8a:04.0,id=vmpodhostdev0']);
+    expect(r.stub!.argv.slice(LIBVIRT_ARGS.length + 1)).toEqual([
+      '-device',
+      'vfio-pci,host=0001:8a:04.0,id=vmpodhostdev0',
+    ]);
   }, 180_000); // a whole VM start with gRPC loaded took 33 s on a machine shared by 8 test runs
 
   it('applies VIRTLET_CPUSETS: a bad list is refused before the exec', async () => {

@@ -45,7 +45,10 @@ afterAll(async () => {
 const ARGS = ['-name', 'guest=vm-mq', '-machine', 'pc,accel=tcg', '-smp', '4,sockets=4,cores=1,threads=1'];
 
 function start(env: Record<string, string>): Promise<WrapperRun> {
-  return runVmwrapper({ args: ARGS, env: { VIRTLET_EMULATOR: STUB_EMULATOR, VIRTLET_NET_KEY: key, VIRTLET_FD_SERVER_SOCKET_PATH: d.socket, ...env } });
+  return runVmwrapper({
+    args: ARGS,
+    env: { VIRTLET_EMULATOR: STUB_EMULATOR, VIRTLET_NET_KEY: key, VIRTLET_FD_SERVER_SOCKET_PATH: d.socket, ...env },
+  });
 }
 
 /** vmwrapper's one JSON log line */
@@ -54,7 +57,9 @@ function logLine(r: WrapperRun): Record<string, unknown> {
 }
 
 async function numqueues(): Promise<number> {
-  const out = JSON.parse(await run(['ip', '-n', key, '-j', '-d', 'link', 'show', 'tap0'])) as { linkinfo: { info_data: { numqueues: number } } }[];
+  const out = JSON.parse(await run(['ip', '-n', key, '-j', '-d', 'link', 'show', 'tap0'])) as {
+    linkinfo: { info_data: { numqueues: number } };
+  }[];
   return out[0]!.linkinfo.info_data.numqueues;
 }
 
@@ -68,8 +73,10 @@ describe('vmwrapper: queues and vhost', () => {
     expect(fds).toHaveLength(1);
     expect([...fds[0]!.queueFds].sort((a, b) => a - b)).toEqual(taps.map((t) => t.fd));
     expect(r.stub!.argv.slice(ARGS.length + 1)).toEqual([
-      '-netdev', `tap,id=vmpodnet0,fds=${fds[0]!.queueFds.join(':')},vhost=on`,
-      '-device', `virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${mac},host_mtu=1500,mq=on,vectors=10`,
+      '-netdev',
+      `tap,id=vmpodnet0,fds=${fds[0]!.queueFds.join(':')},vhost=on`,
+      '-device',
+      `virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${mac},host_mtu=1500,mq=on,vectors=10`,
     ]);
     expect(logLine(r).vhost).toBeUndefined();
     // the stub has exited: its queues went with it, tapmanager's own is left
@@ -80,7 +87,9 @@ describe('vmwrapper: queues and vhost', () => {
     const r = await start({ VMPOD_DEV_ROOT: join(dir, 'without') });
     expect(r.code).toBe(0);
     expect(r.stub!.argv.join(' ')).toMatch(/-netdev tap,id=vmpodnet0,fds=\d+:\d+:\d+:\d+,vhost=off -device /);
-    expect(logLine(r).vhost).toBe(`off: cannot open ${join(dir, 'without')}/dev/vhost-net: ENOENT; virtio-net runs in qemu`);
+    expect(logLine(r).vhost).toBe(
+      `off: cannot open ${join(dir, 'without')}/dev/vhost-net: ENOENT; virtio-net runs in qemu`,
+    );
     expect(r.stderr.match(/vhost-net/g)).toHaveLength(1);
   });
 
@@ -89,8 +98,10 @@ describe('vmwrapper: queues and vhost', () => {
     const tap = stubTaps(one.stub!);
     expect(tap).toHaveLength(1);
     expect(one.stub!.argv.slice(ARGS.length + 1)).toEqual([
-      '-netdev', `tap,id=vmpodnet0,fd=${tap[0]!.fd},vhost=off`,
-      '-device', `virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${mac},host_mtu=1500`,
+      '-netdev',
+      `tap,id=vmpodnet0,fd=${tap[0]!.fd},vhost=off`,
+      '-device',
+      `virtio-net-pci,netdev=vmpodnet0,id=vmpodnic0,mac=${mac},host_mtu=1500`,
     ]);
     const two = await start({ VMPOD_DEV_ROOT: join(dir, 'without'), VMPOD_NET_QUEUES: '2' });
     expect(stubTaps(two.stub!)).toHaveLength(2);

@@ -12,9 +12,17 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 // exactly libvirt's probe (docs/decisions.md)
 const probeArgs = [
-  '-S', '-no-user-config', '-nodefaults', '-nographic', '-machine', 'none,accel=kvm:tcg',
-  '-qmp', 'unix:/var/lib/libvirt/qemu/qmp-x/qmp.monitor,server=on,wait=off',
-  '-pidfile', '/var/lib/libvirt/qemu/qmp-x/qmp.pid', '-daemonize',
+  '-S',
+  '-no-user-config',
+  '-nodefaults',
+  '-nographic',
+  '-machine',
+  'none,accel=kvm:tcg',
+  '-qmp',
+  'unix:/var/lib/libvirt/qemu/qmp-x/qmp.monitor,server=on,wait=off',
+  '-pidfile',
+  '/var/lib/libvirt/qemu/qmp-x/qmp.pid',
+  '-daemonize',
 ];
 
 describe('vmwrapper probe pass-through', () => {
@@ -22,12 +30,18 @@ describe('vmwrapper probe pass-through', () => {
     const [first] = readFileSync(BIN.vmwrapper, 'utf8').split('\n', 1);
     expect(first).toBe(`#!${process.execPath}`);
     expect(statSync(BIN.vmwrapper).mode & 0o777).toBe(0o755);
-    const r = spawnSync(BIN.vmwrapper, ['-version'], { env: { VMWRAPPER_DEFAULT_EMULATOR: '/bin/echo', VMPOD_LOG_LEVEL: 'silent' }, encoding: 'utf8' });
+    const r = spawnSync(BIN.vmwrapper, ['-version'], {
+      env: { VMWRAPPER_DEFAULT_EMULATOR: '/bin/echo', VMPOD_LOG_LEVEL: 'silent' },
+      encoding: 'utf8',
+    });
     expect([r.status, r.stdout]).toEqual([0, '-version\n']);
   });
 
   it('execs the default emulator with argv untouched, in the same process', async () => {
-    const r = await runVmwrapper({ args: probeArgs, env: { VMWRAPPER_DEFAULT_EMULATOR: STUB_EMULATOR, VMPOD_LOG_LEVEL: 'silent' } });
+    const r = await runVmwrapper({
+      args: probeArgs,
+      env: { VMWRAPPER_DEFAULT_EMULATOR: STUB_EMULATOR, VMPOD_LOG_LEVEL: 'silent' },
+    });
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(r.stub!.argv).toEqual([STUB_EMULATOR, ...probeArgs]);
@@ -41,7 +55,12 @@ describe('vmwrapper probe pass-through', () => {
   it('an empty VIRTLET_EMULATOR is a probe too, and the emulator exit code comes back', async () => {
     const r = await runVmwrapper({
       args: ['-version'],
-      env: { VIRTLET_EMULATOR: '', VMWRAPPER_DEFAULT_EMULATOR: STUB_EMULATOR, STUB_EMULATOR_EXIT: '3', VMPOD_LOG_LEVEL: 'silent' },
+      env: {
+        VIRTLET_EMULATOR: '',
+        VMWRAPPER_DEFAULT_EMULATOR: STUB_EMULATOR,
+        STUB_EMULATOR_EXIT: '3',
+        VMPOD_LOG_LEVEL: 'silent',
+      },
     });
     expect(r.code).toBe(3);
     expect(r.stub!.argv).toEqual([STUB_EMULATOR, '-version']);
@@ -55,7 +74,12 @@ describe('vmwrapper probe pass-through', () => {
     const fa = openSync(a, 'r');
     const fb = openSync(b, 'r');
     try {
-      const args = ['-chardev', 'socket,id=charmonitor,fd=5,server=on,wait=off', '-add-fd', 'set=0,fd=28,opaque=serial0-log'];
+      const args = [
+        '-chardev',
+        'socket,id=charmonitor,fd=5,server=on,wait=off',
+        '-add-fd',
+        'set=0,fd=28,opaque=serial0-log',
+      ];
       const r = await runVmwrapper({
         args,
         env: { VMWRAPPER_DEFAULT_EMULATOR: STUB_EMULATOR, VMPOD_LOG_LEVEL: 'silent' },
@@ -76,7 +100,10 @@ describe('vmwrapper probe pass-through', () => {
   });
 
   it('fails with one clear line when the emulator cannot be executed', async () => {
-    const r = await runVmwrapper({ args: ['-S'], env: { VMWRAPPER_DEFAULT_EMULATOR: join(dir, 'missing-qemu'), VMPOD_LOG_LEVEL: 'silent' } });
+    const r = await runVmwrapper({
+      args: ['-S'],
+      env: { VMWRAPPER_DEFAULT_EMULATOR: join(dir, 'missing-qemu'), VMPOD_LOG_LEVEL: 'silent' },
+    });
     expect(r.code).toBe(1);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
     expect(r.stderr).toMatch(/^vmwrapper: .*missing-qemu.*ENOENT/);

@@ -26,13 +26,18 @@ describe('what each bundle contains', () => {
     expect(tm).toContain('src/tapmanager/metrics.ts');
     for (const name of ['vmwrapper', 'tapctl']) {
       const files = await inputs(name);
-      expect(files.filter((f) => f.includes('prom-client') || f.includes('tdigest') || f.startsWith('src/tapmanager/')), name).toEqual([]);
+      expect(
+        files.filter((f) => f.includes('prom-client') || f.includes('tdigest') || f.startsWith('src/tapmanager/')),
+        name,
+      ).toEqual([]);
     }
   }, 120_000);
 
   it('vmwrapper loads no logger library (its one line is written by hand) and no execa', async () => {
     const files = await inputs('vmwrapper');
-    expect(files.filter((f) => /node_modules\/(pino|execa|thread-stream|sonic-boom)\//.test(f) || f === 'src/log.ts')).toEqual([]);
+    expect(
+      files.filter((f) => /node_modules\/(pino|execa|thread-stream|sonic-boom)\//.test(f) || f === 'src/log.ts'),
+    ).toEqual([]);
     expect(files).toContain('src/vmwrapper/logline.ts');
   }, 120_000);
 });

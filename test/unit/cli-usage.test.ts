@@ -16,7 +16,12 @@ function tableAfter(heading: string): string[][] {
   const rows: string[][] = [];
   for (const l of lines.slice(start + 2)) {
     if (!l.startsWith('|')) break;
-    rows.push(l.split('|').slice(1, -1).map((c) => c.trim().replace(/`/g, '')));
+    rows.push(
+      l
+        .split('|')
+        .slice(1, -1)
+        .map((c) => c.trim().replace(/`/g, '')),
+    );
   }
   return rows;
 }
@@ -39,7 +44,11 @@ describe('tapmanager: README table = FLAGS = --help', () => {
 describe('tapctl: README table = TAPCTL_OPTIONS = --help', () => {
   it('every option once, and every command in --help and the README synopsis', () => {
     const rows = tableAfter('### tapctl');
-    expect(rows.map((r) => r[0].split(' ')[0]).sort()).toEqual(Object.keys(TAPCTL_OPTIONS).map((n) => `--${n}`).sort());
+    expect(rows.map((r) => r[0].split(' ')[0]).sort()).toEqual(
+      Object.keys(TAPCTL_OPTIONS)
+        .map((n) => `--${n}`)
+        .sort(),
+    );
     for (const n of Object.keys(TAPCTL_OPTIONS)) expect(tapctlUsage()).toContain(`--${n}`);
     for (const c of TAPCTL_COMMANDS) {
       expect(tapctlUsage()).toContain(c.synopsis);
@@ -52,7 +61,12 @@ describe('tapctl: README table = TAPCTL_OPTIONS = --help', () => {
     expect(p.errors).toEqual([]);
     expect(p.positional).toEqual(['get', 'k1']);
     expect(p.rest).toEqual(['cat', '--json', '{fd0}']);
-    expect(p.opts).toEqual(new Map<string, string | true>([['--exec', true], ['--socket', '/s']]));
+    expect(p.opts).toEqual(
+      new Map<string, string | true>([
+        ['--exec', true],
+        ['--socket', '/s'],
+      ]),
+    );
   });
 
   it('names every usage problem at once', () => {

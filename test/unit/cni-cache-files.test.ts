@@ -11,7 +11,8 @@ beforeEach(() => {
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-const rec = (result: unknown) => ({ kind: 'cniCacheV1', containerId: 'c1', ifName: 'eth0', networkName: 'n', config: '', result }) as never;
+const rec = (result: unknown) =>
+  ({ kind: 'cniCacheV1', containerId: 'c1', ifName: 'eth0', networkName: 'n', config: '', result }) as never;
 
 describe('the CNI cache files', () => {
   it('writes a record whole (its dir made), and its removal leaves the dir empty; removing it again is fine', async () => {

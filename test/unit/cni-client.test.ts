@@ -32,19 +32,39 @@ const rt: RuntimeConf = {
   containerId: 'c0ffee',
   netns: '/var/run/netns/vm-1',
   ifName: 'eth0',
-  args: [['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', 'vm-1'], ['K8S_POD_INFRA_CONTAINER_ID', 'c0ffee']],
-  capabilityArgs: { mac: '02:00:00:00:00:01', portMappings: [{ hostPort: 80, containerPort: 8080, protocol: 'tcp' }], bandwidth: { ingressRate: 1 } },
+  args: [
+    ['IgnoreUnknown', '1'],
+    ['K8S_POD_NAMESPACE', 'default'],
+    ['K8S_POD_NAME', 'vm-1'],
+    ['K8S_POD_INFRA_CONTAINER_ID', 'c0ffee'],
+  ],
+  capabilityArgs: {
+    mac: '02:00:00:00:00:01',
+    portMappings: [{ hostPort: 80, containerPort: 8080, protocol: 'tcp' }],
+    bandwidth: { ingressRate: 1 },
+  },
 };
 
 const bridgeResult = {
   cniVersion: '1.0.0',
-  interfaces: [{ name: 'cni0', mac: '0a:00:00:00:00:01' }, { name: 'veth1', mac: '0a:00:00:00:00:02' }, { name: 'eth0', mac: '0a:00:00:00:00:03', sandbox: '/var/run/netns/vm-1' }],
+  interfaces: [
+    { name: 'cni0', mac: '0a:00:00:00:00:01' },
+    { name: 'veth1', mac: '0a:00:00:00:00:02' },
+    { name: 'eth0', mac: '0a:00:00:00:00:03', sandbox: '/var/run/netns/vm-1' },
+  ],
   ips: [{ interface: 2, address: '10.1.0.5/24', gateway: '10.1.0.1' }],
   routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }],
   dns: { nameservers: ['10.1.0.1'] },
 };
 // tuning set the MAC the runtime asked for, and passes the rest through
-const tuningResult = { ...bridgeResult, interfaces: [bridgeResult.interfaces[0], bridgeResult.interfaces[1], { ...bridgeResult.interfaces[2], mac: '02:00:00:00:00:01' }] };
+const tuningResult = {
+  ...bridgeResult,
+  interfaces: [
+    bridgeResult.interfaces[0],
+    bridgeResult.interfaces[1],
+    { ...bridgeResult.interfaces[2], mac: '02:00:00:00:00:01' },
+  ],
+};
 
 let cacheDir = '';
 let exec: RecordingExec;
@@ -85,7 +105,12 @@ describe('ADD', () => {
     expect(JSON.parse(await readFile(cachePath(), 'utf8')).result).toEqual(tuningResult);
     // a cache dir that cannot be made: the plugins ran, the ADD still fails (the caller runs DEL)
     await writeFile(join(cacheDir, 'file'), 'x');
-    const broken = new CniClient({ binDirs: BIN, cacheDir: join(cacheDir, 'file', 'sub'), exec: happyExec(), timeoutMs: 1234 });
+    const broken = new CniClient({
+      binDirs: BIN,
+      cacheDir: join(cacheDir, 'file', 'sub'),
+      exec: happyExec(),
+      timeoutMs: 1234,
+    });
     const e = await broken.addDeferred(list(), rt);
     expect((await thrown(e.settled())).message).toMatch(/^ADD network podnet: cache the result in .*file\/sub\//);
     expect((await thrown(broken.add(list(), rt))).message).toMatch(/^ADD network podnet: cache the result in /);
@@ -113,7 +138,15 @@ describe('ADD', () => {
   it('gives each plugin the CNI environment, its timeout, and looks plugins up in binDirs', async () => {
     await client.add(list(), rt);
     const env = exec.calls[0]?.env ?? {};
-    expect(Object.keys(env).sort()).toEqual(['CNI_ARGS', 'CNI_COMMAND', 'CNI_CONTAINERID', 'CNI_IFNAME', 'CNI_NETNS', 'CNI_PATH', 'PATH']);
+    expect(Object.keys(env).sort()).toEqual([
+      'CNI_ARGS',
+      'CNI_COMMAND',
+      'CNI_CONTAINERID',
+      'CNI_IFNAME',
+      'CNI_NETNS',
+      'CNI_PATH',
+      'PATH',
+    ]);
     expect(env).toMatchObject({
       CNI_COMMAND: 'ADD',
       CNI_CONTAINERID: 'c0ffee',
@@ -127,9 +160,15 @@ describe('ADD', () => {
   });
 
   it('converts prevResult to the list version (0.3.1 list, plugins answering 0.3.1)', async () => {
-    const v031 = { ...bridgeResult, cniVersion: '0.3.1', ips: [{ version: '4', interface: 2, address: '10.1.0.5/24', gateway: '10.1.0.1' }] };
+    const v031 = {
+      ...bridgeResult,
+      cniVersion: '0.3.1',
+      ips: [{ version: '4', interface: 2, address: '10.1.0.5/24', gateway: '10.1.0.1' }],
+    };
     exec = new RecordingExec().reply('bridge:ADD', { stdout: JSON.stringify(v031) });
-    exec.reply('tuning:ADD', (c) => ({ stdout: JSON.stringify(c.conf.prevResult) })).reply('portmap:ADD', (c) => ({ stdout: JSON.stringify(c.conf.prevResult) }));
+    exec
+      .reply('tuning:ADD', (c) => ({ stdout: JSON.stringify(c.conf.prevResult) }))
+      .reply('portmap:ADD', (c) => ({ stdout: JSON.stringify(c.conf.prevResult) }));
     client = new CniClient({ binDirs: BIN, cacheDir, exec });
     const r = await client.add(list('0.3.1'), rt);
     expect(exec.calls[1]?.conf.prevResult).toEqual(v031);
@@ -138,14 +177,27 @@ describe('ADD', () => {
   });
 
   it('normalises a 0.2.0 result (ip4 -> ips, ip4.routes -> routes)', async () => {
-    const v020 = { cniVersion: '0.2.0', ip4: { ip: '10.1.0.5/24', gateway: '10.1.0.1', routes: [{ dst: '0.0.0.0/0' }] }, dns: {} };
+    const v020 = {
+      cniVersion: '0.2.0',
+      ip4: { ip: '10.1.0.5/24', gateway: '10.1.0.1', routes: [{ dst: '0.0.0.0/0' }] },
+      dns: {},
+    };
     exec = new RecordingExec().reply('bridge:ADD', { stdout: JSON.stringify(v020) });
     client = new CniClient({ binDirs: BIN, cacheDir, exec });
-    const one = parseConfList(Buffer.from(JSON.stringify({ cniVersion: '0.2.0', name: 'podnet', type: 'bridge' })), 'x.conf');
-    expect(await client.add(one, rt)).toEqual({ cniVersion: '0.2.0', interfaces: [], ips: [{ address: '10.1.0.5/24', gateway: '10.1.0.1' }], routes: [{ dst: '0.0.0.0/0' }], dns: {} });
+    const one = parseConfList(
+      Buffer.from(JSON.stringify({ cniVersion: '0.2.0', name: 'podnet', type: 'bridge' })),
+      'x.conf',
+    );
+    expect(await client.add(one, rt)).toEqual({
+      cniVersion: '0.2.0',
+      interfaces: [],
+      ips: [{ address: '10.1.0.5/24', gateway: '10.1.0.1' }],
+      routes: [{ dst: '0.0.0.0/0' }],
+      dns: {},
+    });
   });
 
-  it('caches the result atomically in libcni\'s format, mode 0600', async () => {
+  it("caches the result atomically in libcni's format, mode 0600", async () => {
     const l = list();
     await client.add(l, rt);
     const st = await stat(cachePath());
@@ -166,11 +218,19 @@ describe('ADD', () => {
   });
 
   it('says which plugin failed halfway and surfaces its CNI error; nothing is cached', async () => {
-    exec.reply('tuning:ADD', { exitCode: 1, stdout: JSON.stringify({ cniVersion: '1.0.0', code: 7, msg: 'invalid sysctl', details: 'net.core.nope' }) });
+    exec.reply('tuning:ADD', {
+      exitCode: 1,
+      stdout: JSON.stringify({ cniVersion: '1.0.0', code: 7, msg: 'invalid sysctl', details: 'net.core.nope' }),
+    });
     const e = await thrown(client.add(list(), rt));
     expect(e).toBeInstanceOf(CniPluginError);
     expect(e.message).toBe('plugin tuning ADD failed: [code 7] invalid sysctl: net.core.nope');
-    expect((e as CniPluginError).cniError).toEqual({ cniVersion: '1.0.0', code: 7, msg: 'invalid sysctl', details: 'net.core.nope' });
+    expect((e as CniPluginError).cniError).toEqual({
+      cniVersion: '1.0.0',
+      code: 7,
+      msg: 'invalid sysctl',
+      details: 'net.core.nope',
+    });
     expect((e as CniPluginError).exitCode).toBe(1);
     expect(exec.calls.map((c) => c.plugin)).toEqual(['bridge', 'tuning']);
     await expect(stat(cachePath())).rejects.toThrow(/ENOENT/);
@@ -195,12 +255,21 @@ describe('ADD', () => {
   it('rejects a result of an unknown version with a CNI version error', async () => {
     exec.reply('bridge:ADD', { stdout: JSON.stringify({ ...bridgeResult, cniVersion: '3.0.0' }) });
     const e = await thrown(client.add(list(), rt));
-    expect(e.message).toMatch(/^plugin bridge ADD returned an unusable result: \[code 1\] incompatible CNI versions: result version "3.0.0"/);
+    expect(e.message).toMatch(
+      /^plugin bridge ADD returned an unusable result: \[code 1\] incompatible CNI versions: result version "3.0.0"/,
+    );
     expect((e.cause as CniError).cniError.code).toBe(1);
   });
 
   it('validates the attachment before running anything', async () => {
-    for (const bad of [{ containerId: '' }, { containerId: 'a/b' }, { ifName: 'a-very-long-ifname' }, { ifName: 'a:b' }, { netns: '' }, { args: [['A', 'x;y']] as [string, string][] }]) {
+    for (const bad of [
+      { containerId: '' },
+      { containerId: 'a/b' },
+      { ifName: 'a-very-long-ifname' },
+      { ifName: 'a:b' },
+      { netns: '' },
+      { args: [['A', 'x;y']] as [string, string][] },
+    ]) {
       await expect(client.add(list(), { ...rt, ...bad })).rejects.toBeInstanceOf(CniError);
     }
     expect(exec.calls).toHaveLength(0);
@@ -209,7 +278,9 @@ describe('ADD', () => {
 
   it('fails before running anything when a plugin is missing', async () => {
     exec.missing.add('portmap');
-    await expect(client.add(list(), rt)).rejects.toThrow('CNI plugin "portmap" not found in /opt/cni/bin, /usr/lib/cni');
+    await expect(client.add(list(), rt)).rejects.toThrow(
+      'CNI plugin "portmap" not found in /opt/cni/bin, /usr/lib/cni',
+    );
     expect(exec.calls).toHaveLength(0);
   });
 
@@ -250,8 +321,26 @@ describe('DEL', () => {
   it.each([
     ['not JSON', '{"kind":'],
     ['wrong kind', JSON.stringify({ kind: 'other', result: {} })],
-    ['another attachment', JSON.stringify({ kind: 'cniCacheV1', containerId: 'other', ifName: 'eth0', networkName: 'podnet', result: bridgeResult })],
-    ['a result of an unknown version', JSON.stringify({ kind: 'cniCacheV1', containerId: 'c0ffee', ifName: 'eth0', networkName: 'podnet', result: { cniVersion: '5.0.0' } })],
+    [
+      'another attachment',
+      JSON.stringify({
+        kind: 'cniCacheV1',
+        containerId: 'other',
+        ifName: 'eth0',
+        networkName: 'podnet',
+        result: bridgeResult,
+      }),
+    ],
+    [
+      'a result of an unknown version',
+      JSON.stringify({
+        kind: 'cniCacheV1',
+        containerId: 'c0ffee',
+        ifName: 'eth0',
+        networkName: 'podnet',
+        result: { cniVersion: '5.0.0' },
+      }),
+    ],
   ])('treats a corrupt cache (%s) as no prevResult and removes it', async (_why, text) => {
     await mkdir(join(cacheDir, 'results'), { recursive: true });
     await writeFile(cachePath(), text);
@@ -270,7 +359,9 @@ describe('DEL', () => {
   });
 
   it('sends no prevResult to a list before 0.4.0 (libcni)', async () => {
-    exec.reply('bridge:ADD', { stdout: JSON.stringify({ ...bridgeResult, cniVersion: '0.3.1', ips: [{ version: '4', address: '10.1.0.5/24' }] }) });
+    exec.reply('bridge:ADD', {
+      stdout: JSON.stringify({ ...bridgeResult, cniVersion: '0.3.1', ips: [{ version: '4', address: '10.1.0.5/24' }] }),
+    });
     exec.reply('tuning:ADD', (c) => ({ stdout: JSON.stringify(c.conf.prevResult) }));
     await client.add(list('0.3.1'), rt);
     exec.calls.length = 0;
@@ -291,7 +382,9 @@ describe('DEL', () => {
 
     exec.reply('bridge:DEL', { exitCode: 1, stderr: 'netns gone' });
     const e2 = await thrown(client.del(list(), rt));
-    expect(e2.message).toBe('DEL network podnet: 2 plugins failed: plugin portmap DEL failed: [code 5] iptables locked; plugin bridge DEL failed: exit code 1: netns gone');
+    expect(e2.message).toBe(
+      'DEL network podnet: 2 plugins failed: plugin portmap DEL failed: [code 5] iptables locked; plugin bridge DEL failed: exit code 1: netns gone',
+    );
     expect(e2.cause).toBeInstanceOf(AggregateError);
 
     exec.replies.delete('portmap:DEL');
@@ -326,15 +419,21 @@ describe('CHECK', () => {
   });
 
   it('is refused before 0.4.0, and without a cached result', async () => {
-    await expect(client.check(list('0.3.1'), rt)).rejects.toThrow('[code 1] configuration version "0.3.1" does not support the CHECK command');
-    await expect(client.check(list(), rt)).rejects.toThrow('CHECK network podnet for c0ffee/eth0: no usable cached ADD result');
+    await expect(client.check(list('0.3.1'), rt)).rejects.toThrow(
+      '[code 1] configuration version "0.3.1" does not support the CHECK command',
+    );
+    await expect(client.check(list(), rt)).rejects.toThrow(
+      'CHECK network podnet for c0ffee/eth0: no usable cached ADD result',
+    );
     expect(exec.calls).toHaveLength(0);
   });
 
   it('surfaces a failing CHECK', async () => {
     await client.add(list(), rt);
     exec.reply('bridge:CHECK', { exitCode: 1, stdout: JSON.stringify({ code: 100, msg: 'bridge cni0 has no IP' }) });
-    await expect(client.check(list(), rt)).rejects.toThrow('plugin bridge CHECK failed: [code 100] bridge cni0 has no IP');
+    await expect(client.check(list(), rt)).rejects.toThrow(
+      'plugin bridge CHECK failed: [code 100] bridge cni0 has no IP',
+    );
   });
 });
 
@@ -343,9 +442,15 @@ describe('VERSION and options', () => {
     exec.reply('bridge:VERSION', { stdout: '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' });
     expect(await client.version('bridge')).toEqual({ cniVersion: '1.0.0', supportedVersions: ['0.4.0', '1.0.0'] });
     expect(exec.calls[0]?.conf).toEqual({ cniVersion: '1.1.0' });
-    expect(exec.calls[0]?.env).toMatchObject({ CNI_COMMAND: 'VERSION', CNI_CONTAINERID: '', CNI_PATH: '/opt/cni/bin:/usr/lib/cni' });
+    expect(exec.calls[0]?.env).toMatchObject({
+      CNI_COMMAND: 'VERSION',
+      CNI_CONTAINERID: '',
+      CNI_PATH: '/opt/cni/bin:/usr/lib/cni',
+    });
     exec.reply('bridge:VERSION', { stdout: '{}' });
-    await expect(client.version('bridge')).rejects.toThrow('plugin bridge VERSION: the answer has no cniVersion and supportedVersions: {}');
+    await expect(client.version('bridge')).rejects.toThrow(
+      'plugin bridge VERSION: the answer has no cniVersion and supportedVersions: {}',
+    );
   });
 
   it('checks its options', () => {

@@ -52,14 +52,23 @@ describe('parseConfList', () => {
   });
 
   it('picks the highest supported of cniVersions (CNI 1.1)', () => {
-    const l = parseConfList(Buffer.from(JSON.stringify({ ...conflist, cniVersion: undefined, cniVersions: ['0.4.0', '1.1.0', '1.0.0', '7.0.0'] })), 'a.conflist');
+    const l = parseConfList(
+      Buffer.from(
+        JSON.stringify({ ...conflist, cniVersion: undefined, cniVersions: ['0.4.0', '1.1.0', '1.0.0', '7.0.0'] }),
+      ),
+      'a.conflist',
+    );
     expect(l.cniVersion).toBe('1.1.0');
     expect(l.cniVersions).toEqual(['0.4.0', '1.1.0', '1.0.0', '7.0.0']);
   });
 
   it('reads disableCheck as a bool or the strings libcni accepts', () => {
-    expect(parseConfList(Buffer.from(JSON.stringify({ ...conflist, disableCheck: true })), 'a.conflist').disableCheck).toBe(true);
-    expect(parseConfList(Buffer.from(JSON.stringify({ ...conflist, disableCheck: 'false' })), 'a.conflist').disableCheck).toBe(false);
+    expect(
+      parseConfList(Buffer.from(JSON.stringify({ ...conflist, disableCheck: true })), 'a.conflist').disableCheck,
+    ).toBe(true);
+    expect(
+      parseConfList(Buffer.from(JSON.stringify({ ...conflist, disableCheck: 'false' })), 'a.conflist').disableCheck,
+    ).toBe(false);
   });
 
   it('names the file on bad JSON', () => {
@@ -69,7 +78,12 @@ describe('parseConfList', () => {
   });
 
   it('reports every missing field at once', () => {
-    const e = thrown(() => parseConfList(Buffer.from(JSON.stringify({ plugins: [{ bridge: 'x' }, 'y', { type: '../evil' }] })), '/c/a.conflist'));
+    const e = thrown(() =>
+      parseConfList(
+        Buffer.from(JSON.stringify({ plugins: [{ bridge: 'x' }, 'y', { type: '../evil' }] })),
+        '/c/a.conflist',
+      ),
+    );
     expect(e.message).toContain('CNI config /c/a.conflist:');
     expect(e.message).toContain('no "name"');
     expect(e.message).toContain('no "cniVersion"');
@@ -84,13 +98,18 @@ describe('parseConfList', () => {
     [{ ...conflist, cniVersion: '0.9.9' }, '"cniVersion" "0.9.9" is not one of'],
     [{ ...conflist, name: 'a/b' }, '"name" "a/b" must match'],
     [{ ...conflist, disableCheck: 'yes' }, '"disableCheck" "yes" is not a boolean'],
-    [{ ...conflist, plugins: [{ type: 'x', capabilities: { mac: 'yes' } }] }, '"capabilities" is not an object of booleans'],
+    [
+      { ...conflist, plugins: [{ type: 'x', capabilities: { mac: 'yes' } }] },
+      '"capabilities" is not an object of booleans',
+    ],
   ])('rejects %#', (json, msg) => {
     expect(thrown(() => parseConfList(Buffer.from(JSON.stringify(json)), 'a.conflist')).message).toContain(msg);
   });
 
   it('rejects a .conf without type', () => {
-    expect(thrown(() => parseConfList(Buffer.from(JSON.stringify({ cniVersion: '1.0.0', name: 'n' })), 'a.conf')).message).toContain('the plugin has no "type"');
+    expect(
+      thrown(() => parseConfList(Buffer.from(JSON.stringify({ cniVersion: '1.0.0', name: 'n' })), 'a.conf')).message,
+    ).toContain('the plugin has no "type"');
   });
 });
 
@@ -171,7 +190,7 @@ describe('confListLoader', () => {
 describe('buildOneConfig', () => {
   const list = { name: 'podnet', cniVersion: '1.0.0' };
 
-  it('injects name and cniVersion over the plugin\'s own, and prevResult', () => {
+  it("injects name and cniVersion over the plugin's own, and prevResult", () => {
     const prev = { cniVersion: '1.0.0', ips: [{ address: '10.1.0.5/24' }] };
     const c = buildOneConfig(list, { type: 'tuning', name: 'other', cniVersion: '0.3.1', mtu: 1400 }, prev);
     expect(c).toEqual({ type: 'tuning', name: 'podnet', cniVersion: '1.0.0', mtu: 1400, prevResult: prev });
@@ -182,9 +201,17 @@ describe('buildOneConfig', () => {
   });
 
   it('passes only declared (true) capabilities that the runtime supplies', () => {
-    const caps = { mac: '02:00:00:00:00:01', portMappings: [{ hostPort: 80, containerPort: 8080, protocol: 'tcp' }], bandwidth: { ingressRate: 1 }, ips: ['10.1.0.9/24'] };
+    const caps = {
+      mac: '02:00:00:00:00:01',
+      portMappings: [{ hostPort: 80, containerPort: 8080, protocol: 'tcp' }],
+      bandwidth: { ingressRate: 1 },
+      ips: ['10.1.0.9/24'],
+    };
     const plugin = { type: 'x', capabilities: { mac: true, portMappings: true, bandwidth: false, deviceID: true } };
-    expect(buildOneConfig(list, plugin, undefined, caps).runtimeConfig).toEqual({ mac: caps.mac, portMappings: caps.portMappings });
+    expect(buildOneConfig(list, plugin, undefined, caps).runtimeConfig).toEqual({
+      mac: caps.mac,
+      portMappings: caps.portMappings,
+    });
     expect(buildOneConfig(list, { type: 'bridge' }, undefined, caps)).not.toHaveProperty('runtimeConfig');
     expect(runtimeConfigFor({ type: 'x', capabilities: { deviceID: true } }, caps)).toBeUndefined();
     expect(runtimeConfigFor(plugin, undefined)).toBeUndefined();
@@ -202,11 +229,18 @@ describe('environment', () => {
     containerId: 'abc123',
     netns: '/var/run/netns/vm-1',
     ifName: 'virtlet-eth0',
-    args: [['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', 'vm-1'], ['K8S_POD_INFRA_CONTAINER_ID', 'abc123']] as [string, string][],
+    args: [
+      ['IgnoreUnknown', '1'],
+      ['K8S_POD_NAMESPACE', 'default'],
+      ['K8S_POD_NAME', 'vm-1'],
+      ['K8S_POD_INFRA_CONTAINER_ID', 'abc123'],
+    ] as [string, string][],
   };
 
   it('formats CNI_ARGS as K=V;K=V', () => {
-    expect(formatCniArgs(rt.args)).toBe('IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=vm-1;K8S_POD_INFRA_CONTAINER_ID=abc123');
+    expect(formatCniArgs(rt.args)).toBe(
+      'IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=vm-1;K8S_POD_INFRA_CONTAINER_ID=abc123',
+    );
     expect(formatCniArgs([])).toBe('');
   });
 
@@ -259,8 +293,19 @@ describe('validation (libcni ValidateContainerID / ValidateInterfaceName)', () =
   });
 
   it('rejects CNI_ARGS that cannot be written as K=V;K=V', () => {
-    expect(() => validateCniArgs([['A', '1'], ['B', 'x=y']])).not.toThrow();
-    const e = thrown(() => validateCniArgs([['A;B', '1'], ['C', 'x;y'], ['', 'z']]));
+    expect(() =>
+      validateCniArgs([
+        ['A', '1'],
+        ['B', 'x=y'],
+      ]),
+    ).not.toThrow();
+    const e = thrown(() =>
+      validateCniArgs([
+        ['A;B', '1'],
+        ['C', 'x;y'],
+        ['', 'z'],
+      ]),
+    );
     expect(e.message).toContain('key "A;B"');
     expect(e.message).toContain('value "x;y" of C');
     expect(e.message).toContain('key ""');

@@ -12,7 +12,11 @@ const v02 = {
   ip6: { ip: 'fd00::5/64', gateway: 'fd00::1', routes: [{ dst: '::/0' }] },
   dns,
 };
-const ifaces = [{ name: 'br0', mac: '0a:00:00:00:00:01' }, { name: 'veth1', mac: '0a:00:00:00:00:02' }, { name: 'eth0', mac: '0a:00:00:00:00:03', sandbox: '/var/run/netns/x' }];
+const ifaces = [
+  { name: 'br0', mac: '0a:00:00:00:00:01' },
+  { name: 'veth1', mac: '0a:00:00:00:00:02' },
+  { name: 'eth0', mac: '0a:00:00:00:00:03', sandbox: '/var/run/netns/x' },
+];
 const v04 = (v: string) => ({
   cniVersion: v,
   interfaces: ifaces,
@@ -49,7 +53,10 @@ describe('normalizeResult', () => {
     expect(normalizeResult({ ...v02, cniVersion: v })).toEqual({
       cniVersion: v,
       interfaces: [],
-      ips: [{ address: '10.1.0.5/24', gateway: '10.1.0.1' }, { address: 'fd00::5/64', gateway: 'fd00::1' }],
+      ips: [
+        { address: '10.1.0.5/24', gateway: '10.1.0.1' },
+        { address: 'fd00::5/64', gateway: 'fd00::1' },
+      ],
       routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }, { dst: '::/0' }],
       dns,
     });
@@ -95,7 +102,12 @@ describe('normalizeResult', () => {
   it('lists every malformed field at once as CNI error code 6', () => {
     let err: unknown;
     try {
-      normalizeResult({ cniVersion: '1.0.0', ips: [{ address: '10.1.0.5' }, { address: 'x/24', gateway: 'nope' }], routes: [{ gw: '1.1.1.1' }], interfaces: [{}] });
+      normalizeResult({
+        cniVersion: '1.0.0',
+        ips: [{ address: '10.1.0.5' }, { address: 'x/24', gateway: 'nope' }],
+        routes: [{ gw: '1.1.1.1' }],
+        interfaces: [{}],
+      });
     } catch (e) {
       err = e;
     }
@@ -130,10 +142,34 @@ describe('convertResult', () => {
   });
 
   it('writes the 1.1.0-only fields only for 1.1.0', () => {
-    const x: CniResult = { cniVersion: '1.1.0', interfaces: [{ name: 'eth0', mtu: 1450, pciID: 'p' }], ips: [{ address: '10.0.0.2/24' }], routes: [{ dst: '0.0.0.0/0', mtu: 1400, table: 7 }], dns: {} };
-    expect(convertResult(x, '1.1.0')).toEqual({ cniVersion: '1.1.0', interfaces: [{ name: 'eth0', mtu: 1450, pciID: 'p' }], ips: [{ address: '10.0.0.2/24' }], routes: [{ dst: '0.0.0.0/0', mtu: 1400, table: 7 }], dns: {} });
-    expect(convertResult(x, '1.0.0')).toEqual({ cniVersion: '1.0.0', interfaces: [{ name: 'eth0' }], ips: [{ address: '10.0.0.2/24' }], routes: [{ dst: '0.0.0.0/0' }], dns: {} });
-    expect(convertResult(x, '0.4.0')).toEqual({ cniVersion: '0.4.0', interfaces: [{ name: 'eth0' }], ips: [{ version: '4', address: '10.0.0.2/24' }], routes: [{ dst: '0.0.0.0/0' }], dns: {} });
+    const x: CniResult = {
+      cniVersion: '1.1.0',
+      interfaces: [{ name: 'eth0', mtu: 1450, pciID: 'p' }],
+      ips: [{ address: '10.0.0.2/24' }],
+      routes: [{ dst: '0.0.0.0/0', mtu: 1400, table: 7 }],
+      dns: {},
+    };
+    expect(convertResult(x, '1.1.0')).toEqual({
+      cniVersion: '1.1.0',
+      interfaces: [{ name: 'eth0', mtu: 1450, pciID: 'p' }],
+      ips: [{ address: '10.0.0.2/24' }],
+      routes: [{ dst: '0.0.0.0/0', mtu: 1400, table: 7 }],
+      dns: {},
+    });
+    expect(convertResult(x, '1.0.0')).toEqual({
+      cniVersion: '1.0.0',
+      interfaces: [{ name: 'eth0' }],
+      ips: [{ address: '10.0.0.2/24' }],
+      routes: [{ dst: '0.0.0.0/0' }],
+      dns: {},
+    });
+    expect(convertResult(x, '0.4.0')).toEqual({
+      cniVersion: '0.4.0',
+      interfaces: [{ name: 'eth0' }],
+      ips: [{ version: '4', address: '10.0.0.2/24' }],
+      routes: [{ dst: '0.0.0.0/0' }],
+      dns: {},
+    });
   });
 
   it('round-trips every version through the normalised form', () => {
@@ -152,7 +188,9 @@ describe('convertResult', () => {
   });
 
   it('cannot write 0.2.0 without an address', () => {
-    expect(() => convertResult({ cniVersion: '1.0.0', interfaces: [], ips: [], routes: [], dns: {} }, '0.2.0')).toThrow(/\[code 1\] cannot convert result to 0.2.0/);
+    expect(() => convertResult({ cniVersion: '1.0.0', interfaces: [], ips: [], routes: [], dns: {} }, '0.2.0')).toThrow(
+      /\[code 1\] cannot convert result to 0.2.0/,
+    );
   });
 
   it('refuses an unknown target version', () => {
@@ -170,8 +208,15 @@ describe('Virtlet 0.3.1 shape', () => {
   it('toV031: version on ips, interface omitted when 0, empty lists omitted, dns kept', () => {
     const r: CniResult = {
       cniVersion: '1.0.0',
-      interfaces: [{ name: 'eth0', mac: '0a:58:0a:01:00:05', sandbox: '/var/run/netns/p', mtu: 1450 }, { name: 'eth1' }],
-      ips: [{ interface: 0, address: '10.1.0.5/24', gateway: '10.1.0.1' }, { interface: 1, address: 'fd00::5/64' }, { address: '10.2.0.5/24' }],
+      interfaces: [
+        { name: 'eth0', mac: '0a:58:0a:01:00:05', sandbox: '/var/run/netns/p', mtu: 1450 },
+        { name: 'eth1' },
+      ],
+      ips: [
+        { interface: 0, address: '10.1.0.5/24', gateway: '10.1.0.1' },
+        { interface: 1, address: 'fd00::5/64' },
+        { address: '10.2.0.5/24' },
+      ],
       routes: [],
       dns: {},
     };
@@ -190,10 +235,24 @@ describe('Virtlet 0.3.1 shape', () => {
 
   it('fromV031: a missing interface means index 0 when there are interfaces', () => {
     expect(
-      fromV031({ cniVersion: '0.3.1', interfaces: [{ name: 'eth0' }], ips: [{ version: '4', address: '10.1.0.5/24' }, { version: '4', interface: 0, address: '10.1.0.6/24' }] }).ips,
-    ).toEqual([{ address: '10.1.0.5/24', interface: 0 }, { address: '10.1.0.6/24', interface: 0 }]);
+      fromV031({
+        cniVersion: '0.3.1',
+        interfaces: [{ name: 'eth0' }],
+        ips: [
+          { version: '4', address: '10.1.0.5/24' },
+          { version: '4', interface: 0, address: '10.1.0.6/24' },
+        ],
+      }).ips,
+    ).toEqual([
+      { address: '10.1.0.5/24', interface: 0 },
+      { address: '10.1.0.6/24', interface: 0 },
+    ]);
     expect(fromV031({ ips: [{ version: '4', address: '10.1.0.5/24' }] })).toEqual({
-      cniVersion: '0.3.1', interfaces: [], ips: [{ address: '10.1.0.5/24' }], routes: [], dns: {},
+      cniVersion: '0.3.1',
+      interfaces: [],
+      ips: [{ address: '10.1.0.5/24' }],
+      routes: [],
+      dns: {},
     });
   });
 

@@ -10,30 +10,59 @@ describe('parseOptions', () => {
     const r = parseOptions(['--config', '/etc/dp.yaml'], {});
     expect(r).toEqual({
       ok: true,
-      options: { config: '/etc/dp.yaml', kubeletDir: '/var/lib/kubelet/device-plugins', cdiDir: '/var/run/cdi', logLevel: 'info', sysfsRoot: '/sys', devRoot: '/', help: false, version: false },
+      options: {
+        config: '/etc/dp.yaml',
+        kubeletDir: '/var/lib/kubelet/device-plugins',
+        cdiDir: '/var/run/cdi',
+        logLevel: 'info',
+        sysfsRoot: '/sys',
+        devRoot: '/',
+        help: false,
+        version: false,
+      },
     });
-    const e = parseOptions(['--kubelet-dir=/k2'], { VMPOD_DP_CONFIG: '/c.json', VMPOD_DP_KUBELET_DIR: '/k', VMPOD_HTTP_LISTEN: '127.0.0.1:9732', VMPOD_SYSFS_ROOT: '/fake/sys', VMPOD_DEV_ROOT: '/fake' });
-    expect(e.ok && e.options).toMatchObject({ config: '/c.json', kubeletDir: '/k2', httpListen: { host: '127.0.0.1', port: 9732 }, sysfsRoot: '/fake/sys', devRoot: '/fake' });
+    const e = parseOptions(['--kubelet-dir=/k2'], {
+      VMPOD_DP_CONFIG: '/c.json',
+      VMPOD_DP_KUBELET_DIR: '/k',
+      VMPOD_HTTP_LISTEN: '127.0.0.1:9732',
+      VMPOD_SYSFS_ROOT: '/fake/sys',
+      VMPOD_DEV_ROOT: '/fake',
+    });
+    expect(e.ok && e.options).toMatchObject({
+      config: '/c.json',
+      kubeletDir: '/k2',
+      httpListen: { host: '127.0.0.1', port: 9732 },
+      sysfsRoot: '/fake/sys',
+      devRoot: '/fake',
+    });
   });
 
-  it('--probe PATH needs the listener\'s address, not the config', () => {
+  it("--probe PATH needs the listener's address, not the config", () => {
     const r = parseOptions(['--probe', '/readyz'], { VMPOD_HTTP_LISTEN: '0.0.0.0:9732' });
     expect(r.ok && [r.options.probe, r.options.httpListen]).toEqual(['/readyz', { host: '0.0.0.0', port: 9732 }]);
     expect(parseOptions(['--probe', 'readyz'], {})).toEqual({
       ok: false,
-      errors: ['--probe "readyz" is not an HTTP path (/healthz, /readyz)', '--probe needs --http-listen (or VMPOD_HTTP_LISTEN): the address the plugin listens on'],
+      errors: [
+        '--probe "readyz" is not an HTTP path (/healthz, /readyz)',
+        '--probe needs --http-listen (or VMPOD_HTTP_LISTEN): the address the plugin listens on',
+      ],
     });
   });
 
   it('an empty --cdi-dir or VMPOD_DP_CDI_DIR turns CDI off', () => {
-    for (const r of [parseOptions(['--config', '/c', '--cdi-dir', ''], {}), parseOptions(['--config', '/c'], { VMPOD_DP_CDI_DIR: '' })]) {
+    for (const r of [
+      parseOptions(['--config', '/c', '--cdi-dir', ''], {}),
+      parseOptions(['--config', '/c'], { VMPOD_DP_CDI_DIR: '' }),
+    ]) {
       expect(r.ok).toBe(true);
       expect(r.ok && 'cdiDir' in r.options).toBe(false);
     }
   });
 
   it('names every usage problem at once', () => {
-    expect(parseOptions(['--kubelet-dir', 'rel', '--http-listen', 'nope', '--log-level', 'loud', '--bogus'], {})).toEqual({
+    expect(
+      parseOptions(['--kubelet-dir', 'rel', '--http-listen', 'nope', '--log-level', 'loud', '--bogus'], {}),
+    ).toEqual({
       ok: false,
       errors: [
         'unknown argument "--bogus"',
@@ -45,7 +74,7 @@ describe('parseOptions', () => {
     });
   });
 
-  it('README\'s table lists every flag with its env and default, and every env-only variable; --help too', () => {
+  it("README's table lists every flag with its env and default, and every env-only variable; --help too", () => {
     const readme = readFileSync('README.md', 'utf8');
     const rest = readme.split('### vfio-device-plugin')[1] ?? '';
     const lines = rest.split('\n');
@@ -53,10 +82,20 @@ describe('parseOptions', () => {
     const rows: string[][] = [];
     for (const l of lines.slice(start + 2)) {
       if (!l.startsWith('|')) break;
-      rows.push(l.split('|').slice(1, -1).map((c) => c.trim().replace(/`/g, '')));
+      rows.push(
+        l
+          .split('|')
+          .slice(1, -1)
+          .map((c) => c.trim().replace(/`/g, '')),
+      );
     }
     const specs = Object.values(DP_FLAGS) as { flag: string; env: string; def: string }[];
-    expect(rows.filter((r) => r[0] !== '').map((r) => r[0].split(' ')[0]).sort()).toEqual([...specs.map((s) => s.flag), '--help', '--probe', '--version'].sort());
+    expect(
+      rows
+        .filter((r) => r[0] !== '')
+        .map((r) => r[0].split(' ')[0])
+        .sort(),
+    ).toEqual([...specs.map((s) => s.flag), '--help', '--probe', '--version'].sort());
     for (const f of ['--help', '--probe', '--version']) expect(dpUsage()).toContain(f);
     for (const s of specs) {
       const row = rows.find((r) => r[0] === s.flag)!;
@@ -64,7 +103,12 @@ describe('parseOptions', () => {
       expect(row[2], s.flag).toBe(s.def === '' ? (s.flag === '--config' ? 'required' : 'off') : s.def);
       expect(dpUsage()).toContain(s.flag);
     }
-    expect(rows.filter((r) => r[0] === '').map((r) => r[1]).sort()).toEqual(Object.keys(DP_ENV_ONLY).sort());
+    expect(
+      rows
+        .filter((r) => r[0] === '')
+        .map((r) => r[1])
+        .sort(),
+    ).toEqual(Object.keys(DP_ENV_ONLY).sort());
     for (const k of Object.keys(DP_ENV_ONLY)) expect(dpUsage()).toContain(k);
   });
 });
@@ -77,8 +121,25 @@ describe('parseResources', () => {
   };
 
   it('a list, or an object whose resources is the list; IDs and addresses normalised; unit function by default', () => {
-    const list = [{ resourceName: 'vendor.example/qat', vendors: ['8086', '0x8086'], devices: ['4941', '0X4941'], drivers: ['vfio-pci'], pciAddresses: ['3D:02.1'] }];
-    const want = [{ resourceName: 'vendor.example/qat', vendors: ['8086', '8086'], devices: ['4941', '4941'], drivers: ['vfio-pci'], pciAddresses: ['0000:3d:02.1'], unit: 'function' }];
+    const list = [
+      {
+        resourceName: 'vendor.example/qat',
+        vendors: ['8086', '0x8086'],
+        devices: ['4941', '0X4941'],
+        drivers: ['vfio-pci'],
+        pciAddresses: ['3D:02.1'],
+      },
+    ];
+    const want = [
+      {
+        resourceName: 'vendor.example/qat',
+        vendors: ['8086', '8086'],
+        devices: ['4941', '4941'],
+        drivers: ['vfio-pci'],
+        pciAddresses: ['0000:3d:02.1'],
+        unit: 'function',
+      },
+    ];
     expect(ok(list)).toEqual(want);
     expect(ok({ resources: list })).toEqual(want);
     expect(ok([{ resourceName: 'gpu.example/a100', vendors: ['10de'], unit: 'group' }])[0]!.unit).toBe('group');
@@ -119,7 +180,9 @@ describe('parseResources', () => {
   });
 
   it('not a list, or an empty one', () => {
-    expect(parseResources({ resource: [] }, { cdi: false }).problems).toEqual(['is not a list of resources (nor an object whose "resources" is one)']);
+    expect(parseResources({ resource: [] }, { cdi: false }).problems).toEqual([
+      'is not a list of resources (nor an object whose "resources" is one)',
+    ]);
     expect(parseResources([], { cdi: false }).problems).toEqual(['names no resource']);
   });
 });

@@ -10,7 +10,14 @@ afterEach(() => {
 
 function qatTree(driver?: string): FakeSysfsTree {
   tree = makeFakeSysfs();
-  tree.addPci({ address: '0000:3d:02.2', class: 0x0b4000, vendor: '0x8086', device: '0x4941', driver, iommuGroup: '67' });
+  tree.addPci({
+    address: '0000:3d:02.2',
+    class: 0x0b4000,
+    vendor: '0x8086',
+    device: '0x4941',
+    driver,
+    iommuGroup: '67',
+  });
   tree.ensureDriver('vfio-pci');
   return tree;
 }
@@ -31,7 +38,10 @@ describe('bindToVfio', () => {
   it('a device with no driver is not unbound', () => {
     const s = new FakeSysfs(qatTree(undefined));
     expect(bindToVfio(s, '0000:3d:02.2')).toEqual({});
-    expect(s.writes.map((w) => w.path)).toEqual(['bus/pci/devices/0000:3d:02.2/driver_override', 'bus/pci/drivers_probe']);
+    expect(s.writes.map((w) => w.path)).toEqual([
+      'bus/pci/devices/0000:3d:02.2/driver_override',
+      'bus/pci/drivers_probe',
+    ]);
   });
 
   it('is a no-op when already on vfio-pci', () => {
@@ -44,14 +54,20 @@ describe('bindToVfio', () => {
     const s = new FakeSysfs(qatTree('qat_4xxx'));
     s.probe = 'nothing';
     expect(() => bindToVfio(s, '0000:3d:02.2')).toThrow(
-      expect.objectContaining({ code: ErrorCode.Device, message: 'bind 0000:3d:02.2 to vfio-pci: after the probe it is bound to no driver (is the vfio-pci module loaded?)' }),
+      expect.objectContaining({
+        code: ErrorCode.Device,
+        message:
+          'bind 0000:3d:02.2 to vfio-pci: after the probe it is bound to no driver (is the vfio-pci module loaded?)',
+      }),
     );
   });
 
   it('names the device and its driver when a write fails', () => {
     const s = new FakeSysfs(qatTree('qat_4xxx'));
     s.failing.add('bus/pci/devices/0000:3d:02.2/driver_override');
-    expect(() => bindToVfio(s, '0000:3d:02.2')).toThrow(expect.objectContaining({ code: ErrorCode.Device, message: 'bind 0000:3d:02.2 to vfio-pci (was qat_4xxx)' }));
+    expect(() => bindToVfio(s, '0000:3d:02.2')).toThrow(
+      expect.objectContaining({ code: ErrorCode.Device, message: 'bind 0000:3d:02.2 to vfio-pci (was qat_4xxx)' }),
+    );
   });
 
   it('missing device', () => {
@@ -94,7 +110,9 @@ describe('restoreDriver', () => {
   it('keeps going past a failing step and reports it', () => {
     const s = new FakeSysfs(qatTree('vfio-pci'));
     s.failing.add('bus/pci/devices/0000:3d:02.2/driver/unbind');
-    expect(() => restoreDriver(s, '0000:3d:02.2', 'qat_4xxx')).toThrow(expect.objectContaining({ code: ErrorCode.Device, message: 'restore driver qat_4xxx of 0000:3d:02.2' }));
+    expect(() => restoreDriver(s, '0000:3d:02.2', 'qat_4xxx')).toThrow(
+      expect.objectContaining({ code: ErrorCode.Device, message: 'restore driver qat_4xxx of 0000:3d:02.2' }),
+    );
     expect(s.writes.map((w) => w.path)).toEqual([
       'bus/pci/devices/0000:3d:02.2/driver/unbind',
       'bus/pci/devices/0000:3d:02.2/driver_override',

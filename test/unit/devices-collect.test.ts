@@ -1,9 +1,22 @@
 // The device inputs on fake sysfs trees (and a fake /dev + /proc), through the one merge step, to the qemu argv.
 import { afterEach, describe, expect, it } from 'vitest';
 import { ErrorCode, isVmpodError, type VmpodError } from '../../src/errors.js';
-import { collectDevices, devicesOrThrow, isVfioDriverName, Sysfs, VFIO_DRIVERS, type CollectedDevices } from '../../src/devices/index.js';
+import {
+  collectDevices,
+  devicesOrThrow,
+  isVfioDriverName,
+  Sysfs,
+  VFIO_DRIVERS,
+  type CollectedDevices,
+} from '../../src/devices/index.js';
 import { buildQemuArgv } from '../../src/qemu/index.js';
-import { makeFakeHostRoot, makeFakeSysfs, removeFakeSysfs, type FakeHostRoot, type FakeSysfsTree } from '../helpers/fakesysfs.js';
+import {
+  makeFakeHostRoot,
+  makeFakeSysfs,
+  removeFakeSysfs,
+  type FakeHostRoot,
+  type FakeSysfsTree,
+} from '../helpers/fakesysfs.js';
 
 let tree: FakeSysfsTree | undefined;
 let host: FakeHostRoot | undefined;
@@ -45,7 +58,12 @@ function node(): FakeSysfsTree {
   // a multi-function card whose sibling went to another VM, which holds /dev/vfio/42 open
   t.addPci({ address: '0000:60:00.0', driver: 'vfio-pci', iommuGroup: '42' });
   t.addPci({ address: '0000:60:00.1', driver: 'vfio-pci', iommuGroup: '42' });
-  host.addProcess(4242, 'qemu-system-x86', ['/usr/bin/qemu-system-x86_64', '-name', 'guest=vm-b,debug-threads=on', '-S'], ['/dev/vfio/vfio', '/dev/vfio/42']);
+  host.addProcess(
+    4242,
+    'qemu-system-x86',
+    ['/usr/bin/qemu-system-x86_64', '-name', 'guest=vm-b,debug-threads=on', '-S'],
+    ['/dev/vfio/vfio', '/dev/vfio/42'],
+  );
   host.addProcess(4243, 'bash', ['bash'], ['/dev/null']);
   // variant drivers: by name (no vfio-dev: before Linux 6.1), and by vfio-dev whatever the name
   t.addPci({ address: '0000:61:00.0', driver: 'mlx5_vfio_pci', iommuGroup: '43' });
@@ -81,12 +99,17 @@ async function failure(env: Record<string, string>): Promise<VmpodError> {
   throw new Error('did not throw');
 }
 
-const nodes = (...paths: string[]) => JSON.stringify(paths.map((p) => ({ containerPath: p, hostPath: p, permissions: 'mrw' })));
+const nodes = (...paths: string[]) =>
+  JSON.stringify(paths.map((p) => ({ containerPath: p, hostPath: p, permissions: 'mrw' })));
 
 describe('the seed case', () => {
   it('QAT0 with /dev/vfio/vfio and /dev/vfio/67 in VMPOD_CRI_DEVICES: one vfio-pci device, no disk', async () => {
     node();
-    const r = await collect({ QAT0: '0000:3d:02.2', VMPOD_CRI_DEVICES: nodes('/dev/vfio/vfio', '/dev/vfio/67'), PATH: '/usr/bin' });
+    const r = await collect({
+      QAT0: '0000:3d:02.2',
+      VMPOD_CRI_DEVICES: nodes('/dev/vfio/vfio', '/dev/vfio/67'),
+      PATH: '/usr/bin',
+    });
     expect(r.devices).toEqual([{ address: '0000:3d:02.2', group: '67', driver: 'vfio-pci', source: 'QAT0' }]);
     expect(await argvOf({ QAT0: '0000:3d:02.2', VMPOD_CRI_DEVICES: nodes('/dev/vfio/vfio', '/dev/vfio/67') })).toEqual([
       '-device',
@@ -98,15 +121,20 @@ describe('the seed case', () => {
 describe('1. only what was allocated', () => {
   it('a multi-function card with one function allocated: that function only (siblings on vfio-pci, pci-stub, no driver)', async () => {
     node();
-    expect(await argvOf({ PCIDEVICE_ACME_COM_NIC: '0000:5e:00.0', VMPOD_CRI_DEVICES: nodes('/dev/vfio/vfio', '/dev/vfio/40') })).toEqual([
-      '-device',
-      'vfio-pci,host=0000:5e:00.0,id=vmpodhostdev0',
-    ]);
+    expect(
+      await argvOf({
+        PCIDEVICE_ACME_COM_NIC: '0000:5e:00.0',
+        VMPOD_CRI_DEVICES: nodes('/dev/vfio/vfio', '/dev/vfio/40'),
+      }),
+    ).toEqual(['-device', 'vfio-pci,host=0000:5e:00.0,id=vmpodhostdev0']);
   });
 
   it('a GPU: the allocated function only, not its audio sibling, never the bridge', async () => {
     node();
-    expect(await argvOf({ PCI_RESOURCE_NVIDIA_COM_GPU: '0000:41:00.0' })).toEqual(['-device', 'vfio-pci,host=0000:41:00.0,id=vmpodhostdev0']);
+    expect(await argvOf({ PCI_RESOURCE_NVIDIA_COM_GPU: '0000:41:00.0' })).toEqual([
+      '-device',
+      'vfio-pci,host=0000:41:00.0,id=vmpodhostdev0',
+    ]);
   });
 
   it('a group named only by its node (CRI devices) is passed whole, without its bridge', async () => {
@@ -132,7 +160,9 @@ describe('1. only what was allocated', () => {
     node();
     const e = await failure({ PCIDEVICE_ACME_COM_NIC: '0000:60:00.0' });
     expect(e.code).toBe(ErrorCode.Device);
-    expect(e.message).toContain('/dev/vfio/42 (IOMMU group 42 of 0000:60:00.0 (from PCIDEVICE_ACME_COM_NIC="0000:60:00.0")) is held open by pid 4242 (qemu-system-x86, VM "vm-b")');
+    expect(e.message).toContain(
+      '/dev/vfio/42 (IOMMU group 42 of 0000:60:00.0 (from PCIDEVICE_ACME_COM_NIC="0000:60:00.0")) is held open by pid 4242 (qemu-system-x86, VM "vm-b")',
+    );
     expect(e.message).toContain('stop it, or allocate a function from another group');
     expect(e.message).not.toContain('4243');
   });
@@ -140,7 +170,9 @@ describe('1. only what was allocated', () => {
   it('a CRI group whose endpoint is on its own driver is refused; the host bridge stays out of it', async () => {
     node();
     const e = await failure({ VMPOD_CRI_DEVICES: nodes('/dev/vfio/31') });
-    expect(e.message).toContain('0000:00:1f.6 (from VMPOD_CRI_DEVICES) is bound to e1000e, not to a vfio driver: bind it to vfio-pci');
+    expect(e.message).toContain(
+      '0000:00:1f.6 (from VMPOD_CRI_DEVICES) is bound to e1000e, not to a vfio driver: bind it to vfio-pci',
+    );
     expect(e.message).not.toContain('0000:00:00.0');
   });
 
@@ -158,42 +190,69 @@ describe('1. only what was allocated', () => {
 describe('2. every vfio driver counts', () => {
   it('a variant driver without vfio-dev (kernel before 6.1): recognised by name', async () => {
     node();
-    expect(await argvOf({ PCIDEVICE_MELLANOX_COM_CX7_MIG: '0000:61:00.0' })).toEqual(['-device', 'vfio-pci,host=0000:61:00.0,id=vmpodhostdev0']);
+    expect(await argvOf({ PCIDEVICE_MELLANOX_COM_CX7_MIG: '0000:61:00.0' })).toEqual([
+      '-device',
+      'vfio-pci,host=0000:61:00.0,id=vmpodhostdev0',
+    ]);
   });
 
   it('a driver with a vfio-dev/vfioN entry: vfio whatever its name; the same name without it is not', async () => {
     node();
     expect(await argvOf({ QAT0: '0000:62:00.0' })).toEqual(['-device', 'vfio-pci,host=0000:62:00.0,id=vmpodhostdev0']);
-    expect((await failure({ QAT0: '0000:63:00.0' })).message).toContain('0000:63:00.0 (from QAT0) is bound to acme_migr, not to a vfio driver');
+    expect((await failure({ QAT0: '0000:63:00.0' })).message).toContain(
+      '0000:63:00.0 (from QAT0) is bound to acme_migr, not to a vfio driver',
+    );
   });
 
   it('the driver name table', () => {
-    for (const d of ['vfio-pci', 'mlx5_vfio_pci', 'hisi_acc_vfio_pci', 'pds_vfio_pci', 'virtio_vfio_pci', 'nvgrace_gpu_vfio_pci', 'qat_vfio_pci', 'xe-vfio-pci'])
+    for (const d of [
+      'vfio-pci',
+      'mlx5_vfio_pci',
+      'hisi_acc_vfio_pci',
+      'pds_vfio_pci',
+      'virtio_vfio_pci',
+      'nvgrace_gpu_vfio_pci',
+      'qat_vfio_pci',
+      'xe-vfio-pci',
+    ])
       expect(isVfioDriverName(d), d).toBe(true);
     expect(VFIO_DRIVERS).toContain('nvgrace_gpu_vfio_pci');
-    for (const d of ['mlx5_core', 'qat_4xxx', 'pci-stub', 'vfiox', 'novfio', undefined]) expect(isVfioDriverName(d), String(d)).toBe(false);
+    for (const d of ['mlx5_core', 'qat_4xxx', 'pci-stub', 'vfiox', 'novfio', undefined])
+      expect(isVfioDriverName(d), String(d)).toBe(false);
   });
 });
 
 describe('3. no-IOMMU groups are refused up front', () => {
   it('by sysfs (iommu_groups/<N>/name is vfio-noiommu), even under a plain-looking node', async () => {
     node();
-    const e = await failure({ PCIDEVICE_X: '0001:02:00.0', PCIDEVICE_X_INFO: '{"0001:02:00.0":{"vfio":{"dev-mount":"/dev/vfio/90"}}}' });
+    const e = await failure({
+      PCIDEVICE_X: '0001:02:00.0',
+      PCIDEVICE_X_INFO: '{"0001:02:00.0":{"vfio":{"dev-mount":"/dev/vfio/90"}}}',
+    });
     expect(e.code).toBe(ErrorCode.Device);
     expect(e.message).toContain('IOMMU group 90 (0001:02:00.0 (from PCIDEVICE_X="0001:02:00.0")');
-    expect(e.message).toContain('is a vfio no-IOMMU group (/dev/vfio/noiommu-90): a VM cannot use it (no DMA isolation');
+    expect(e.message).toContain(
+      'is a vfio no-IOMMU group (/dev/vfio/noiommu-90): a VM cannot use it (no DMA isolation',
+    );
     expect(e.message).toContain('/kernel/iommu_groups/90/name is "vfio-noiommu"');
   });
 
   it('by its node under /dev, by a CRI noiommu path, by an _INFO dev-mount', async () => {
     node();
-    expect((await failure({ QAT0: '0001:03:00.0' })).message).toMatch(/IOMMU group 91 \(0001:03:00.0 .*dev\/vfio\/noiommu-91 exists\) is a vfio no-IOMMU group/);
+    expect((await failure({ QAT0: '0001:03:00.0' })).message).toMatch(
+      /IOMMU group 91 \(0001:03:00.0 .*dev\/vfio\/noiommu-91 exists\) is a vfio no-IOMMU group/,
+    );
     expect((await failure({ VMPOD_CRI_DEVICES: nodes('/dev/vfio/noiommu-67') })).message).toContain(
       'IOMMU group 67 (/dev/vfio/noiommu-67 from VMPOD_CRI_DEVICES) is a vfio no-IOMMU group (/dev/vfio/noiommu-67)',
     );
-    expect((await failure({ PCIDEVICE_X: '0000:3d:02.2', PCIDEVICE_X_INFO: '{"0000:3d:02.2":{"vfio":{"dev-mount":"/dev/vfio/noiommu-67"}}}' })).message).toContain(
-      'is a vfio no-IOMMU group (/dev/vfio/noiommu-67)',
-    );
+    expect(
+      (
+        await failure({
+          PCIDEVICE_X: '0000:3d:02.2',
+          PCIDEVICE_X_INFO: '{"0000:3d:02.2":{"vfio":{"dev-mount":"/dev/vfio/noiommu-67"}}}',
+        })
+      ).message,
+    ).toContain('is a vfio no-IOMMU group (/dev/vfio/noiommu-67)');
   });
 });
 
@@ -205,7 +264,10 @@ describe('4. VMPOD_CRI_DEVICES', () => {
       { container_path: '/dev/vfio/68', host_path: '/dev/vfio/68', permissions: 'mrw' },
       { container_path: '/dev/sdb', host_path: '/dev/sdb', permissions: 'mrw' },
     ]);
-    expect(await argvOf({ VMPOD_CRI_DEVICES: cri })).toEqual(['-device', 'vfio-pci,host=0000:3d:02.3,id=vmpodhostdev0']);
+    expect(await argvOf({ VMPOD_CRI_DEVICES: cri })).toEqual([
+      '-device',
+      'vfio-pci,host=0000:3d:02.3,id=vmpodhostdev0',
+    ]);
   });
 
   it('VIRTLET_DEVICES is refused with its new name', async () => {
@@ -222,20 +284,39 @@ describe('7. _INFO twins', () => {
     const env = {
       PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE: '0000:8a:04.0,0000:8a:04.1',
       PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE_INFO: JSON.stringify({
-        '0000:8a:04.0': { generic: { deviceID: '0000:8a:04.0' }, vfio: { 'dev-mount': '/dev/vfio/145', mount: '/dev/vfio/vfio' } },
-        '0000:8a:04.1': { generic: { deviceID: '0000:8a:04.1' }, vfio: { 'dev-mount': '/dev/vfio/146', mount: '/dev/vfio/vfio' }, vhost: { 'net-mount': '/dev/vhost-net', 'tun-mount': '/dev/net/tun' } },
+        '0000:8a:04.0': {
+          generic: { deviceID: '0000:8a:04.0' },
+          vfio: { 'dev-mount': '/dev/vfio/145', mount: '/dev/vfio/vfio' },
+        },
+        '0000:8a:04.1': {
+          generic: { deviceID: '0000:8a:04.1' },
+          vfio: { 'dev-mount': '/dev/vfio/146', mount: '/dev/vfio/vfio' },
+          vhost: { 'net-mount': '/dev/vhost-net', 'tun-mount': '/dev/net/tun' },
+        },
       }),
     };
-    expect(await argvOf(env)).toEqual(['-device', 'vfio-pci,host=0000:8a:04.0,id=vmpodhostdev0', '-device', 'vfio-pci,host=0000:8a:04.1,id=vmpodhostdev1']);
-    const e = await failure({ PCIDEVICE_X: '0000:8a:04.0', PCIDEVICE_X_INFO: '{"0000:8a:04.0":{"vfio":{"dev-mount":"/dev/vfio/146"}}}' });
-    expect(e.message).toContain('0000:8a:04.0 (from PCIDEVICE_X="0000:8a:04.0"): PCIDEVICE_X says IOMMU group 146, sysfs says 145');
+    expect(await argvOf(env)).toEqual([
+      '-device',
+      'vfio-pci,host=0000:8a:04.0,id=vmpodhostdev0',
+      '-device',
+      'vfio-pci,host=0000:8a:04.1,id=vmpodhostdev1',
+    ]);
+    const e = await failure({
+      PCIDEVICE_X: '0000:8a:04.0',
+      PCIDEVICE_X_INFO: '{"0000:8a:04.0":{"vfio":{"dev-mount":"/dev/vfio/146"}}}',
+    });
+    expect(e.message).toContain(
+      '0000:8a:04.0 (from PCIDEVICE_X="0000:8a:04.0"): PCIDEVICE_X says IOMMU group 146, sysfs says 145',
+    );
   });
 
   it('a vDPA device is refused as not supported, not passed as VFIO', async () => {
     node();
     const e = await failure({
       PCIDEVICE_NVIDIA_COM_VDPA: '0000:8a:04.0',
-      PCIDEVICE_NVIDIA_COM_VDPA_INFO: JSON.stringify({ '0000:8a:04.0': { generic: { deviceID: '0000:8a:04.0' }, vdpa: { mount: '/dev/vhost-vdpa-0' } } }),
+      PCIDEVICE_NVIDIA_COM_VDPA_INFO: JSON.stringify({
+        '0000:8a:04.0': { generic: { deviceID: '0000:8a:04.0' }, vdpa: { mount: '/dev/vhost-vdpa-0' } },
+      }),
     });
     expect(e.code).toBe(ErrorCode.BadRequest);
     expect(e.message).toContain(
@@ -256,24 +337,39 @@ describe('the other conventions', () => {
   it('QAT<n> in numeric order; the first source that names a function is its source', async () => {
     node();
     const r = await collect({ QAT10: '0000:3d:02.2', QAT1: '0000:3d:02.3', PCIDEVICE_QAT_X: '0000:3d:02.2' });
-    expect(r.devices.map((d) => `${d.address} ${d.source}`)).toEqual(['0000:3d:02.2 PCIDEVICE_QAT_X', '0000:3d:02.3 QAT1']);
+    expect(r.devices.map((d) => `${d.address} ${d.source}`)).toEqual([
+      '0000:3d:02.2 PCIDEVICE_QAT_X',
+      '0000:3d:02.3 QAT1',
+    ]);
   });
 
   it('no variables, no devices', async () => {
     node();
-    expect(await collect({ HOME: '/root', PCIDEVICE_EMPTY: '', VMPOD_CRI_DEVICES: '' })).toEqual({ devices: [], problems: [], skipped: [], inputErrors: [] });
+    expect(await collect({ HOME: '/root', PCIDEVICE_EMPTY: '', VMPOD_CRI_DEVICES: '' })).toEqual({
+      devices: [],
+      problems: [],
+      skipped: [],
+      inputErrors: [],
+    });
   });
 
   it('a resource whose name ends in _INFO but holds addresses is a resource', async () => {
     node();
-    expect((await collect({ PCIDEVICE_ACME_COM_DEV_INFO: '0000:3d:02.2' })).devices.map((d) => d.source)).toEqual(['PCIDEVICE_ACME_COM_DEV_INFO']);
+    expect((await collect({ PCIDEVICE_ACME_COM_DEV_INFO: '0000:3d:02.2' })).devices.map((d) => d.source)).toEqual([
+      'PCIDEVICE_ACME_COM_DEV_INFO',
+    ]);
   });
 });
 
 describe('errors', () => {
   it('every problem at once: missing device, empty group, wrong driver, bridge', async () => {
     node();
-    const e = await failure({ VMPOD_CRI_DEVICES: nodes('/dev/vfio/77'), QAT0: '0000:3d:02.4', QAT1: '0000:3d:07.0', QAT2: '0000:40:00.0' });
+    const e = await failure({
+      VMPOD_CRI_DEVICES: nodes('/dev/vfio/77'),
+      QAT0: '0000:3d:02.4',
+      QAT1: '0000:3d:07.0',
+      QAT2: '0000:40:00.0',
+    });
     expect(e.code).toBe(ErrorCode.Device);
     expect(e.message).toContain('0000:3d:07.0 (from QAT1="0000:3d:07.0") does not exist');
     expect(e.message).toContain('IOMMU group 77 (/dev/vfio/77 from VMPOD_CRI_DEVICES) has no devices');
@@ -294,7 +390,9 @@ describe('errors', () => {
     expect(e.code).toBe(ErrorCode.BadRequest);
     expect(e.message).toContain('PCIDEVICE_A_INFO="{not json" is not JSON');
     expect(e.message).toContain('PCIDEVICE_A="0000:8a:04.0,garbage": "garbage" is not a PCI address');
-    expect(e.message).toContain('PCI_RESOURCE_B="0000:3d:02.2;0000:3d:02.3": "0000:3d:02.2;0000:3d:02.3" is not a PCI address');
+    expect(e.message).toContain(
+      'PCI_RESOURCE_B="0000:3d:02.2;0000:3d:02.3": "0000:3d:02.2;0000:3d:02.3" is not a PCI address',
+    );
     expect(e.message).toContain('MDEV_PCI_RESOURCE_C="not-a-uuid": "not-a-uuid" is not a mediated device uuid');
     expect(e.message).toContain('QAT0="0000:3d:02.2,0000:3d:02.3" is not one PCI address');
     expect(e.message).toContain('VMPOD_CRI_DEVICES="{\\"hostPath\\":\\"/dev/vfio/67\\"}" is not a JSON array');

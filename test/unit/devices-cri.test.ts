@@ -21,7 +21,10 @@ describe('parseCriDevices', () => {
   });
   it.each(['{', '{"a":1}', '[{"containerPath":"/dev/x"}]', '[7]'])('rejects %j naming the variable and value', (v) => {
     expect(() => parseCriDevices(v, 'VMPOD_CRI_DEVICES')).toThrow(
-      expect.objectContaining({ code: ErrorCode.BadRequest, message: expect.stringContaining(`VMPOD_CRI_DEVICES=${JSON.stringify(v)}`) }),
+      expect.objectContaining({
+        code: ErrorCode.BadRequest,
+        message: expect.stringContaining(`VMPOD_CRI_DEVICES=${JSON.stringify(v)}`),
+      }),
     );
   });
 });
@@ -51,7 +54,11 @@ describe('classifyCriDevices', () => {
       ]);
       expect(r.vfioContainer.map((d) => d.hostPath)).toEqual(['/dev/vfio/vfio']);
       expect(r.block.map((d) => d.hostPath)).toEqual([blk]);
-      expect(r.other.map((d) => d.hostPath)).toEqual(['/dev/vfio/devices/vfio0', path.join(dir, 'missing'), '/dev/null']);
+      expect(r.other.map((d) => d.hostPath)).toEqual([
+        '/dev/vfio/devices/vfio0',
+        path.join(dir, 'missing'),
+        '/dev/null',
+      ]);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }

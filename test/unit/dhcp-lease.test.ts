@@ -53,7 +53,12 @@ describe('leaseFromCni', () => {
     expect(l.domain).toBeUndefined();
     expect(l.mtu).toBe(1400);
     expect(l.hostname).toBeUndefined();
-    const kept = leaseFromCni({ result: bridgeResult, ifIndex: 2, mac: '02:00:00:00:00:01', podDns: { options: ['ndots:5'] } });
+    const kept = leaseFromCni({
+      result: bridgeResult,
+      ifIndex: 2,
+      mac: '02:00:00:00:00:01',
+      podDns: { options: ['ndots:5'] },
+    });
     expect(kept.dns).toEqual(['10.96.0.10']);
   });
 
@@ -64,15 +69,32 @@ describe('leaseFromCni', () => {
   });
 
   it("serves the operator's --default-dns only when nothing else names a DNS server", () => {
-    const none = leaseFromCni({ result: { ...bridgeResult, dns: {} }, ifIndex: 2, mac: '02:00:00:00:00:01', defaultDns: ['10.0.0.53'] });
+    const none = leaseFromCni({
+      result: { ...bridgeResult, dns: {} },
+      ifIndex: 2,
+      mac: '02:00:00:00:00:01',
+      defaultDns: ['10.0.0.53'],
+    });
     expect(none.dns).toEqual(['10.0.0.53']);
-    const pod = leaseFromCni({ result: { ...bridgeResult, dns: {} }, ifIndex: 2, mac: '02:00:00:00:00:01', defaultDns: ['10.0.0.53'], podDns: { nameservers: ['10.96.0.10'] } });
+    const pod = leaseFromCni({
+      result: { ...bridgeResult, dns: {} },
+      ifIndex: 2,
+      mac: '02:00:00:00:00:01',
+      defaultDns: ['10.0.0.53'],
+      podDns: { nameservers: ['10.96.0.10'] },
+    });
     expect(pod.dns).toEqual(['10.96.0.10']);
   });
 
   it('reads an old result without interface indexes (one IP, no routes)', () => {
     const l = leaseFromCni({
-      result: { cniVersion: '0.2.0', interfaces: [], ips: [{ address: '192.168.5.7/16', gateway: '192.168.0.1' }], routes: [], dns: {} },
+      result: {
+        cniVersion: '0.2.0',
+        interfaces: [],
+        ips: [{ address: '192.168.5.7/16', gateway: '192.168.0.1' }],
+        routes: [],
+        dns: {},
+      },
       ifIndex: 0,
       mac: '02:00:00:00:00:01',
     });
@@ -90,11 +112,18 @@ describe('leaseFromCni', () => {
         { address: '10.1.0.5/24', gateway: '10.1.0.1', interface: 0 },
         { address: '192.168.7.5/24', interface: 1 },
       ],
-      routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }, { dst: '172.16.0.0/12', gw: '192.168.7.1' }],
+      routes: [
+        { dst: '0.0.0.0/0', gw: '10.1.0.1' },
+        { dst: '172.16.0.0/12', gw: '192.168.7.1' },
+      ],
       dns: {},
     };
-    expect(leaseFromCni({ result: two, ifIndex: 0, mac: '02:00:00:00:00:01' }).routes).toEqual([{ dst: '0.0.0.0/0', gw: '10.1.0.1' }]);
-    expect(leaseFromCni({ result: two, ifIndex: 1, mac: '02:00:00:00:00:02' }).routes).toEqual([{ dst: '172.16.0.0/12', gw: '192.168.7.1' }]);
+    expect(leaseFromCni({ result: two, ifIndex: 0, mac: '02:00:00:00:00:01' }).routes).toEqual([
+      { dst: '0.0.0.0/0', gw: '10.1.0.1' },
+    ]);
+    expect(leaseFromCni({ result: two, ifIndex: 1, mac: '02:00:00:00:00:02' }).routes).toEqual([
+      { dst: '172.16.0.0/12', gw: '192.168.7.1' },
+    ]);
   });
 
   it('throws VmpodError(Config) naming the interface when it has no IPv4 address', () => {
@@ -109,7 +138,11 @@ describe('leaseFromCni', () => {
     expect((err as Error).message).toMatch(/no IPv4 address for interface 1 \(veth1234\)/);
     expect(() =>
       // IPv6 only (with the gateway its ::/0 route needs): a lease for DHCPv6, none for DHCPv4
-      leaseFromCni({ result: { ...bridgeResult, ips: [{ address: 'fd00::5/64', gateway: 'fd00::1', interface: 2 }] }, ifIndex: 2, mac: '02:00:00:00:00:01' }),
+      leaseFromCni({
+        result: { ...bridgeResult, ips: [{ address: 'fd00::5/64', gateway: 'fd00::1', interface: 2 }] },
+        ifIndex: 2,
+        mac: '02:00:00:00:00:01',
+      }),
     ).toThrow(/no IPv4 address for interface 2 \(eth0\)/);
   });
 });

@@ -38,11 +38,19 @@ function opt(built: ReturnType<typeof buildOptions>, code: number): Buffer | und
 
 describe('RFC 3442 classless static routes (option 121)', () => {
   it('encodes the RFC examples', () => {
-    expect([...encodeClasslessRoutes([{ dst: '10.17.0.0', prefix: 16, gw: '10.229.0.128' }])]).toEqual([16, 10, 17, 10, 229, 0, 128]);
-    expect([...encodeClasslessRoutes([{ dst: '10.27.129.0', prefix: 24, gw: '10.229.0.128' }])]).toEqual([24, 10, 27, 129, 10, 229, 0, 128]);
+    expect([...encodeClasslessRoutes([{ dst: '10.17.0.0', prefix: 16, gw: '10.229.0.128' }])]).toEqual([
+      16, 10, 17, 10, 229, 0, 128,
+    ]);
+    expect([...encodeClasslessRoutes([{ dst: '10.27.129.0', prefix: 24, gw: '10.229.0.128' }])]).toEqual([
+      24, 10, 27, 129, 10, 229, 0, 128,
+    ]);
     expect([...encodeClasslessRoutes([{ dst: '0.0.0.0', prefix: 0, gw: '10.0.0.1' }])]).toEqual([0, 10, 0, 0, 1]);
-    expect([...encodeClasslessRoutes([{ dst: '10.229.0.128', prefix: 25, gw: '10.229.0.128' }])]).toEqual([25, 10, 229, 0, 128, 10, 229, 0, 128]);
-    expect([...encodeClasslessRoutes([{ dst: '169.254.254.2', prefix: 32, gw: '0.0.0.0' }])]).toEqual([32, 169, 254, 254, 2, 0, 0, 0, 0]);
+    expect([...encodeClasslessRoutes([{ dst: '10.229.0.128', prefix: 25, gw: '10.229.0.128' }])]).toEqual([
+      25, 10, 229, 0, 128, 10, 229, 0, 128,
+    ]);
+    expect([...encodeClasslessRoutes([{ dst: '169.254.254.2', prefix: 32, gw: '0.0.0.0' }])]).toEqual([
+      32, 169, 254, 254, 2, 0, 0, 0, 0,
+    ]);
   });
 
   it('decodes what it encodes, and rejects truncation', () => {
@@ -80,8 +88,16 @@ describe('RFC 3397 domain search (option 119)', () => {
   it('encodes the RFC example with compression and decodes it back', () => {
     const b = encodeDomainSearch(['eng.apple.com', 'marketing.apple.com']);
     const expected = Buffer.concat([
-      Buffer.from([3]), Buffer.from('eng'), Buffer.from([5]), Buffer.from('apple'), Buffer.from([3]), Buffer.from('com'), Buffer.from([0]),
-      Buffer.from([9]), Buffer.from('marketing'), Buffer.from([0xc0, 0x04]),
+      Buffer.from([3]),
+      Buffer.from('eng'),
+      Buffer.from([5]),
+      Buffer.from('apple'),
+      Buffer.from([3]),
+      Buffer.from('com'),
+      Buffer.from([0]),
+      Buffer.from([9]),
+      Buffer.from('marketing'),
+      Buffer.from([0xc0, 0x04]),
     ]);
     expect(b.equals(expected)).toBe(true);
     expect(decodeDomainSearch(b)).toEqual(['eng.apple.com', 'marketing.apple.com']);
@@ -145,7 +161,16 @@ describe('buildOptions', () => {
   });
 
   it('adds an on-link host route for a gateway outside the subnet (a /32 pod address, Calico style)', () => {
-    const p = planRoutes({ ...lease, ip: '10.1.90.5', prefixLength: 32, gateway: '169.254.1.1', routes: [{ dst: '0.0.0.0/0', gw: '169.254.1.1' }] }, '169.254.254.2');
+    const p = planRoutes(
+      {
+        ...lease,
+        ip: '10.1.90.5',
+        prefixLength: 32,
+        gateway: '169.254.1.1',
+        routes: [{ dst: '0.0.0.0/0', gw: '169.254.1.1' }],
+      },
+      '169.254.254.2',
+    );
     expect(p.routes.map((r) => `${r.dst}/${r.prefix} ${r.gw}`)).toEqual([
       '169.254.254.2/32 0.0.0.0',
       '169.254.1.1/32 0.0.0.0',
@@ -154,36 +179,69 @@ describe('buildOptions', () => {
   });
 
   it('leaves out T1/T2 for an infinite lease and options the lease does not have', () => {
-    const b = buildOptions({ mac: '02:00:00:00:00:01', ip: '10.0.0.2', prefixLength: 8, routes: [], dns: [], search: [], leaseSeconds: 0xffffffff }, '169.254.254.2');
+    const b = buildOptions(
+      {
+        mac: '02:00:00:00:00:01',
+        ip: '10.0.0.2',
+        prefixLength: 8,
+        routes: [],
+        dns: [],
+        search: [],
+        leaseSeconds: 0xffffffff,
+      },
+      '169.254.254.2',
+    );
     expect(b.options.map((o) => o.code)).toEqual([54, 1, 121, 51]);
   });
 
   it('throws VmpodError(Config) listing every problem before anything starts', () => {
     const e = thrown(() =>
       buildOptions(
-        { ...lease, mac: 'zz', mtu: 40, dns: ['fd00::1'], search: ['ok.example', `${'x'.repeat(70)}.example`], leaseSeconds: 0, prefixLength: 33 },
+        {
+          ...lease,
+          mac: 'zz',
+          mtu: 40,
+          dns: ['fd00::1'],
+          search: ['ok.example', `${'x'.repeat(70)}.example`],
+          leaseSeconds: 0,
+          prefixLength: 33,
+        },
         '169.254.254.300',
       ),
     );
     expect(isVmpodError(e)).toBe(true);
     expect(e.code).toBe('CONFIG');
-    for (const frag of ['server id "169.254.254.300"', 'MAC "zz"', 'prefix length 33', 'DNS server "fd00::1"', '70 bytes, at most 63', 'MTU 40', 'lease time 0']) {
+    for (const frag of [
+      'server id "169.254.254.300"',
+      'MAC "zz"',
+      'prefix length 33',
+      'DNS server "fd00::1"',
+      '70 bytes, at most 63',
+      'MTU 40',
+      'lease time 0',
+    ]) {
       expect(e.message).toContain(frag);
     }
   });
 
   it('refuses options over 255 bytes (no RFC 3396 splitting: busybox reads only the first piece)', () => {
     const routes = Array.from({ length: 40 }, (_, i) => ({ dst: `10.${i}.0.0/16`, gw: '10.1.90.1' }));
-    expect(() => buildOptions({ ...lease, routes }, '169.254.254.2')).toThrow(/option 121 needs 2\d\d bytes, at most 255 \(too many routes\)/);
+    expect(() => buildOptions({ ...lease, routes }, '169.254.254.2')).toThrow(
+      /option 121 needs 2\d\d bytes, at most 255 \(too many routes\)/,
+    );
     const search = Array.from({ length: 12 }, (_, i) => `team${i}-${'x'.repeat(20)}.ns${i}.example.org`);
-    expect(() => buildOptions({ ...lease, search }, '169.254.254.2')).toThrow(/option 119 needs \d+ bytes, at most 255 \(search domains/);
+    expect(() => buildOptions({ ...lease, search }, '169.254.254.2')).toThrow(
+      /option 119 needs \d+ bytes, at most 255 \(search domains/,
+    );
   });
 
   it('refuses a lease whose reply cannot fit a 576-byte datagram even with file and sname', () => {
     const search = Array.from({ length: 8 }, (_, i) => `team${i}-${'x'.repeat(20)}.example.org`);
     const routes = Array.from({ length: 30 }, (_, i) => ({ dst: `10.${i}.0.0/16`, gw: '10.1.90.1' }));
     const dns = Array.from({ length: 50 }, (_, i) => `10.0.0.${i + 1}`);
-    expect(() => buildOptions({ ...lease, search, routes, dns }, '169.254.254.2')).toThrow(/does not fit a 576-byte datagram/);
+    expect(() => buildOptions({ ...lease, search, routes, dns }, '169.254.254.2')).toThrow(
+      /does not fit a 576-byte datagram/,
+    );
     // but the same search list alone fits (with option 52)
     expect(() => buildOptions({ ...lease, search }, '169.254.254.2')).not.toThrow();
   });

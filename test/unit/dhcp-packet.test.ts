@@ -29,14 +29,39 @@ function handDiscover(): Buffer {
   Buffer.from([99, 130, 83, 99]).copy(b, 236); // magic cookie
   let i = 240;
   for (const byte of [
-    53, 1, 1, // DHCP message type DISCOVER (RFC 2132 9.6)
-    61, 7, 1, 0x02, 0x42, 0xac, 0x11, 0x00, 0x02, // client id: type 1 + MAC (9.14)
-    50, 4, 10, 1, 2, 3, // requested IP (9.1)
-    55, 4, 1, 3, 6, 121, // parameter request list (9.8)
-    0, 0, // pads
-    57, 2, 0x02, 0x40, // max message size 576 (9.10)
+    53,
+    1,
+    1, // DHCP message type DISCOVER (RFC 2132 9.6)
+    61,
+    7,
+    1,
+    0x02,
+    0x42,
+    0xac,
+    0x11,
+    0x00,
+    0x02, // client id: type 1 + MAC (9.14)
+    50,
+    4,
+    10,
+    1,
+    2,
+    3, // requested IP (9.1)
+    55,
+    4,
+    1,
+    3,
+    6,
+    121, // parameter request list (9.8)
+    0,
+    0, // pads
+    57,
+    2,
+    0x02,
+    0x40, // max message size 576 (9.10)
     255, // end
-  ]) b[i++] = byte;
+  ])
+    b[i++] = byte;
   return b;
 }
 
@@ -79,7 +104,13 @@ describe('dhcp packet codec', () => {
     expect([enc[0], enc[1], enc[257], enc[258]]).toEqual([119, 255, 119, 45]);
     // and the decoder concatenates them again
     const p = decodePacket(handDiscover());
-    const out = encodePacket({ ...p, options: [{ code: 119, data: long }, { code: 53, data: Buffer.from([1]) }] });
+    const out = encodePacket({
+      ...p,
+      options: [
+        { code: 119, data: long },
+        { code: 53, data: Buffer.from([1]) },
+      ],
+    });
     expect(getOption(decodePacket(out), 119)!.equals(long)).toBe(true);
   });
 
@@ -99,7 +130,9 @@ describe('dhcp packet codec', () => {
     const back = decodePacket(out);
     expect([...getOption(back, Opt.Overload)!]).toEqual([3]);
     for (const o of options) expect(getOption(back, o.code)!.equals(o.data), `option ${o.code}`).toBe(true);
-    expect(() => encodePacket({ ...p, options: [...options, { code: 6, data: Buffer.alloc(200) }] }, 548)).toThrow(/do not fit a 548-byte message/);
+    expect(() => encodePacket({ ...p, options: [...options, { code: 6, data: Buffer.alloc(200) }] }, 548)).toThrow(
+      /do not fit a 548-byte message/,
+    );
   });
 
   it('reads options from file and sname when option 52 overloads them (RFC 2131 4.1)', () => {
@@ -120,9 +153,34 @@ describe('dhcp packet codec', () => {
       ['short', good.subarray(0, 239)],
       ['long', Buffer.concat([good, Buffer.alloc(1300)])],
       ['cookie', Buffer.from(good).fill(0, 236, 237)],
-      ['overrun', (() => { const b = Buffer.from(good.subarray(0, 244)); b[240] = 12; b[241] = 200; b[242] = 1; return b; })()],
-      ['no end', (() => { const b = Buffer.from(good.subarray(0, 243)); b[240] = 53; b[241] = 1; b[242] = 1; return b; })()],
-      ['no length byte', (() => { const b = Buffer.from(good.subarray(0, 241)); b[240] = 53; return b; })()],
+      [
+        'overrun',
+        (() => {
+          const b = Buffer.from(good.subarray(0, 244));
+          b[240] = 12;
+          b[241] = 200;
+          b[242] = 1;
+          return b;
+        })(),
+      ],
+      [
+        'no end',
+        (() => {
+          const b = Buffer.from(good.subarray(0, 243));
+          b[240] = 53;
+          b[241] = 1;
+          b[242] = 1;
+          return b;
+        })(),
+      ],
+      [
+        'no length byte',
+        (() => {
+          const b = Buffer.from(good.subarray(0, 241));
+          b[240] = 53;
+          return b;
+        })(),
+      ],
     ];
     for (const [name, buf] of cases) {
       let err: unknown;

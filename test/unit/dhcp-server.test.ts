@@ -64,7 +64,10 @@ class FakeIo implements DhcpSocketIo {
   }
 }
 
-function request(type: number, opts: { mac?: string; ciaddr?: string; options?: DhcpOption[]; op?: number } = {}): Buffer {
+function request(
+  type: number,
+  opts: { mac?: string; ciaddr?: string; options?: DhcpOption[]; op?: number } = {},
+): Buffer {
   const chaddr = Buffer.alloc(16);
   macToBytes(opts.mac ?? '02:ab:cd:00:00:05').copy(chaddr);
   return encodePacket({
@@ -87,7 +90,16 @@ function request(type: number, opts: { mac?: string; ciaddr?: string; options?: 
 const ip = (s: string) => Buffer.from(s.split('.').map(Number));
 
 function start(io = new FakeIo(), extra: Partial<Parameters<typeof DhcpServer.start>[0]> = {}) {
-  const server = DhcpServer.start({ nsPath: '/var/run/netns/p', bridge: 'br0', serverIp: SERVER, lease, log: silentLogger(), io, findConflict: async () => '02:99:00:00:00:01', ...extra });
+  const server = DhcpServer.start({
+    nsPath: '/var/run/netns/p',
+    bridge: 'br0',
+    serverIp: SERVER,
+    lease,
+    log: silentLogger(),
+    io,
+    findConflict: async () => '02:99:00:00:00:01',
+    ...extra,
+  });
   return { io, server };
 }
 
@@ -102,7 +114,14 @@ describe('DhcpServer (recording fake socket)', () => {
   it('answers DISCOVER with a broadcast OFFER carrying the lease and echoing the client id', () => {
     const { io, server } = start();
     const cid = Buffer.from([1, 2, 0xab, 0xcd, 0, 0, 5]);
-    io.deliver(request(MessageType.Discover, { options: [{ code: Opt.ClientId, data: cid }, { code: Opt.ParameterList, data: Buffer.from([1, 3, 6, 12, 15, 26, 119, 121]) }] }));
+    io.deliver(
+      request(MessageType.Discover, {
+        options: [
+          { code: Opt.ClientId, data: cid },
+          { code: Opt.ParameterList, data: Buffer.from([1, 3, 6, 12, 15, 26, 119, 121]) },
+        ],
+      }),
+    );
     expect(io.sent).toHaveLength(1);
     expect(io.sent[0]).toMatchObject({ address: '255.255.255.255', port: 68 });
     const r = decodePacket(io.sent[0].data);
@@ -122,7 +141,12 @@ describe('DhcpServer (recording fake socket)', () => {
   it('ACKs REQUESTs in SELECTING, INIT-REBOOT and RENEWING states for the lease address', () => {
     const { io, server } = start();
     io.deliver(
-      request(MessageType.Request, { options: [{ code: Opt.ServerId, data: ip(SERVER) }, { code: Opt.RequestedIp, data: ip('10.1.90.5') }] }),
+      request(MessageType.Request, {
+        options: [
+          { code: Opt.ServerId, data: ip(SERVER) },
+          { code: Opt.RequestedIp, data: ip('10.1.90.5') },
+        ],
+      }),
       request(MessageType.Request, { options: [{ code: Opt.RequestedIp, data: ip('10.1.90.5') }] }),
       request(MessageType.Request, { ciaddr: '10.1.90.5' }),
     );
@@ -138,11 +162,21 @@ describe('DhcpServer (recording fake socket)', () => {
   it('NAKs a wrong address in every state and ignores a SELECTING request for another server', () => {
     const { io, server } = start();
     io.deliver(
-      request(MessageType.Request, { options: [{ code: Opt.ServerId, data: ip(SERVER) }, { code: Opt.RequestedIp, data: ip('10.1.90.6') }] }),
+      request(MessageType.Request, {
+        options: [
+          { code: Opt.ServerId, data: ip(SERVER) },
+          { code: Opt.RequestedIp, data: ip('10.1.90.6') },
+        ],
+      }),
       request(MessageType.Request, { options: [{ code: Opt.RequestedIp, data: ip('192.168.1.9') }] }),
       request(MessageType.Request, { ciaddr: '10.1.90.77' }),
       request(MessageType.Request, {}),
-      request(MessageType.Request, { options: [{ code: Opt.ServerId, data: ip('10.0.0.1') }, { code: Opt.RequestedIp, data: ip('10.1.90.5') }] }),
+      request(MessageType.Request, {
+        options: [
+          { code: Opt.ServerId, data: ip('10.0.0.1') },
+          { code: Opt.RequestedIp, data: ip('10.1.90.5') },
+        ],
+      }),
     );
     const replies = io.sent.map((s) => decodePacket(s.data));
     expect(replies.map(messageType)).toEqual([MessageType.Nak, MessageType.Nak, MessageType.Nak, MessageType.Nak]);
@@ -159,21 +193,33 @@ describe('DhcpServer (recording fake socket)', () => {
   it('tells its hooks each packet by direction and type, and each lease granted; remembers the last lease', () => {
     const packets: string[] = [];
     let leases = 0;
-    const { io, server } = start(new FakeIo(), { onPacket: (d, t) => packets.push(`${d} ${t}`), onLease: () => void leases++ });
+    const { io, server } = start(new FakeIo(), {
+      onPacket: (d, t) => packets.push(`${d} ${t}`),
+      onLease: () => void leases++,
+    });
     expect(server.lastLeaseAt).toBeUndefined();
     io.deliver(request(MessageType.Discover));
     expect(server.lastLeaseAt).toBeUndefined();
     io.deliver(
-      request(MessageType.Request, { options: [{ code: Opt.ServerId, data: ip(SERVER) }, { code: Opt.RequestedIp, data: ip('10.1.90.5') }] }),
+      request(MessageType.Request, {
+        options: [
+          { code: Opt.ServerId, data: ip(SERVER) },
+          { code: Opt.RequestedIp, data: ip('10.1.90.5') },
+        ],
+      }),
       request(MessageType.Inform, { ciaddr: '10.1.90.5' }),
       request(MessageType.Request, { ciaddr: '10.1.90.77' }),
       Buffer.from('garbage'),
     );
     expect(packets).toEqual([
-      'received discover', 'sent offer',
-      'received request', 'sent ack',
-      'received inform', 'sent ack',
-      'received request', 'sent nak',
+      'received discover',
+      'sent offer',
+      'received request',
+      'sent ack',
+      'received inform',
+      'sent ack',
+      'received request',
+      'sent nak',
       'received malformed',
     ]);
     expect(leases).toBe(1); // the ACK to INFORM and the NAK grant nothing
@@ -212,7 +258,8 @@ describe('DhcpServer (recording fake socket)', () => {
     try {
       const t0 = Date.now();
       const { io, server } = start(new FakeIo(), { declineBackoffMs: 10_000 });
-      const decline = () => request(MessageType.Decline, { options: [{ code: Opt.RequestedIp, data: ip('10.1.90.5') }] });
+      const decline = () =>
+        request(MessageType.Decline, { options: [{ code: Opt.RequestedIp, data: ip('10.1.90.5') }] });
       io.deliver(decline(), request(MessageType.Discover), request(MessageType.Discover));
       expect(io.sent).toHaveLength(0);
       expect(server.stats).toMatchObject({ declines: 1, ignored: 2, offers: 0 });
@@ -272,9 +319,16 @@ describe('DhcpServer (recording fake socket)', () => {
 
   it('validates the lease before opening a socket, and closes the socket when watching it fails', () => {
     const io = new FakeIo();
-    expect(() => DhcpServer.start({ nsPath: '/p', bridge: 'br0', serverIp: SERVER, lease: { ...lease, search: ['bad domain'] }, log: silentLogger(), io })).toThrow(
-      /bad label/,
-    );
+    expect(() =>
+      DhcpServer.start({
+        nsPath: '/p',
+        bridge: 'br0',
+        serverIp: SERVER,
+        lease: { ...lease, search: ['bad domain'] },
+        log: silentLogger(),
+        io,
+      }),
+    ).toThrow(/bad label/);
     expect(io.opened).toHaveLength(0);
     io.failPoll = true;
     expect(() => start(io)).toThrow(/EBADF/);

@@ -20,7 +20,7 @@ import { ALLOWED_GID, FRAMES, PEERS, REGISTERED, type Frame, type TsVerdict } fr
 const n = native();
 
 /** The peer: connects, writes the frame in one write, then reads a whole reply, or to the end. */
-const CLIENT = String.raw`
+const CLIENT = `
 import net from 'node:net';
 const [sock, hex] = process.argv.slice(1);
 let got = Buffer.alloc(0);
@@ -104,9 +104,23 @@ afterAll(() => {
 
 async function sendAs(frame: Frame): Promise<{ how: string; got: Buffer }> {
   const p = PEERS[frame.peer];
-  const node = [process.execPath, '--input-type=module', '-e', CLIENT, join(dir, 's.sock'), frame.bytes.toString('hex')];
-  const ids = [`--reuid=${p.uid}`, `--regid=${p.gid}`, p.groups.length ? `--groups=${p.groups.join(',')}` : '--clear-groups'];
-  const r = p.uid === 0 ? await execa(node[0]!, node.slice(1), { timeout: 20_000 }) : await execa('setpriv', [...ids, ...node], { timeout: 20_000 });
+  const node = [
+    process.execPath,
+    '--input-type=module',
+    '-e',
+    CLIENT,
+    join(dir, 's.sock'),
+    frame.bytes.toString('hex'),
+  ];
+  const ids = [
+    `--reuid=${p.uid}`,
+    `--regid=${p.gid}`,
+    p.groups.length ? `--groups=${p.groups.join(',')}` : '--clear-groups',
+  ];
+  const r =
+    p.uid === 0
+      ? await execa(node[0]!, node.slice(1), { timeout: 20_000 })
+      : await execa('setpriv', [...ids, ...node], { timeout: 20_000 });
   const out = JSON.parse(r.stdout) as { how: string; got: string };
   return { how: out.how, got: Buffer.from(out.got, 'hex') };
 }

@@ -194,7 +194,9 @@ describe('FdClient against a scripted server', () => {
   it('get: an undecodable payload', () => {
     const e = errOf(() => new FdClient(sock).get('bad-json'));
     expect(e.code).toBe('PROTOCOL');
-    expect(e.message).toMatch(/^get "bad-json" via .*: bad response payload: get info is invalid: \[0\]\.mac must be a MAC/);
+    expect(e.message).toMatch(
+      /^get "bad-json" via .*: bad response payload: get info is invalid: \[0\]\.mac must be a MAC/,
+    );
   });
 
   it('get: error reply', () => {
@@ -209,14 +211,20 @@ describe('FdClient against a scripted server', () => {
   });
 
   it('rejects a wrong response command, a bad magic, an oversized claim', () => {
-    expect(errOf(() => new FdClient(sock).get('wrong-cmd')).message).toMatch(/unexpected response command 0x81 \(release-response\)/);
+    expect(errOf(() => new FdClient(sock).get('wrong-cmd')).message).toMatch(
+      /unexpected response command 0x81 \(release-response\)/,
+    );
     expect(errOf(() => new FdClient(sock).get('bad-magic')).message).toMatch(/bad magic 0x41414141/);
     expect(errOf(() => new FdClient(sock).get('big')).message).toMatch(/claims 2097152 payload bytes/);
   });
 
   it('reports a connection closed mid-header and mid-payload', () => {
-    expect(errOf(() => new FdClient(sock).get('hangup')).message).toMatch(/connection closed after 10 of 77 header bytes/);
-    expect(errOf(() => new FdClient(sock).get('short-data')).message).toMatch(/connection closed after 57 of 100 payload bytes/);
+    expect(errOf(() => new FdClient(sock).get('hangup')).message).toMatch(
+      /connection closed after 10 of 77 header bytes/,
+    );
+    expect(errOf(() => new FdClient(sock).get('short-data')).message).toMatch(
+      /connection closed after 57 of 100 payload bytes/,
+    );
   });
 
   it('times out on a silent server', () => {
@@ -231,13 +239,25 @@ describe('FdClient against a scripted server', () => {
     expect(csn.NsPath).toBe('/var/run/netns/add-ok');
     expect(csn.Interfaces[0]).toMatchObject({ HardwareAddr: 'QqSmIoAu', mac: '42:a4:a6:22:80:2e', MTU: 1500 });
     c.release('rel-ok');
-    c.recover('rec-ok', { podNetworkDesc: { podId: 'rec-ok', podNs: 'd', podName: 'vm' }, csn, HaveRunningContainers: true });
+    c.recover('rec-ok', {
+      podNetworkDesc: { podId: 'rec-ok', podNs: 'd', podName: 'vm' },
+      csn,
+      HaveRunningContainers: true,
+    });
     expect(c.list()).toEqual([{ key: 'a' }, { key: 'b' }]);
     // what the server saw (its log arrives through a pipe, asynchronously)
     await vi.waitFor(() => expect(serverLog).toContain('"cmd":4'));
-    const seen = serverLog.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { cmd: number; key: string; data: string });
-    expect(seen.find((s) => s.cmd === 0)!.data).toBe('{"podNetworkDesc":{"podId":"add-ok","podNs":"default","podName":"vm","DNS":null}}');
-    expect(JSON.parse(seen.find((s) => s.cmd === 3)!.data)).toMatchObject({ HaveRunningContainers: true, csn: { NsPath: '/var/run/netns/add-ok' } });
+    const seen = serverLog
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { cmd: number; key: string; data: string });
+    expect(seen.find((s) => s.cmd === 0)!.data).toBe(
+      '{"podNetworkDesc":{"podId":"add-ok","podNs":"default","podName":"vm","DNS":null}}',
+    );
+    expect(JSON.parse(seen.find((s) => s.cmd === 3)!.data)).toMatchObject({
+      HaveRunningContainers: true,
+      csn: { NsPath: '/var/run/netns/add-ok' },
+    });
     expect(seen.find((s) => s.cmd === 4)!.key).toBe('');
   });
 

@@ -1,5 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { cniArgProblems, keyProblems, podDescProblems, podIdProblems, podNameProblems, podNsProblems, validateKey, MAX_KEY_BYTES } from '../../src/identity.js';
+import {
+  cniArgProblems,
+  keyProblems,
+  podDescProblems,
+  podIdProblems,
+  podNameProblems,
+  podNsProblems,
+  validateKey,
+  MAX_KEY_BYTES,
+} from '../../src/identity.js';
 import { KEY_SIZE } from '../../src/protocol/commands.js';
 import { validateContainerId } from '../../src/cni/config.js';
 import { decodeGetFDPayload, decodeRecoverPayload } from '../../src/protocol/codec.js';
@@ -13,14 +22,19 @@ describe('validateKey: libcni container ID rule, at most 64 bytes', () => {
     expect(MAX_KEY_BYTES).toBe(KEY_SIZE);
   });
 
-  it.each(['a', 'pod-1', '0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', 'A.b_c-D', 'a..b', 'a.', '9_'])(
-    'accepts %j, and libcni accepts it too',
-    (key) => {
-      expect(validateKey(key)).toBe(key);
-      expect(keyProblems(key)).toEqual([]);
-      expect(() => validateContainerId(key)).not.toThrow();
-    },
-  );
+  it.each([
+    'a',
+    'pod-1',
+    '0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef',
+    'A.b_c-D',
+    'a..b',
+    'a.',
+    '9_',
+  ])('accepts %j, and libcni accepts it too', (key) => {
+    expect(validateKey(key)).toBe(key);
+    expect(keyProblems(key)).toEqual([]);
+    expect(() => validateContainerId(key)).not.toThrow();
+  });
 
   it.each([
     ['', /bad key "": is empty/],
@@ -56,7 +70,11 @@ describe('validateKey: libcni container ID rule, at most 64 bytes', () => {
 
   it('reports every problem at once', () => {
     const key = 'é/'.repeat(30);
-    expect(keyProblems(key)).toEqual(['is 90 bytes, at most 64 fit in the header', 'has characters outside [A-Za-z0-9_.-]: "é/"', 'does not start with a letter or digit']);
+    expect(keyProblems(key)).toEqual([
+      'is 90 bytes, at most 64 fit in the header',
+      'has characters outside [A-Za-z0-9_.-]: "é/"',
+      'does not start with a letter or digit',
+    ]);
   });
 });
 
@@ -104,19 +122,28 @@ describe('pod names, namespaces and ids', () => {
   });
 
   it('names every bad field', () => {
-    expect(podDescProblems({ podId: 'ok', podNs: 'a;b', podName: 'X=1' }).map((p) => p.field)).toEqual(['podNs', 'podNs', 'podName', 'podName']);
+    expect(podDescProblems({ podId: 'ok', podNs: 'a;b', podName: 'X=1' }).map((p) => p.field)).toEqual([
+      'podNs',
+      'podNs',
+      'podName',
+      'podName',
+    ]);
   });
 });
 
 describe('checked when the request is decoded', () => {
-  const add = (desc: object): Buffer => Buffer.from(JSON.stringify({ podNetworkDesc: { podId: 'uid-1', podNs: 'default', podName: 'vm', ...desc } }));
+  const add = (desc: object): Buffer =>
+    Buffer.from(JSON.stringify({ podNetworkDesc: { podId: 'uid-1', podNs: 'default', podName: 'vm', ...desc } }));
 
   it('a good add decodes', () => {
     expect(decodeGetFDPayload(add({})).podNetworkDesc.podName).toBe('vm');
   });
 
   it.each([
-    [{ podName: 'vm;K8S_POD_NAMESPACE=x' }, /podNetworkDesc\.podName is not a DNS-1123 subdomain.*CNI_ARGS cannot carry/],
+    [
+      { podName: 'vm;K8S_POD_NAMESPACE=x' },
+      /podNetworkDesc\.podName is not a DNS-1123 subdomain.*CNI_ARGS cannot carry/,
+    ],
     [{ podNs: 'Kube_System' }, /podNetworkDesc\.podNs is not a DNS-1123 label/],
     [{ podId: 'a\u0000' }, /podNetworkDesc\.podId has characters outside/],
   ])('add %j is refused, naming the field', (desc, msg) => {
@@ -124,7 +151,12 @@ describe('checked when the request is decoded', () => {
   });
 
   it('recover checks the same fields', () => {
-    const buf = Buffer.from(JSON.stringify({ podNetworkDesc: { podId: 'u', podNs: 'NS', podName: 'vm' }, csn: { Result: null, NsPath: '/x', Interfaces: [] } }));
+    const buf = Buffer.from(
+      JSON.stringify({
+        podNetworkDesc: { podId: 'u', podNs: 'NS', podName: 'vm' },
+        csn: { Result: null, NsPath: '/x', Interfaces: [] },
+      }),
+    );
     expect(() => decodeRecoverPayload(buf)).toThrow(/podNetworkDesc\.podNs is not a DNS-1123 label/);
   });
 });
@@ -132,22 +164,34 @@ describe('checked when the request is decoded', () => {
 describe('error replies', () => {
   it('escape control characters, so a reply cannot carry a forged line', () => {
     const frame = encodeError('plugin said: boom\n{"level":50}\u001b[31m');
-    const body = frame.subarray(frame.length - Buffer.byteLength('plugin said: boom\\n{"level":50}\\x1b[31m')).toString();
+    const body = frame
+      .subarray(frame.length - Buffer.byteLength('plugin said: boom\\n{"level":50}\\x1b[31m'))
+      .toString();
     expect(body).toBe('plugin said: boom\\n{"level":50}\\x1b[31m');
     expect(frame.includes(0x0a)).toBe(false);
   });
 });
 
 describe('request DNS is checked when the request is decoded (before any pod network is built)', () => {
-  const add = (DNS: object): Buffer => Buffer.from(JSON.stringify({ podNetworkDesc: { podId: 'u', podNs: 'default', podName: 'vm', DNS } }));
+  const add = (DNS: object): Buffer =>
+    Buffer.from(JSON.stringify({ podNetworkDesc: { podId: 'u', podNs: 'default', podName: 'vm', DNS } }));
   it('accepts a Kubernetes DNS config', () => {
-    const d = decodeGetFDPayload(add({ nameservers: ['10.96.0.10'], search: ['default.svc.cluster.local', 'svc.cluster.local'], options: ['ndots:5'] }));
+    const d = decodeGetFDPayload(
+      add({
+        nameservers: ['10.96.0.10'],
+        search: ['default.svc.cluster.local', 'svc.cluster.local'],
+        options: ['ndots:5'],
+      }),
+    );
     expect(d.podNetworkDesc.DNS?.search).toHaveLength(2);
   });
   it.each([
-    [{ search: ['has space.example'] }, /podNetworkDesc\.DNS\.search\[0\] search domain "has space\.example": bad label/],
+    [
+      { search: ['has space.example'] },
+      /podNetworkDesc\.DNS\.search\[0\] search domain "has space\.example": bad label/,
+    ],
     [{ search: [`${'a'.repeat(64)}.example`] }, /64 bytes, at most 63/],
-    [{ domain: 'bad_.' + 'x'.repeat(300) }, /podNetworkDesc\.DNS\.domain domain name/],
+    [{ domain: `bad_.${'x'.repeat(300)}` }, /podNetworkDesc\.DNS\.domain domain name/],
     [{ nameservers: ['not-an-ip'] }, /podNetworkDesc\.DNS\.nameservers\[0\]/],
   ])('refuses %j with the DHCP lease message', (dns, msg) => {
     expect(() => decodeGetFDPayload(add(dns))).toThrow(msg);

@@ -7,7 +7,20 @@ import { describe, expect, it } from 'vitest';
 import type { CniResult } from '../../src/cni/types.js';
 import { guestFromCni, type Lease6 } from '../../src/dhcp/lease.js';
 import { buildOptions6 } from '../../src/dhcp6/options.js';
-import { decodeIaNa, decodeMessage6, decodeStatus, duidLl, encodeDomainList, encodeIaAddr, encodeIaNa, encodeMessage6, getOption6, Msg, Opt6, Status } from '../../src/dhcp6/packet.js';
+import {
+  decodeIaNa,
+  decodeMessage6,
+  decodeStatus,
+  duidLl,
+  encodeDomainList,
+  encodeIaAddr,
+  encodeIaNa,
+  encodeMessage6,
+  getOption6,
+  Msg,
+  Opt6,
+  Status,
+} from '../../src/dhcp6/packet.js';
 import { answer6, Dhcp6Server, warmUpMessages6 } from '../../src/dhcp6/server.js';
 import { checksum6, decodeFrame6, decodeUdp6, encodeIcmp6Frame, encodeUdp6Frame } from '../../src/net/frame6.js';
 import { ipFamily } from '../../src/net/ip.js';
@@ -39,12 +52,20 @@ function solicit(extra: { code: number; data: Buffer }[] = []): Buffer {
   return encodeMessage6({
     type: Msg.Solicit,
     xid: 0xabcdef,
-    options: [{ code: Opt6.ClientId, data: clientDuid }, { code: Opt6.IaNa, data: encodeIaNa({ iaid: 7, t1: 0, t2: 0, options: [] }) }, ...extra],
+    options: [
+      { code: Opt6.ClientId, data: clientDuid },
+      { code: Opt6.IaNa, data: encodeIaNa({ iaid: 7, t1: 0, t2: 0, options: [] }) },
+      ...extra,
+    ],
   });
 }
 
-const rs = (srcMac: string, hopLimit = 255, src = 'fe80::5054:ff:fe12:3456', body = Buffer.from('8500000000000000', 'hex')) =>
-  encodeIcmp6Frame({ srcMac, dstMac: '33:33:00:00:00:02', src, dst: 'ff02::2', hopLimit }, body);
+const rs = (
+  srcMac: string,
+  hopLimit = 255,
+  src = 'fe80::5054:ff:fe12:3456',
+  body = Buffer.from('8500000000000000', 'hex'),
+) => encodeIcmp6Frame({ srcMac, dstMac: '33:33:00:00:00:02', src, dst: 'ff02::2', hopLimit }, body);
 
 describe('IPv6 text and bytes', () => {
   it('parses and prints RFC 5952 text', () => {
@@ -55,10 +76,36 @@ describe('IPv6 text and bytes', () => {
     expect(formatIpv6(linkLocalFromMac('52:54:00:12:34:56'))).toBe('fe80::5054:ff:fe12:3456');
   });
 
-  it('ipFamily agrees with node:net isIP (which it replaces on vmwrapper\'s path), zones aside', () => {
-    const words = ['1.2.3.4', '01.2.3.4', '255.255.255.255', '256.1.1.1', '1.2.3', '::', '::1', 'fe80::1', '1:2:3:4:5:6:7:8', '1:2:3:4:5:6:7::', '::ffff:10.1.2.3', '::ffff:1.2.3.256', '1:2:3:4:5:6:7:8:9', '1::2::3', 'fd00::/64', '', 'a', '2001:DB8::A', '12345::1', '1:2:3:4:5:6:1.2.3.4', '::1.2.3.4', ':1::', '1:::2', ' ::1'];
+  it("ipFamily agrees with node:net isIP (which it replaces on vmwrapper's path), zones aside", () => {
+    const words = [
+      '1.2.3.4',
+      '01.2.3.4',
+      '255.255.255.255',
+      '256.1.1.1',
+      '1.2.3',
+      '::',
+      '::1',
+      'fe80::1',
+      '1:2:3:4:5:6:7:8',
+      '1:2:3:4:5:6:7::',
+      '::ffff:10.1.2.3',
+      '::ffff:1.2.3.256',
+      '1:2:3:4:5:6:7:8:9',
+      '1::2::3',
+      'fd00::/64',
+      '',
+      'a',
+      '2001:DB8::A',
+      '12345::1',
+      '1:2:3:4:5:6:1.2.3.4',
+      '::1.2.3.4',
+      ':1::',
+      '1:::2',
+      ' ::1',
+    ];
     // and random strings over the alphabet addresses are made of
-    for (let i = 0; i < 3000; i++) words.push(Array.from(randomBytes(2 + (i % 14)), (b) => '0123456789abcdefABCDEF:.'[b % 24]).join(''));
+    for (let i = 0; i < 3000; i++)
+      words.push(Array.from(randomBytes(2 + (i % 14)), (b) => '0123456789abcdefABCDEF:.'[b % 24]).join(''));
     for (const w of words) expect([w, ipFamily(w)]).toEqual([w, isIP(w)]);
     expect(isIP('fe80::1%eth0')).toBe(6);
     expect(ipFamily('fe80::1%eth0')).toBe(0); // no zone in a pod's addresses
@@ -68,20 +115,33 @@ describe('IPv6 text and bytes', () => {
 describe('DHCPv6 codec (RFC 8415)', () => {
   it('encodes a message byte for byte', () => {
     // msg-type 2, xid 0x010203; option 2 (Server Identifier) len 10: DUID-LL type 3, hw type 1, MAC
-    const m = encodeMessage6({ type: Msg.Advertise, xid: 0x010203, options: [{ code: Opt6.ServerId, data: duidLl(BR_MAC) }] });
+    const m = encodeMessage6({
+      type: Msg.Advertise,
+      xid: 0x010203,
+      options: [{ code: Opt6.ServerId, data: duidLl(BR_MAC) }],
+    });
     expect(m.toString('hex')).toBe('02010203' + '0002000a' + '00030001' + '020000aabbcc');
   });
 
   it('IA_NA and IA Address (21.4, 21.6) and the domain list (21.8, RFC 1035 wire format)', () => {
-    const ia = encodeIaNa({ iaid: 1, t1: 43200, t2: 69120, options: [{ code: Opt6.IaAddr, data: encodeIaAddr({ address: 'fd00:10::5', preferred: 86400, valid: 86400 }) }] });
-    expect(ia.toString('hex')).toBe('00000001' + '0000a8c0' + '00010e00' + '00050018' + 'fd000010000000000000000000000005' + '00015180' + '00015180');
-    expect(encodeDomainList(['svc.cluster.local']).toString('hex')).toBe('03737663' + '07636c7573746572' + '056c6f63616c' + '00');
+    const ia = encodeIaNa({
+      iaid: 1,
+      t1: 43200,
+      t2: 69120,
+      options: [{ code: Opt6.IaAddr, data: encodeIaAddr({ address: 'fd00:10::5', preferred: 86400, valid: 86400 }) }],
+    });
+    expect(ia.toString('hex')).toBe(
+      '00000001' + '0000a8c0' + '00010e00' + '00050018' + 'fd000010000000000000000000000005' + '00015180' + '00015180',
+    );
+    expect(encodeDomainList(['svc.cluster.local']).toString('hex')).toBe(
+      '03737663' + '07636c7573746572' + '056c6f63616c' + '00',
+    );
     const d = decodeIaNa(ia);
     expect(d.addrs).toEqual([{ address: 'fd00:10::5', preferred: 86400, valid: 86400, options: [] }]);
   });
 
   it('refuses an option that runs past its container (the IA_NA that crashes dnsmasq 2.90)', () => {
-    const bad = Buffer.from('08abcdef' + '0001000e' + clientDuid.toString('hex') + '00030040' + '00000001', 'hex');
+    const bad = Buffer.from(`08abcdef0001000e${clientDuid.toString('hex')}0003004000000001`, 'hex');
     expect(() => decodeMessage6(bad)).toThrow(RangeError);
     expect(answer6(bad, ctx).kind).toBe('drop');
   });
@@ -96,7 +156,12 @@ describe('DHCPv6 codec (RFC 8415)', () => {
     expect(getOption6(m.options, Opt6.ServerId)!.toString('hex')).toBe('00030001020000aabbcc');
     expect(getOption6(m.options, Opt6.ClientId)!.equals(clientDuid)).toBe(true);
     const ia = decodeIaNa(getOption6(m.options, Opt6.IaNa)!);
-    expect(ia).toMatchObject({ iaid: 7, t1: 43200, t2: 69120, addrs: [{ address: 'fd00:10::5', preferred: 86400, valid: 86400 }] });
+    expect(ia).toMatchObject({
+      iaid: 7,
+      t1: 43200,
+      t2: 69120,
+      addrs: [{ address: 'fd00:10::5', preferred: 86400, valid: 86400 }],
+    });
     expect(formatIpv6(getOption6(m.options, Opt6.DnsServers)!)).toBe('fd00:10::53');
     expect(getOption6(m.options, Opt6.DomainList)!.equals(encodeDomainList(['svc.cluster.local']))).toBe(true);
   });
@@ -116,7 +181,15 @@ describe('DHCPv6 codec (RFC 8415)', () => {
       options: [
         { code: Opt6.ClientId, data: clientDuid },
         ...(server ? [{ code: Opt6.ServerId, data: built.serverDuid }] : []),
-        { code: Opt6.IaNa, data: encodeIaNa({ iaid: 7, t1: 0, t2: 0, options: [{ code: Opt6.IaAddr, data: encodeIaAddr({ address: addr, preferred: 0, valid: 0 }) }] }) },
+        {
+          code: Opt6.IaNa,
+          data: encodeIaNa({
+            iaid: 7,
+            t1: 0,
+            t2: 0,
+            options: [{ code: Opt6.IaAddr, data: encodeIaAddr({ address: addr, preferred: 0, valid: 0 }) }],
+          }),
+        },
       ],
     });
   const iaStatus = (data: Buffer) => {
@@ -134,7 +207,10 @@ describe('DHCPv6 codec (RFC 8415)', () => {
     expect(iaStatus(nb.data).status).toBe(Status.NoBinding);
     const rb = answer6(withAddr(Msg.Rebind, 'fd00:99::9', false), ctx);
     if (rb.kind !== 'reply') throw new Error(rb.kind);
-    expect(iaStatus(rb.data).ia.addrs.map((a) => [a.address, a.valid])).toEqual([['fd00:99::9', 0], ['fd00:10::5', 86400]]);
+    expect(iaStatus(rb.data).ia.addrs.map((a) => [a.address, a.valid])).toEqual([
+      ['fd00:99::9', 0],
+      ['fd00:10::5', 86400],
+    ]);
   });
 
   it('CONFIRM: Success on link, NotOnLink off it, silence without addresses', () => {
@@ -158,7 +234,10 @@ describe('DHCPv6 codec (RFC 8415)', () => {
     for (const addr of ['fd00:10::5', 'fd00:10::77']) {
       const on = answer6(withAddr(Msg.Request, addr), ctx);
       if (on.kind !== 'reply') throw new Error(on.kind);
-      expect(iaStatus(on.data)).toMatchObject({ ia: { addrs: [{ address: 'fd00:10::5', valid: 86400 }] }, status: undefined });
+      expect(iaStatus(on.data)).toMatchObject({
+        ia: { addrs: [{ address: 'fd00:10::5', valid: 86400 }] },
+        status: undefined,
+      });
     }
     // a SOLICIT's address is a hint only: the lease is offered
     const hint = answer6(withAddr(Msg.Solicit, 'fd00:99::5', false), ctx);
@@ -177,11 +256,23 @@ describe('DHCPv6 codec (RFC 8415)', () => {
     const m = decodeMessage6(info.data);
     expect(getOption6(m.options, Opt6.IaNa)).toBeUndefined();
     expect(getOption6(m.options, Opt6.DnsServers)).toBeDefined();
-    const other = encodeMessage6({ type: Msg.Request, xid: 3, options: [{ code: Opt6.ClientId, data: clientDuid }, { code: Opt6.ServerId, data: duidLl('02:00:00:00:00:01') }] });
+    const other = encodeMessage6({
+      type: Msg.Request,
+      xid: 3,
+      options: [
+        { code: Opt6.ClientId, data: clientDuid },
+        { code: Opt6.ServerId, data: duidLl('02:00:00:00:00:01') },
+      ],
+    });
     expect(answer6(other, ctx).kind).toBe('ignore');
     // RFC 8415 16: SOLICIT must not carry a Server Identifier, REQUEST must carry a Client Identifier
     expect(answer6(solicit([{ code: Opt6.ServerId, data: built.serverDuid }]), ctx).kind).toBe('drop');
-    expect(answer6(encodeMessage6({ type: Msg.Request, xid: 3, options: [{ code: Opt6.ServerId, data: built.serverDuid }] }), ctx).kind).toBe('drop');
+    expect(
+      answer6(
+        encodeMessage6({ type: Msg.Request, xid: 3, options: [{ code: Opt6.ServerId, data: built.serverDuid }] }),
+        ctx,
+      ).kind,
+    ).toBe('drop');
   });
 });
 
@@ -195,12 +286,22 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
     expect(opts).toContain('0101' + '020000aabbcc'); // source link-layer address
     expect(opts).toContain('0501' + '0000' + '000005aa'); // MTU 1450
     // prefix information: len 4, /64, L=1 A=0, valid 2592000, preferred 604800, reserved, prefix
-    expect(opts).toContain('0304' + '40' + '80' + '00278d00' + '00093a80' + '00000000' + 'fd000010000000000000000000000000');
+    expect(opts).toContain(
+      '0304' + '40' + '80' + '00278d00' + '00093a80' + '00000000' + 'fd000010000000000000000000000000',
+    );
     // RDNSS: len 3, reserved, lifetime 1200, address
     expect(opts).toContain('1903' + '0000' + '000004b0' + 'fd000010000000000000000000000053');
     // DNSSL: len 4 (2 + 4 + 19 bytes, padded to 32), lifetime 1200, svc.cluster.local
-    expect(opts).toContain('1f04' + '0000' + '000004b0' + '03737663' + '07636c7573746572' + '056c6f63616c' + '00' + '0000000000');
-    expect(decodeRa(ra)).toMatchObject({ managed: true, other: true, routerLifetime: 1800, mtu: 1450, prefixes: [{ prefix: 'fd00:10::', length: 64, onLink: true, autonomous: false }] });
+    expect(opts).toContain(
+      '1f04' + '0000' + '000004b0' + '03737663' + '07636c7573746572' + '056c6f63616c' + '00' + '0000000000',
+    );
+    expect(decodeRa(ra)).toMatchObject({
+      managed: true,
+      other: true,
+      routerLifetime: 1800,
+      mtu: 1450,
+      prefixes: [{ prefix: 'fd00:10::', length: 64, onLink: true, autonomous: false }],
+    });
   });
 
   it('router lifetime 0 without an IPv6 default route', () => {
@@ -209,11 +310,17 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
 
   it('answers an RS from the VM at once, unicast; not another MAC, not hop limit < 255', () => {
     const router = formatIpv6(linkLocalFromMac(BR_MAC));
-    expect(answerRs(rs(VM_MAC), VM_MAC, router)).toEqual({ kind: 'answer', dst: 'fe80::5054:ff:fe12:3456', dstMac: VM_MAC });
+    expect(answerRs(rs(VM_MAC), VM_MAC, router)).toEqual({
+      kind: 'answer',
+      dst: 'fe80::5054:ff:fe12:3456',
+      dstMac: VM_MAC,
+    });
     expect(answerRs(rs('52:54:00:99:99:99'), VM_MAC, router).kind).toBe('ignore');
     expect(answerRs(rs(VM_MAC, 64), VM_MAC, router).kind).toBe('drop');
     // option with length 0 (RFC 4861 4.6: invalid)
-    expect(answerRs(rs(VM_MAC, 255, 'fe80::1', Buffer.from('85000000000000000100', 'hex')), VM_MAC, router).kind).toBe('drop');
+    expect(answerRs(rs(VM_MAC, 255, 'fe80::1', Buffer.from('85000000000000000100', 'hex')), VM_MAC, router).kind).toBe(
+      'drop',
+    );
   });
 
   /** an NS from `srcMac` at `src` for `target`, with a source link-layer address option unless from :: */
@@ -224,20 +331,29 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
     const slla = Buffer.from(`0101${srcMac.replace(/:/g, '')}`, 'hex');
     const t = parseIpv6(target)!;
     const dst = `ff02::1:ff${t[13]!.toString(16).padStart(2, '0')}:${t.readUInt16BE(14).toString(16)}`;
-    return encodeIcmp6Frame({ srcMac, dstMac: formatMac(multicastMac(parseIpv6(dst)!)), src, dst, hopLimit }, src === '::' ? body : Buffer.concat([body, slla]));
+    return encodeIcmp6Frame(
+      { srcMac, dstMac: formatMac(multicastMac(parseIpv6(dst)!)), src, dst, hopLimit },
+      src === '::' ? body : Buffer.concat([body, slla]),
+    );
   };
   const formatMac = (b: Buffer) => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
 
   it('answers an NS for the router address from the VM (answerNs), nothing else', () => {
     const router = formatIpv6(linkLocalFromMac(BR_MAC));
-    expect(answerNs(ns(VM_MAC, router), VM_MAC, router)).toEqual({ kind: 'answer', dst: 'fe80::5054:ff:fe12:3456', dstMac: VM_MAC });
+    expect(answerNs(ns(VM_MAC, router), VM_MAC, router)).toEqual({
+      kind: 'answer',
+      dst: 'fe80::5054:ff:fe12:3456',
+      dstMac: VM_MAC,
+    });
     expect(answerNs(ns(VM_MAC, 'fe80::99'), VM_MAC, router).kind).toBe('ignore');
     expect(answerNs(ns('52:54:00:99:99:99', router), VM_MAC, router).kind).toBe('ignore');
     expect(answerNs(ns(VM_MAC, router, '::'), VM_MAC, router).kind).toBe('ignore');
     expect(answerNs(ns(VM_MAC, router, 'fe80::1', 64), VM_MAC, router).kind).toBe('drop');
     expect(answerNs(rs(VM_MAC), VM_MAC, router).kind).toBe('ignore');
     // the NA: R, S, O; target; target link-layer address option (RFC 4861 4.4)
-    expect(encodeNa(router, BR_MAC).toString('hex')).toBe('88000000' + 'e0000000' + parseIpv6(router)!.toString('hex') + '0201' + '020000aabbcc');
+    expect(encodeNa(router, BR_MAC).toString('hex')).toBe(
+      `88000000e0000000${parseIpv6(router)!.toString('hex')}0201020000aabbcc`,
+    );
   });
 
   it('RA server with answerNs: an NS for its address gets an NA into the tap; without it, NS is not its business', () => {
@@ -253,7 +369,16 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
         writeAll: (_fd: number, b: Buffer) => void sent.push(b),
         close: () => {},
       };
-      const s = RaServer.start({ nsPath: '/x', tap: 'tap0', routerMac: BR_MAC, routerIp: router, lease, log: silent, io, answerNs: answer });
+      const s = RaServer.start({
+        nsPath: '/x',
+        tap: 'tap0',
+        routerMac: BR_MAC,
+        routerIp: router,
+        lease,
+        log: silent,
+        io,
+        answerNs: answer,
+      });
       const initial = sent.length;
       s.handle(ns(VM_MAC, router));
       // the socket's filter: 5 instructions + one test per ICMPv6 type + reject + accept
@@ -261,7 +386,13 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
       if (answer) {
         expect(s.stats.neighbour).toBe(1);
         const f = decodeFrame6(sent[initial]!);
-        expect({ src: f.src, dst: f.dst, dstMac: f.dstMac, hopLimit: f.hopLimit, type: f.payload[0] }).toEqual({ src: router, dst: 'fe80::5054:ff:fe12:3456', dstMac: VM_MAC, hopLimit: 255, type: 136 });
+        expect({ src: f.src, dst: f.dst, dstMac: f.dstMac, hopLimit: f.hopLimit, type: f.payload[0] }).toEqual({
+          src: router,
+          dst: 'fe80::5054:ff:fe12:3456',
+          dstMac: VM_MAC,
+          hopLimit: 255,
+          type: 136,
+        });
       } else {
         expect(sent.length).toBe(initial);
         expect(s.stats.ignored).toBe(1);
@@ -292,9 +423,16 @@ describe('checksum offload: frames whose checksum the guest left to be filled in
     return f;
   }
   const guest = 'fe80::5054:ff:fe12:3456';
-  const solicitFrame = partial(encodeUdp6Frame({ srcMac: VM_MAC, dstMac: '33:33:00:01:00:02', src: guest, dst: 'ff02::1:2', hopLimit: 1 }, 546, 547, solicit()));
+  const solicitFrame = partial(
+    encodeUdp6Frame(
+      { srcMac: VM_MAC, dstMac: '33:33:00:01:00:02', src: guest, dst: 'ff02::1:2', hopLimit: 1 },
+      546,
+      547,
+      solicit(),
+    ),
+  );
 
-  it('decodeFrame6 takes the socket\'s word (csumNotReady) and checks the lengths only', () => {
+  it("decodeFrame6 takes the socket's word (csumNotReady) and checks the lengths only", () => {
     expect(() => decodeFrame6(solicitFrame)).toThrow(/bad UDP checksum/);
     const d = decodeFrame6(solicitFrame, true);
     expect(decodeUdp6(d.payload)).toMatchObject({ srcPort: 546, dstPort: 547 });
@@ -303,7 +441,7 @@ describe('checksum offload: frames whose checksum the guest left to be filled in
     expect(answerRs(partial(rs(VM_MAC)), VM_MAC, formatIpv6(linkLocalFromMac(BR_MAC)), true).kind).toBe('answer');
   });
 
-  it('the DHCPv6 server answers such a SOLICIT; the same frame without the socket\'s word is dropped', () => {
+  it("the DHCPv6 server answers such a SOLICIT; the same frame without the socket's word is dropped", () => {
     const sent: Buffer[] = [];
     const io = {
       packetSocketInNetns: () => 3,
@@ -313,7 +451,15 @@ describe('checksum offload: frames whose checksum the guest left to be filled in
       close: () => {},
     };
     const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
-    const s = Dhcp6Server.start({ nsPath: '/x', tap: 'tap0', serverMac: BR_MAC, serverIp: formatIpv6(linkLocalFromMac(BR_MAC)), lease, log: silent, io });
+    const s = Dhcp6Server.start({
+      nsPath: '/x',
+      tap: 'tap0',
+      serverMac: BR_MAC,
+      serverIp: formatIpv6(linkLocalFromMac(BR_MAC)),
+      lease,
+      log: silent,
+      io,
+    });
     s.handle(solicitFrame);
     expect(s.stats).toMatchObject({ dropped: 1, advertises: 0 });
     s.handle(solicitFrame, true);
@@ -355,16 +501,33 @@ describe('fuzz: random and mutated messages never throw and are never answered w
       close: () => {},
     };
     const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
-    const s = Dhcp6Server.start({ nsPath: '/x', tap: 'tap0', serverMac: BR_MAC, serverIp: formatIpv6(linkLocalFromMac(BR_MAC)), lease, log: silent, io, burst: 1e9, perSecond: 1e9 });
-    const good = encodeUdp6Frame({ srcMac: VM_MAC, dstMac: '33:33:00:01:00:02', src: 'fe80::5054:ff:fe12:3456', dst: 'ff02::1:2', hopLimit: 1 }, 546, 547, solicit());
+    const s = Dhcp6Server.start({
+      nsPath: '/x',
+      tap: 'tap0',
+      serverMac: BR_MAC,
+      serverIp: formatIpv6(linkLocalFromMac(BR_MAC)),
+      lease,
+      log: silent,
+      io,
+      burst: 1e9,
+      perSecond: 1e9,
+    });
+    const good = encodeUdp6Frame(
+      { srcMac: VM_MAC, dstMac: '33:33:00:01:00:02', src: 'fe80::5054:ff:fe12:3456', dst: 'ff02::1:2', hopLimit: 1 },
+      546,
+      547,
+      solicit(),
+    );
     for (let i = 0; i < 2000; i++) {
       let b = Buffer.from(good);
       // mutate anywhere after the Ethernet header: lengths, next header, ports, the message
-      for (let k = 0; k < 1 + (i % 3); k++) b[14 + Math.floor(Math.random() * (b.length - 14))] = Math.floor(Math.random() * 256);
+      for (let k = 0; k < 1 + (i % 3); k++)
+        b[14 + Math.floor(Math.random() * (b.length - 14))] = Math.floor(Math.random() * 256);
       if (i % 5 === 0) b = b.subarray(0, Math.floor(Math.random() * b.length));
       s.handle(b, i % 2 === 0);
     }
-    for (const f of sent) expect(decodeMessage6(decodeUdp6(decodeFrame6(f).payload).data).type).toBeOneOf([Msg.Advertise, Msg.Reply]);
+    for (const f of sent)
+      expect(decodeMessage6(decodeUdp6(decodeFrame6(f).payload).data).type).toBeOneOf([Msg.Advertise, Msg.Reply]);
     expect(s.stats.dropped + s.stats.ignored + s.stats.advertises + s.stats.replies).toBe(2000);
     s.stop();
   });
@@ -379,12 +542,21 @@ describe('fuzz: random and mutated messages never throw and are never answered w
       close: () => {},
     };
     const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
-    const s = RaServer.start({ nsPath: '/x', tap: 'tap0', routerMac: BR_MAC, routerIp: formatIpv6(linkLocalFromMac(BR_MAC)), lease, log: silent, io });
+    const s = RaServer.start({
+      nsPath: '/x',
+      tap: 'tap0',
+      routerMac: BR_MAC,
+      routerIp: formatIpv6(linkLocalFromMac(BR_MAC)),
+      lease,
+      log: silent,
+      io,
+    });
     const initial = sent.length; // the unsolicited one at start
     const good = rs(VM_MAC);
     for (let i = 0; i < 2000; i++) {
       const b = Buffer.from(good);
-      for (let k = 0; k < 1 + (i % 4); k++) b[14 + Math.floor(Math.random() * (b.length - 14))] = Math.floor(Math.random() * 256);
+      for (let k = 0; k < 1 + (i % 4); k++)
+        b[14 + Math.floor(Math.random() * (b.length - 14))] = Math.floor(Math.random() * 256);
       s.handle(i % 2 ? b : randomBytes(Math.floor(Math.random() * 100)), i % 3 === 0);
     }
     // every sent frame answers something that decoded as a valid RS from the VM
@@ -395,7 +567,10 @@ describe('fuzz: random and mutated messages never throw and are never answered w
 });
 
 describe('what the guest sees, from the CNI result', () => {
-  const base = (ips: CniResult['ips'], routes: CniResult['routes'] = [{ dst: '::/0', gw: 'fd00:10::1' }]): CniResult => ({
+  const base = (
+    ips: CniResult['ips'],
+    routes: CniResult['routes'] = [{ dst: '::/0', gw: 'fd00:10::1' }],
+  ): CniResult => ({
     cniVersion: '1.0.0',
     interfaces: [{ name: 'eth0', mac: VM_MAC, sandbox: '/x' }],
     ips,
@@ -405,10 +580,23 @@ describe('what the guest sees, from the CNI result', () => {
   const g = (r: CniResult) => guestFromCni({ result: r, ifIndex: 0, mac: VM_MAC, podName: 'vm' });
 
   it('dual-stack: both leases, one DNS decision', () => {
-    const n = g(base([{ address: '10.1.0.5/24', gateway: '10.1.0.1', interface: 0 }, { address: 'fd00:10::5/64', gateway: 'fd00:10::1', interface: 0 }]));
+    const n = g(
+      base([
+        { address: '10.1.0.5/24', gateway: '10.1.0.1', interface: 0 },
+        { address: 'fd00:10::5/64', gateway: 'fd00:10::1', interface: 0 },
+      ]),
+    );
     expect(n.v4?.ip).toBe('10.1.0.5');
     expect(n.v4?.dns).toEqual(['10.96.0.10']);
-    expect(n.v6).toMatchObject({ ip: 'fd00:10::5', prefix: 'fd00:10::', prefixLength: 64, gateway: 'fd00:10::1', defaultRoute: true, dns: ['fd00:10::53'], search: ['svc.cluster.local'] });
+    expect(n.v6).toMatchObject({
+      ip: 'fd00:10::5',
+      prefix: 'fd00:10::',
+      prefixLength: 64,
+      gateway: 'fd00:10::1',
+      defaultRoute: true,
+      dns: ['fd00:10::53'],
+      search: ['svc.cluster.local'],
+    });
   });
 
   it('IPv6 only: no IPv4 lease, no error', () => {
@@ -418,19 +606,39 @@ describe('what the guest sees, from the CNI result', () => {
   });
 
   it('bad input names the field', () => {
-    expect(() => g(base([{ address: 'fd00:10::5/128', interface: 0 }]))).toThrow(/ips\[0\]\.address fd00:10::5\/128: prefix \/128 is longer than \/64/);
-    expect(() => g(base([{ address: 'fd00:10::5/80', interface: 0 }]))).toThrow(/ips\[0\]\.address .* longer than \/64/);
-    expect(() => g(base([{ address: 'fe80::5/64', interface: 0 }]))).toThrow(/ips\[0\]\.address fe80::5\/64 is link-local/);
-    expect(() => g(base([{ address: 'fd00:10::5/64', interface: 0 }, { address: 'fd00:10::6/64', interface: 0 }]))).toThrow(/2 IPv6 addresses for interface 0/);
-    expect(() => g(base([{ address: 'fd00:10::5/64', gateway: 'fd00:99::1', interface: 0 }]))).toThrow(/ips\[0\]\.gateway fd00:99::1 is not on-link/);
-    expect(() => g(base([{ address: 'fd00:10::5/64', interface: 0 }], [{ dst: '::/0', gw: 'fd00:99::1' }]))).toThrow(/routes\[0\]\.gw fd00:99::1 is not on-link/);
+    expect(() => g(base([{ address: 'fd00:10::5/128', interface: 0 }]))).toThrow(
+      /ips\[0\]\.address fd00:10::5\/128: prefix \/128 is longer than \/64/,
+    );
+    expect(() => g(base([{ address: 'fd00:10::5/80', interface: 0 }]))).toThrow(
+      /ips\[0\]\.address .* longer than \/64/,
+    );
+    expect(() => g(base([{ address: 'fe80::5/64', interface: 0 }]))).toThrow(
+      /ips\[0\]\.address fe80::5\/64 is link-local/,
+    );
+    expect(() =>
+      g(
+        base([
+          { address: 'fd00:10::5/64', interface: 0 },
+          { address: 'fd00:10::6/64', interface: 0 },
+        ]),
+      ),
+    ).toThrow(/2 IPv6 addresses for interface 0/);
+    expect(() => g(base([{ address: 'fd00:10::5/64', gateway: 'fd00:99::1', interface: 0 }]))).toThrow(
+      /ips\[0\]\.gateway fd00:99::1 is not on-link/,
+    );
+    expect(() => g(base([{ address: 'fd00:10::5/64', interface: 0 }], [{ dst: '::/0', gw: 'fd00:99::1' }]))).toThrow(
+      /routes\[0\]\.gw fd00:99::1 is not on-link/,
+    );
   });
 });
 
 describe('DHCPv6 warm-up', () => {
   it('asks what a guest asks, and each is answered with the lease: the whole answer path runs before the first guest', () => {
     const answers = warmUpMessages6(ctx).map((m) => answer6(encodeMessage6(m), ctx));
-    expect(answers.map((d) => (d.kind === 'reply' ? `${d.request} -> ${d.type}` : d.kind))).toEqual([`SOLICIT -> ${Msg.Reply}`, `REQUEST -> ${Msg.Reply}`]);
+    expect(answers.map((d) => (d.kind === 'reply' ? `${d.request} -> ${d.type}` : d.kind))).toEqual([
+      `SOLICIT -> ${Msg.Reply}`,
+      `REQUEST -> ${Msg.Reply}`,
+    ]);
     for (const d of answers) {
       if (d.kind !== 'reply') continue;
       const ia = decodeIaNa(getOption6(decodeMessage6(d.data).options, Opt6.IaNa)!);

@@ -26,7 +26,16 @@ function readMap(): Map<string, Set<string>> {
   const map = new Map<string, Set<string>>();
   for (const line of section.split('\n')) {
     const m = /^\| `([a-z0-9]+)` \|([^|]*)\|/.exec(line);
-    if (m) map.set(m[1], new Set(m[2].split(',').map((s) => s.trim()).filter(Boolean)));
+    if (m)
+      map.set(
+        m[1],
+        new Set(
+          m[2]
+            .split(',')
+            .map((s) => s.trim())
+            .filter(Boolean),
+        ),
+      );
   }
   return map;
 }

@@ -15,11 +15,14 @@ describe('native/', () => {
   });
 
   it('binding.gyp builds every .c file, and vmpod.c names each in its list of files', () => {
-    const gyp = JSON.parse(readFileSync(join(NATIVE, '../binding.gyp'), 'utf8')) as { targets: { sources: string[] }[] };
+    const gyp = JSON.parse(readFileSync(join(NATIVE, '../binding.gyp'), 'utf8')) as {
+      targets: { sources: string[] }[];
+    };
     const sources = gyp.targets[0]!.sources.map((s) => s.replace('native/', ''));
     const cFiles = files.filter((f) => f.endsWith('.c'));
     expect([...sources].sort()).toEqual([...cFiles].sort());
     const head = text('vmpod.c').split('\n\n')[0]!;
-    for (const f of cFiles.filter((c) => c !== 'vmpod.c')) expect(head, f).toMatch(new RegExp(`^//   ${f.replace('.', '\\.')} `, 'm'));
+    for (const f of cFiles.filter((c) => c !== 'vmpod.c'))
+      expect(head, f).toMatch(new RegExp(`^//   ${f.replace('.', '\\.')} `, 'm'));
   });
 });

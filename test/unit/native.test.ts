@@ -89,7 +89,13 @@ describe('errors', () => {
       () => n.openTap('/proc/self/ns/net', 'a-name-longer-than-15'),
       () => n.connectUnix('a\0b'),
       () => n.listenUnix(42 as unknown as string, 0o600, 1),
-      () => n.fastGetServer(0, { allowedGids: 'x' } as never, () => {}, () => {}),
+      () =>
+        n.fastGetServer(
+          0,
+          { allowedGids: 'x' } as never,
+          () => {},
+          () => {},
+        ),
     ];
     for (const call of calls) {
       const e = errorOf(call);
@@ -418,11 +424,15 @@ describe('openTap', () => {
       expect(fdinfo(fd)).toContain(`iff:\t${mq}`);
       expect(isCloexec(fd)).toBe(true);
     }
-    const info = JSON.parse(await ip('-n', nsName, '-j', '-d', 'link', 'show', mq)) as { linkinfo: { info_data: { numqueues: number } } }[];
+    const info = JSON.parse(await ip('-n', nsName, '-j', '-d', 'link', 'show', mq)) as {
+      linkinfo: { info_data: { numqueues: number } };
+    }[];
     expect(info[0]!.linkinfo.info_data.numqueues).toBe(6);
     // past the kernel's 256 queues: E2BIG, and none of this call's opens is left
     await expect(n.openTapQueues(nsPath, mq, 251, opts)).rejects.toMatchObject({ code: 'E2BIG' });
-    const after = JSON.parse(await ip('-n', nsName, '-j', '-d', 'link', 'show', mq)) as { linkinfo: { info_data: { numqueues: number } } }[];
+    const after = JSON.parse(await ip('-n', nsName, '-j', '-d', 'link', 'show', mq)) as {
+      linkinfo: { info_data: { numqueues: number } };
+    }[];
     expect(after[0]!.linkinfo.info_data.numqueues).toBe(6);
     expect(() => n.openTapQueues(nsPath, mq, 0, opts)).toThrow(/count/);
     expect(() => n.openTapQueues(nsPath, mq, 257, opts)).toThrow(/count/);
@@ -445,7 +455,9 @@ describe('openTap', () => {
     fds.push(fd);
     expect(fdinfo(fd)).toContain(`iff:\t${mq}`);
     // a link that is not there: RTM_GETLINK's ENODEV (without exclusive, TUNSETIFF would make a new tap)
-    await expect(n.openTap(nsPath, `vx${rand()}`, { ...opts, exclusive: true })).rejects.toMatchObject({ code: 'ENODEV' });
+    await expect(n.openTap(nsPath, `vx${rand()}`, { ...opts, exclusive: true })).rejects.toMatchObject({
+      code: 'ENODEV',
+    });
   });
 
   it('a missing nsPath gives ENOENT and the thread stays in its netns', async () => {
@@ -465,8 +477,13 @@ describe('openTap', () => {
     expect(isCloexec(fd)).toBe(true);
     expect(fs.readlinkSync('/proc/thread-self/ns/net')).toBe(before);
     const off = { vnetHdr: true, offLoop: true };
-    await expect(n.openTap(nsPath, tapName, off)).rejects.toMatchObject({ code: 'EBUSY', message: `TUNSETIFF ${tapName} in ${nsPath}: EBUSY (Device or resource busy)` });
-    await expect(n.openTap(`/var/run/netns/vmpt-missing-${rand()}`, tapName, off)).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(n.openTap(nsPath, tapName, off)).rejects.toMatchObject({
+      code: 'EBUSY',
+      message: `TUNSETIFF ${tapName} in ${nsPath}: EBUSY (Device or resource busy)`,
+    });
+    await expect(n.openTap(`/var/run/netns/vmpt-missing-${rand()}`, tapName, off)).rejects.toMatchObject({
+      code: 'ENOENT',
+    });
     await expect(n.openTap('/etc/hostname', tapName, off)).rejects.toMatchObject({ code: 'EINVAL' });
     // bad arguments throw at once, on the loop or off it
     expect(() => n.openTap(nsPath, 'a-name-longer-than-15', off)).toThrow(TypeError);
@@ -486,7 +503,8 @@ describe('killGroup', () => {
 describe('netnsMake, netnsBind (netnsAdd), netnsDel', () => {
   const made: string[] = [];
   afterAll(async () => {
-    for (const name of made) if (fs.existsSync(`/var/run/netns/${name}`)) await execa('ip', ['netns', 'del', name], { reject: false });
+    for (const name of made)
+      if (fs.existsSync(`/var/run/netns/${name}`)) await execa('ip', ['netns', 'del', name], { reject: false });
     const left = await netnsList();
     for (const name of made) expect(left).not.toContain(name);
   });
@@ -506,7 +524,9 @@ describe('netnsMake, netnsBind (netnsAdd), netnsDel', () => {
     const second = `vmpt-${rand()}`;
     made.push(second);
     await netnsAdd('/var/run/netns', second);
-    expect((await execa('ip', ['netns', 'exec', second, 'readlink', '/proc/self/ns/net'])).stdout.trim()).not.toBe(inode);
+    expect((await execa('ip', ['netns', 'exec', second, 'readlink', '/proc/self/ns/net'])).stdout.trim()).not.toBe(
+      inode,
+    );
     await n.netnsDel(`/var/run/netns/${name}`);
     await n.netnsDel(`/var/run/netns/${second}`);
     expect(await netnsList()).not.toContain(name);
@@ -518,9 +538,16 @@ describe('netnsMake, netnsBind (netnsAdd), netnsDel', () => {
     made.push(name);
     const host = fs.readFileSync('/proc/sys/net/ipv4/conf/default/rp_filter', 'utf8').trim();
     const want = host === '2' ? '1' : '2';
-    await netnsAdd('/var/run/netns', name, [`net.ipv4.conf.default.rp_filter=${want}`, 'net.ipv6.conf.default.accept_dad=0']);
-    const read = (k: string) => execa('ip', ['netns', 'exec', name, 'cat', `/proc/sys/net/${k}`]).then((r) => r.stdout.trim());
-    expect([await read('ipv4/conf/default/rp_filter'), await read('ipv6/conf/default/accept_dad')]).toEqual([want, '0']);
+    await netnsAdd('/var/run/netns', name, [
+      `net.ipv4.conf.default.rp_filter=${want}`,
+      'net.ipv6.conf.default.accept_dad=0',
+    ]);
+    const read = (k: string) =>
+      execa('ip', ['netns', 'exec', name, 'cat', `/proc/sys/net/${k}`]).then((r) => r.stdout.trim());
+    expect([await read('ipv4/conf/default/rp_filter'), await read('ipv6/conf/default/accept_dad')]).toEqual([
+      want,
+      '0',
+    ]);
     expect(fs.readFileSync('/proc/sys/net/ipv4/conf/default/rp_filter', 'utf8').trim()).toBe(host);
     await n.netnsDel(`/var/run/netns/${name}`);
     const bad = `vmpt-${rand()}`;
@@ -539,7 +566,10 @@ describe('netnsMake, netnsBind (netnsAdd), netnsDel', () => {
     made.push(name);
     await ip('netns', 'add', name);
     await ip('-n', name, 'link', 'add', 'vmptd0', 'type', 'bridge');
-    await expect(netnsAdd('/var/run/netns', name)).rejects.toMatchObject({ code: 'EEXIST', message: `netnsBind: create /var/run/netns/${name}: EEXIST (File exists)` });
+    await expect(netnsAdd('/var/run/netns', name)).rejects.toMatchObject({
+      code: 'EEXIST',
+      message: `netnsBind: create /var/run/netns/${name}: EEXIST (File exists)`,
+    });
     expect(await ip('-n', name, 'link', 'show', 'vmptd0')).toContain('vmptd0');
     await ip('netns', 'del', name);
   });
@@ -548,7 +578,9 @@ describe('netnsMake, netnsBind (netnsAdd), netnsDel', () => {
     const typeError = { name: 'TypeError', code: 'EINVAL', errno: os.constants.errno.EINVAL };
     await expect(netnsAdd('/var/run/netns', '../x')).rejects.toMatchObject(typeError);
     await expect(netnsAdd('relative', 'x')).rejects.toMatchObject(typeError);
-    await expect(netnsAdd('/var/run/netns', 'x', ['net/../../x=1'])).rejects.toThrow(/netnsMake: setting "net\/..\/..\/x=1" is not name=value/);
+    await expect(netnsAdd('/var/run/netns', 'x', ['net/../../x=1'])).rejects.toThrow(
+      /netnsMake: setting "net\/..\/..\/x=1" is not name=value/,
+    );
     expect(fs.existsSync('/var/run/netns/x')).toBe(false);
     expect(() => n.netnsDel('x')).toThrow(TypeError);
     const name = `vmpt-${rand()}`;
@@ -637,7 +669,10 @@ describe('udpSocketInNetns, recvFrom, sendTo; packetSocketInNetns, recvFrame', (
     }
   }
   const ACCEPT_ALL = Buffer.from([0x06, 0, 0, 0, 0, 0, 0x04, 0]);
-  const udpTo = (port: number, off = 0) => (f: Buffer) => f.readUInt16BE(off + 12) === 0x0800 && f[off + 23] === 17 && f.readUInt16BE(off + 36) === port;
+  const udpTo =
+    (port: number, off = 0) =>
+    (f: Buffer) =>
+      f.readUInt16BE(off + 12) === 0x0800 && f[off + 23] === 17 && f.readUInt16BE(off + 36) === port;
 
   it('packetSocketInNetns + recvFrame: a checksum left to fill in (veth tx offload) is reported, a full one is not', async () => {
     const ns1Path = `/var/run/netns/${ns1}`;

@@ -24,13 +24,25 @@ function observed(kind: string | undefined, opts: { v6?: boolean } = {}): Observ
     mtu: 1500,
     up: true,
     addrs4: [{ local: '192.168.77.20', prefixlen: 24, broadcast: '192.168.77.255', scope: 'global' }],
-    ...(opts.v6 ? { addrs6: [{ local: 'fd77::20', prefixlen: 64, scope: 'global' }], linkLocal6: [{ local: 'fe80::5c1f:aff:fe11:2233', prefixlen: 64, scope: 'link' }] } : {}),
+    ...(opts.v6
+      ? {
+          addrs6: [{ local: 'fd77::20', prefixlen: 64, scope: 'global' }],
+          linkLocal6: [{ local: 'fe80::5c1f:aff:fe11:2233', prefixlen: 64, scope: 'link' }],
+        }
+      : {}),
   };
   return {
     links: [{ name: 'lo', index: 1, mac: '00:00:00:00:00:00', mtu: 65536, up: true, addrs4: [] }, link],
     routes4: [
       { dst: 'default', gateway: '192.168.77.1', dev: 'virtlet-eth0', protocol: 'boot', scope: 'global', flags: [] },
-      { dst: '192.168.77.0/24', dev: 'virtlet-eth0', protocol: 'kernel', scope: 'link', prefsrc: '192.168.77.20', flags: [] },
+      {
+        dst: '192.168.77.0/24',
+        dev: 'virtlet-eth0',
+        protocol: 'kernel',
+        scope: 'link',
+        prefsrc: '192.168.77.20',
+        flags: [],
+      },
     ],
     routes6: [],
   };
@@ -40,19 +52,25 @@ function result(opts: { v6?: boolean } = {}): CniResult {
   return {
     cniVersion: '1.0.0',
     interfaces: [{ name: 'virtlet-eth0', mac: MAC, sandbox: NS }],
-    ips: [{ address: '192.168.77.20/24', gateway: '192.168.77.1', interface: 0 }, ...(opts.v6 ? [{ address: 'fd77::20/64', gateway: 'fd77::1', interface: 0 }] : [])],
+    ips: [
+      { address: '192.168.77.20/24', gateway: '192.168.77.1', interface: 0 },
+      ...(opts.v6 ? [{ address: 'fd77::20/64', gateway: 'fd77::1', interface: 0 }] : []),
+    ],
     routes: [{ dst: '0.0.0.0/0', gw: '192.168.77.1' }],
     dns: {},
   };
 }
 
-const lines = (ops: Op[]) => ops.flatMap((o) => (o.op === 'ip' || o.op === 'tc' ? [`${o.op} ${o.args.join(' ')}`] : []));
+const lines = (ops: Op[]) =>
+  ops.flatMap((o) => (o.op === 'ip' || o.op === 'tc' ? [`${o.op} ${o.args.join(' ')}`] : []));
 const names = (steps: Step[]) => steps.map((s) => s.name);
 
 describe('chooseBinding', () => {
   it('auto: tc-redirect for the kinds whose MAC must stay, bridge for the rest', () => {
-    for (const kind of ['macvlan', 'macvtap', 'ipvlan', 'ipvtap']) expect(chooseBinding('auto', { kind })).toBe(Binding.TcRedirect);
-    for (const kind of ['veth', 'vlan', 'bridge', undefined]) expect(chooseBinding('auto', kind ? { kind } : {})).toBe(Binding.Bridge);
+    for (const kind of ['macvlan', 'macvtap', 'ipvlan', 'ipvtap'])
+      expect(chooseBinding('auto', { kind })).toBe(Binding.TcRedirect);
+    for (const kind of ['veth', 'vlan', 'bridge', undefined])
+      expect(chooseBinding('auto', kind ? { kind } : {})).toBe(Binding.Bridge);
   });
 
   it('a mode that names a binding is that binding for every link', () => {
@@ -62,77 +80,176 @@ describe('chooseBinding', () => {
 });
 
 describe('the tc-redirect plan', () => {
-  it.each([['macvlan'], ['ipvlan']])('%s: no bridge, the MAC kept, the tap with the DHCP server address, redirects both ways', (kind) => {
-    const plan = planContainerSide({ observed: observed(kind), result: result(), newMac: () => TAP_MAC });
-    expect(names(plan.steps)).toEqual(['ipv6-off', 'lo-up', 'strip-routes', 'strip-addrs', 'tap', 'links-up', 'tc-redirect']);
-    expect(plan.interfaces).toEqual([
-      { index: 0, cniName: 'virtlet-eth0', type: 'tap', binding: 'tc-redirect', vmMac: MAC, mtu: 1500, tapName: 'tap0', multiQueue: true, bridgeName: '', bridgeIp: '169.254.254.2', vlanId: 0 },
-    ]);
-    const step = (n: string) => plan.steps.find((s) => s.name === n)!;
-    // nothing changes the interface's MAC
-    expect(plan.steps.flatMap((s) => lines(s.do)).filter((l) => / address /.test(l) && l.includes('virtlet-eth0'))).toEqual([]);
-    expect(lines(step('tap').do)).toEqual([
-      'ip tuntap add dev tap0 mode tap vnet_hdr multi_queue',
-      `ip link set dev tap0 mtu 1500 address ${TAP_MAC}`,
-      'ip addr add 169.254.254.2/24 dev tap0',
-    ]);
-    const tc = lines(step('tc-redirect').do);
-    expect(tc[0]).toBe('tc qdisc add dev virtlet-eth0 ingress');
-    expect(tc).toContain('tc filter add dev virtlet-eth0 parent ffff: prio 1 protocol ip u32 match u8 17 0xff at 9 match u16 68 0xffff at 22 classid ffff:1');
-    expect(tc).toContain(`tc filter add dev virtlet-eth0 parent ffff: prio ${REDIRECT_PRIO} protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev tap0`);
-    expect(tc).toContain('tc qdisc add dev tap0 ingress');
-    expect(tc).toContain('tc filter add dev tap0 parent ffff: prio 3 protocol arp u32 match u32 0xa9fefe02 0xffffffff at 24 classid ffff:1');
-    expect(tc).toContain(`tc filter add dev tap0 parent ffff: prio ${REDIRECT_PRIO} protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev virtlet-eth0`);
-    // the keep filters come before the redirect on each device, one prio each
-    expect(tc.length).toBe(2 + KEPT_FROM_NETWORK.length + 2 + KEPT_FROM_VM.length);
-    // undo: the interface's qdisc before its CNI DEL; the tap's goes with the netns
-    expect(step('tc-redirect').undo).toEqual([
-      { op: 'tc', args: ['qdisc', 'del', 'dev', 'virtlet-eth0', 'ingress'] },
-      { op: 'tc', args: ['qdisc', 'del', 'dev', 'tap0', 'ingress'], withNetns: true },
-    ]);
-    expect(step('tap').undo).toEqual([{ op: 'ip', args: ['link', 'del', 'dev', 'tap0'], withNetns: true }]);
-  });
+  it.each([['macvlan'], ['ipvlan']])(
+    '%s: no bridge, the MAC kept, the tap with the DHCP server address, redirects both ways',
+    (kind) => {
+      const plan = planContainerSide({ observed: observed(kind), result: result(), newMac: () => TAP_MAC });
+      expect(names(plan.steps)).toEqual([
+        'ipv6-off',
+        'lo-up',
+        'strip-routes',
+        'strip-addrs',
+        'tap',
+        'links-up',
+        'tc-redirect',
+      ]);
+      expect(plan.interfaces).toEqual([
+        {
+          index: 0,
+          cniName: 'virtlet-eth0',
+          type: 'tap',
+          binding: 'tc-redirect',
+          vmMac: MAC,
+          mtu: 1500,
+          tapName: 'tap0',
+          multiQueue: true,
+          bridgeName: '',
+          bridgeIp: '169.254.254.2',
+          vlanId: 0,
+        },
+      ]);
+      const step = (n: string) => plan.steps.find((s) => s.name === n)!;
+      // nothing changes the interface's MAC
+      expect(
+        plan.steps.flatMap((s) => lines(s.do)).filter((l) => / address /.test(l) && l.includes('virtlet-eth0')),
+      ).toEqual([]);
+      expect(lines(step('tap').do)).toEqual([
+        'ip tuntap add dev tap0 mode tap vnet_hdr multi_queue',
+        `ip link set dev tap0 mtu 1500 address ${TAP_MAC}`,
+        'ip addr add 169.254.254.2/24 dev tap0',
+      ]);
+      const tc = lines(step('tc-redirect').do);
+      expect(tc[0]).toBe('tc qdisc add dev virtlet-eth0 ingress');
+      expect(tc).toContain(
+        'tc filter add dev virtlet-eth0 parent ffff: prio 1 protocol ip u32 match u8 17 0xff at 9 match u16 68 0xffff at 22 classid ffff:1',
+      );
+      expect(tc).toContain(
+        `tc filter add dev virtlet-eth0 parent ffff: prio ${REDIRECT_PRIO} protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev tap0`,
+      );
+      expect(tc).toContain('tc qdisc add dev tap0 ingress');
+      expect(tc).toContain(
+        'tc filter add dev tap0 parent ffff: prio 3 protocol arp u32 match u32 0xa9fefe02 0xffffffff at 24 classid ffff:1',
+      );
+      expect(tc).toContain(
+        `tc filter add dev tap0 parent ffff: prio ${REDIRECT_PRIO} protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev virtlet-eth0`,
+      );
+      // the keep filters come before the redirect on each device, one prio each
+      expect(tc.length).toBe(2 + KEPT_FROM_NETWORK.length + 2 + KEPT_FROM_VM.length);
+      // undo: the interface's qdisc before its CNI DEL; the tap's goes with the netns
+      expect(step('tc-redirect').undo).toEqual([
+        { op: 'tc', args: ['qdisc', 'del', 'dev', 'virtlet-eth0', 'ingress'] },
+        { op: 'tc', args: ['qdisc', 'del', 'dev', 'tap0', 'ingress'], withNetns: true },
+      ]);
+      expect(step('tap').undo).toEqual([{ op: 'ip', args: ['link', 'del', 'dev', 'tap0'], withNetns: true }]);
+    },
+  );
 
   it('every line it records is one the codecs turn into a request, all in one batch', () => {
-    const plan = planContainerSide({ observed: observed('macvlan', { v6: true }), result: result({ v6: true }), newMac: () => TAP_MAC });
+    const plan = planContainerSide({
+      observed: observed('macvlan', { v6: true }),
+      result: result({ v6: true }),
+      newMac: () => TAP_MAC,
+    });
     const items = plan.steps.flatMap((step) => [...step.do, ...step.undo].map((op) => ({ step, op })));
     const batch = runsOf(items.filter(({ op }) => op.op === 'ip' || op.op === 'tc'));
     expect(batch).toHaveLength(1);
-    for (const r of batch) if (r.kind === 'ip') for (const { op } of r.lines) if (op.op !== 'sysctl') expect(() => lineRequest(op.op === 'tc' ? ['tc', ...op.args] : op.args)).not.toThrow();
+    for (const r of batch)
+      if (r.kind === 'ip')
+        for (const { op } of r.lines)
+          if (op.op !== 'sysctl')
+            expect(() => lineRequest(op.op === 'tc' ? ['tc', ...op.args] : op.args)).not.toThrow();
   });
 
   it('IPv6: the interface gives up the link-local it shares with the VM; the tap is the router the guest sees', () => {
-    const plan = planContainerSide({ observed: observed('macvlan', { v6: true }), result: result({ v6: true }), newMac: () => TAP_MAC });
-    expect(names(plan.steps)).toEqual(['lo-up', 'strip-routes', 'strip-addrs', 'link-local-off', 'tap', 'links-up', 'tc-redirect']);
+    const plan = planContainerSide({
+      observed: observed('macvlan', { v6: true }),
+      result: result({ v6: true }),
+      newMac: () => TAP_MAC,
+    });
+    expect(names(plan.steps)).toEqual([
+      'lo-up',
+      'strip-routes',
+      'strip-addrs',
+      'link-local-off',
+      'tap',
+      'links-up',
+      'tc-redirect',
+    ]);
     const ll = plan.steps.find((s) => s.name === 'link-local-off')!;
-    expect(lines(ll.do)).toEqual(['ip link set dev virtlet-eth0 addrgenmode none', 'ip addr del fe80::5c1f:aff:fe11:2233/64 dev virtlet-eth0']);
-    expect(lines(ll.undo)).toEqual(['ip link set dev virtlet-eth0 addrgenmode eui64', 'ip addr replace fe80::5c1f:aff:fe11:2233/64 dev virtlet-eth0 nodad']);
+    expect(lines(ll.do)).toEqual([
+      'ip link set dev virtlet-eth0 addrgenmode none',
+      'ip addr del fe80::5c1f:aff:fe11:2233/64 dev virtlet-eth0',
+    ]);
+    expect(lines(ll.undo)).toEqual([
+      'ip link set dev virtlet-eth0 addrgenmode eui64',
+      'ip addr replace fe80::5c1f:aff:fe11:2233/64 dev virtlet-eth0 nodad',
+    ]);
     expect(plan.interfaces[0]).toMatchObject({ bridgeMac: TAP_MAC, bridgeIp6: 'fe80::aa:bbff:fecc:ddee' });
-    expect(lines(plan.steps.find((s) => s.name === 'tap')!.do)[1]).toBe(`ip link set dev tap0 mtu 1500 address ${TAP_MAC} addrgenmode none`);
+    expect(lines(plan.steps.find((s) => s.name === 'tap')!.do)[1]).toBe(
+      `ip link set dev tap0 mtu 1500 address ${TAP_MAC} addrgenmode none`,
+    );
     // no forwarding and no routes: the pod netns routes nothing for the VM
     expect(names(plan.steps)).not.toContain('ipv6-forwarding');
   });
 
   it('the prepared bridge, tap and filter are deleted first when interface 0 gets tc-redirect', () => {
-    const plan = planContainerSide({ observed: observed('macvlan'), result: result(), newMac: () => TAP_MAC, prepared: 'virtlet-eth0' });
-    expect(names(plan.steps)).toEqual(['ipv6-off', 'drop-prepared', 'strip-routes', 'strip-addrs', 'tap', 'links-up', 'tc-redirect']);
+    const plan = planContainerSide({
+      observed: observed('macvlan'),
+      result: result(),
+      newMac: () => TAP_MAC,
+      prepared: 'virtlet-eth0',
+    });
+    expect(names(plan.steps)).toEqual([
+      'ipv6-off',
+      'drop-prepared',
+      'strip-routes',
+      'strip-addrs',
+      'tap',
+      'links-up',
+      'tc-redirect',
+    ]);
   });
 
   it('the operator may force either binding: bridge for a macvlan, tc-redirect for a veth', () => {
-    const bridged = planContainerSide({ observed: observed('macvlan'), result: result(), newMac: () => TAP_MAC, bindingOf: () => Binding.Bridge });
+    const bridged = planContainerSide({
+      observed: observed('macvlan'),
+      result: result(),
+      newMac: () => TAP_MAC,
+      bindingOf: () => Binding.Bridge,
+    });
     expect(bridged.interfaces[0]!.binding).toBe('bridge');
-    const redirected = planContainerSide({ observed: observed('veth'), result: result(), newMac: () => TAP_MAC, bindingOf: () => Binding.TcRedirect });
+    const redirected = planContainerSide({
+      observed: observed('veth'),
+      result: result(),
+      newMac: () => TAP_MAC,
+      bindingOf: () => Binding.TcRedirect,
+    });
     expect(redirected.interfaces[0]!.binding).toBe('tc-redirect');
   });
 
   it('recover plans the same undo from the csn and the live netns (tap MAC, no bridge)', () => {
     const added = planContainerSide({ observed: observed('macvlan'), result: result(), newMac: () => TAP_MAC });
-    const v031 = { cniVersion: '0.3.1', interfaces: [{ name: 'virtlet-eth0', mac: MAC, sandbox: NS }], ips: [{ version: '4' as const, address: '192.168.77.20/24', gateway: '192.168.77.1' }], routes: [{ dst: '0.0.0.0/0', gw: '192.168.77.1' }] };
+    const v031 = {
+      cniVersion: '0.3.1',
+      interfaces: [{ name: 'virtlet-eth0', mac: MAC, sandbox: NS }],
+      ips: [{ version: '4' as const, address: '192.168.77.20/24', gateway: '192.168.77.1' }],
+      routes: [{ dst: '0.0.0.0/0', gw: '192.168.77.1' }],
+    };
     const csn = buildCsn(v031, NS, added.interfaces);
-    const live: Observed = { links: [observed('macvlan').links[0]!, { ...observed('macvlan').links[1]!, addrs4: [] }], routes4: [] };
+    const live: Observed = {
+      links: [observed('macvlan').links[0]!, { ...observed('macvlan').links[1]!, addrs4: [] }],
+      routes4: [],
+    };
     const r = resultForRecover(csn, NS);
-    const plan = planContainerSide({ observed: observedBeforeFromCsn(live, r, csn), result: r, newMac: () => TAP_MAC, bindingOf: () => Binding.TcRedirect });
+    const plan = planContainerSide({
+      observed: observedBeforeFromCsn(live, r, csn),
+      result: r,
+      newMac: () => TAP_MAC,
+      bindingOf: () => Binding.TcRedirect,
+    });
     expect(plan.interfaces).toEqual(added.interfaces);
-    expect(plan.steps.map((s) => [s.name, lines(s.undo)]).filter(([n]) => n === 'tc-redirect' || n === 'tap')).toEqual(added.steps.map((s) => [s.name, lines(s.undo)]).filter(([n]) => n === 'tc-redirect' || n === 'tap'));
+    expect(plan.steps.map((s) => [s.name, lines(s.undo)]).filter(([n]) => n === 'tc-redirect' || n === 'tap')).toEqual(
+      added.steps.map((s) => [s.name, lines(s.undo)]).filter(([n]) => n === 'tc-redirect' || n === 'tap'),
+    );
   });
 });

@@ -46,7 +46,7 @@ describe('prevResultForCheck', () => {
     });
   });
 
-  it('drops addresses without an interface index too (they are the first sandboxed interface\'s)', () => {
+  it("drops addresses without an interface index too (they are the first sandboxed interface's)", () => {
     const r = prevResultForCheck({ ...cached, ips: [{ address: '10.1.0.5/24' }] }, [tapIface]);
     expect(r.ips).toEqual([]);
   });
@@ -54,7 +54,11 @@ describe('prevResultForCheck', () => {
   it('keeps the MAC of an interface whose binding shares it with the VM', () => {
     const shared = { ...tapIface, vethMacNew: undefined } as PodInterface;
     delete shared.vethMacNew;
-    expect(prevResultForCheck(cached, [shared]).interfaces[2]).toEqual({ name: 'virtlet-eth0', mac: '0a:00:00:00:00:03', sandbox: NS });
+    expect(prevResultForCheck(cached, [shared]).interfaces[2]).toEqual({
+      name: 'virtlet-eth0',
+      mac: '0a:00:00:00:00:03',
+      sandbox: NS,
+    });
   });
 
   it('leaves the cached result as it was', () => {
@@ -64,9 +68,22 @@ describe('prevResultForCheck', () => {
   });
 });
 
-const link = (name: string, extra: Partial<ObservedLink> = {}): ObservedLink => ({ name, index: 1, mac: '0e:00:00:00:00:99', mtu: 1500, up: true, addrs4: [], ...extra });
+const link = (name: string, extra: Partial<ObservedLink> = {}): ObservedLink => ({
+  name,
+  index: 1,
+  mac: '0e:00:00:00:00:99',
+  mtu: 1500,
+  up: true,
+  addrs4: [],
+  ...extra,
+});
 const healthy = (): Observed => ({
-  links: [link('lo'), link('virtlet-eth0', { kind: 'veth', mac: '0e:11:22:33:44:55', master: 'br0' }), link('br0', { kind: 'bridge' }), link('tap0', { kind: 'tun', master: 'br0' })],
+  links: [
+    link('lo'),
+    link('virtlet-eth0', { kind: 'veth', mac: '0e:11:22:33:44:55', master: 'br0' }),
+    link('br0', { kind: 'bridge' }),
+    link('tap0', { kind: 'tun', master: 'br0' }),
+  ],
   routes4: [],
 });
 
@@ -87,18 +104,34 @@ describe('checkLinks (the bridge binding)', () => {
     ]);
   });
 
-  it('finds the VM\'s MAC back on the CNI interface', async () => {
+  it("finds the VM's MAC back on the CNI interface", async () => {
     const o = healthy();
     o.links.find((l) => l.name === 'virtlet-eth0')!.mac = '0a:00:00:00:00:03';
-    expect((await checkLinks([tapIface], { observed: o, nsPath: NS })).map((f) => f.reason)).toEqual(['mac-misplaced', 'mac-misplaced']);
+    expect((await checkLinks([tapIface], { observed: o, nsPath: NS })).map((f) => f.reason)).toEqual([
+      'mac-misplaced',
+      'mac-misplaced',
+    ]);
   });
 });
 
 describe('the tc-redirect binding', () => {
   const tcIface: PodInterface = { ...tapIface, binding: 'tc-redirect', bridgeName: '', vmMac: '0a:00:00:00:00:03' };
   delete tcIface.vethMacNew;
-  const redirect = (to: string) => JSON.stringify([{ parent: 'ffff:', kind: 'u32' }, { parent: 'ffff:', kind: 'u32', options: { actions: [{ order: 1, kind: 'mirred', mirred_action: 'redirect', direction: 'egress', to_dev: to }] } }]);
-  const observed = (): Observed => ({ links: [link('virtlet-eth0', { kind: 'macvlan', mac: '0a:00:00:00:00:03' }), link('tap0', { kind: 'tun' })], routes4: [] });
+  const redirect = (to: string) =>
+    JSON.stringify([
+      { parent: 'ffff:', kind: 'u32' },
+      {
+        parent: 'ffff:',
+        kind: 'u32',
+        options: {
+          actions: [{ order: 1, kind: 'mirred', mirred_action: 'redirect', direction: 'egress', to_dev: to }],
+        },
+      },
+    ]);
+  const observed = (): Observed => ({
+    links: [link('virtlet-eth0', { kind: 'macvlan', mac: '0a:00:00:00:00:03' }), link('tap0', { kind: 'tun' })],
+    routes4: [],
+  });
 
   it('reads the redirect out of tc -j filter show', () => {
     expect(redirectsTo(redirect('tap0'), 'tap0')).toBe(true);
@@ -109,9 +142,13 @@ describe('the tc-redirect binding', () => {
 
   it('passes with both filters and the shared MAC, and names a missing filter', async () => {
     const filters: Record<string, string> = { 'virtlet-eth0': redirect('tap0'), tap0: redirect('virtlet-eth0') };
-    const exec = { inNetns: async (_ns: string, argv: string[]) => ({ exitCode: 0, stdout: filters[argv[5]!] ?? '', stderr: '' }) };
+    const exec = {
+      inNetns: async (_ns: string, argv: string[]) => ({ exitCode: 0, stdout: filters[argv[5]!] ?? '', stderr: '' }),
+    };
     expect(await checkLinks([tcIface], { observed: observed(), nsPath: NS, exec })).toEqual([]);
     filters.tap0 = '[]';
-    expect(await checkLinks([tcIface], { observed: observed(), nsPath: NS, exec })).toEqual([{ reason: 'redirect-missing', detail: 'tap0 has no ingress filter redirecting its frames to virtlet-eth0' }]);
+    expect(await checkLinks([tcIface], { observed: observed(), nsPath: NS, exec })).toEqual([
+      { reason: 'redirect-missing', detail: 'tap0 has no ingress filter redirecting its frames to virtlet-eth0' },
+    ]);
   });
 });

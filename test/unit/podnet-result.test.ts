@@ -12,8 +12,23 @@ const NS = '/var/run/netns/pod1';
 function calicoNetns(): Observed {
   return {
     links: [
-      { name: 'lo', index: 1, mac: '00:00:00:00:00:00', mtu: 65536, up: true, addrs4: [{ local: '127.0.0.1', prefixlen: 8, scope: 'host' }] },
-      { name: 'eth0', index: 4, kind: 'veth', mac: 'ee:ee:ee:ee:ee:ee', mtu: 1440, up: true, addrs4: [{ local: '10.244.1.7', prefixlen: 32, scope: 'global' }] },
+      {
+        name: 'lo',
+        index: 1,
+        mac: '00:00:00:00:00:00',
+        mtu: 65536,
+        up: true,
+        addrs4: [{ local: '127.0.0.1', prefixlen: 8, scope: 'host' }],
+      },
+      {
+        name: 'eth0',
+        index: 4,
+        kind: 'veth',
+        mac: 'ee:ee:ee:ee:ee:ee',
+        mtu: 1440,
+        up: true,
+        addrs4: [{ local: '10.244.1.7', prefixlen: 32, scope: 'global' }],
+      },
     ],
     routes4: [
       { dst: 'default', gateway: '169.254.1.1', dev: 'eth0', scope: 'global', flags: [] },
@@ -62,9 +77,16 @@ describe('completeResult', () => {
       ips: [{ address: '10.244.1.7/32', gateway: '169.254.1.1', interface: 0 }],
       routes: [{ dst: '0.0.0.0/0', gw: '169.254.1.1' }],
     };
-    expect(fixOffSubnetGateways(r).routes).toEqual([{ dst: '169.254.1.1/32' }, { dst: '0.0.0.0/0', gw: '169.254.1.1' }]);
+    expect(fixOffSubnetGateways(r).routes).toEqual([
+      { dst: '169.254.1.1/32' },
+      { dst: '0.0.0.0/0', gw: '169.254.1.1' },
+    ]);
     // in-subnet gateway: nothing added
-    const ok: CniResult = { ...r, ips: [{ address: '10.1.0.5/24', gateway: '10.1.0.1', interface: 0 }], routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }] };
+    const ok: CniResult = {
+      ...r,
+      ips: [{ address: '10.1.0.5/24', gateway: '10.1.0.1', interface: 0 }],
+      routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }],
+    };
     expect(fixOffSubnetGateways(ok)).toBe(ok);
   });
 
@@ -101,12 +123,39 @@ describe('parseObserved', () => {
     const o = parseObserved(text);
     expect(o.links).toEqual([
       { name: 'lo', index: 1, mac: '00:00:00:00:00:00', mtu: 65536, up: false, addrs4: [] },
-      { name: 'v0', index: 3, kind: 'veth', mac: 'da:71:44:71:75:24', mtu: 1500, up: true, master: 'br0', addrs4: [{ local: '10.9.9.5', prefixlen: 24, scope: 'global' }], linkLocal6: [{ local: 'fe80::1', prefixlen: 64, scope: 'link' }] },
-      { name: 'ens1f0v1', index: 7, mac: 'aa:00:00:00:00:01', mtu: 1500, up: true, parentBus: 'pci', parentDev: '0000:3b:02.1', addrs4: [] },
+      {
+        name: 'v0',
+        index: 3,
+        kind: 'veth',
+        mac: 'da:71:44:71:75:24',
+        mtu: 1500,
+        up: true,
+        master: 'br0',
+        addrs4: [{ local: '10.9.9.5', prefixlen: 24, scope: 'global' }],
+        linkLocal6: [{ local: 'fe80::1', prefixlen: 64, scope: 'link' }],
+      },
+      {
+        name: 'ens1f0v1',
+        index: 7,
+        mac: 'aa:00:00:00:00:01',
+        mtu: 1500,
+        up: true,
+        parentBus: 'pci',
+        parentDev: '0000:3b:02.1',
+        addrs4: [],
+      },
     ]);
     expect(o.routes4).toEqual([
       { dst: 'default', gateway: '10.9.9.1', dev: 'v0', protocol: 'boot', scope: 'global', type: 'unicast', flags: [] },
-      { dst: '10.9.9.0/24', dev: 'v0', protocol: 'kernel', scope: 'link', prefsrc: '10.9.9.5', type: 'unicast', flags: [] },
+      {
+        dst: '10.9.9.0/24',
+        dev: 'v0',
+        protocol: 'kernel',
+        scope: 'link',
+        prefsrc: '10.9.9.5',
+        type: 'unicast',
+        flags: [],
+      },
     ]);
   });
 
@@ -118,7 +167,16 @@ describe('parseObserved', () => {
       '{"type":"local","dst":"fd00:9::5","dev":"v0","table":"local","protocol":"kernel","scope":"global","metric":0,"flags":[],"pref":"medium"}]\n';
     expect(parseObserved(text).routes6).toEqual([
       { dst: 'fd00:9::/64', dev: 'v0', protocol: 'kernel', scope: 'global', type: 'unicast', metric: 256, flags: [] },
-      { dst: 'default', gateway: 'fd00:9::1', dev: 'v0', protocol: 'boot', scope: 'global', type: 'unicast', metric: 1024, flags: [] },
+      {
+        dst: 'default',
+        gateway: 'fd00:9::1',
+        dev: 'v0',
+        protocol: 'boot',
+        scope: 'global',
+        type: 'unicast',
+        metric: 1024,
+        flags: [],
+      },
     ]);
   });
 

@@ -22,7 +22,15 @@ const EXAMPLE_INFO = '[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":""}]'
 describe('the protocol doc example', () => {
   it('round-trips the ContainerSideNetwork byte for byte', () => {
     const csn = decodeCsn(b(EXAMPLE_CSN));
-    expect(csn.Interfaces[0]).toEqual({ Type: 0, Name: 'eth0', HardwareAddr: 'QqSmIoAu', PCIAddress: '', MTU: 1500, VlanID: 0, mac: '42:a4:a6:22:80:2e' });
+    expect(csn.Interfaces[0]).toEqual({
+      Type: 0,
+      Name: 'eth0',
+      HardwareAddr: 'QqSmIoAu',
+      PCIAddress: '',
+      MTU: 1500,
+      VlanID: 0,
+      mac: '42:a4:a6:22:80:2e',
+    });
     expect(encodeCsn(csn, { withMac: false }).toString()).toBe(EXAMPLE_CSN);
     // by default our colon-hex copy follows the Virtlet fields
     expect(encodeCsn(csn).toString()).toBe(EXAMPLE_CSN.replace('"VlanID":0}', '"VlanID":0,"mac":"42:a4:a6:22:80:2e"}'));
@@ -39,10 +47,21 @@ describe('the protocol doc example', () => {
 describe('decoders', () => {
   it('decodes an add payload, ignoring unknown fields', () => {
     const p = decodeGetFDPayload(
-      b('{"podNetworkDesc":{"podId":"id1","podNs":"default","podName":"vm","DNS":{"nameservers":["10.96.0.10"],"search":["svc"]},"extra":1},"x":true}'),
+      b(
+        '{"podNetworkDesc":{"podId":"id1","podNs":"default","podName":"vm","DNS":{"nameservers":["10.96.0.10"],"search":["svc"]},"extra":1},"x":true}',
+      ),
     );
-    expect(p).toEqual({ podNetworkDesc: { podId: 'id1', podNs: 'default', podName: 'vm', DNS: { nameservers: ['10.96.0.10'], search: ['svc'] } } });
-    expect(decodeGetFDPayload(b('{"podNetworkDesc":{"podId":"","podNs":"","podName":"","DNS":null}}')).podNetworkDesc.DNS).toBeNull();
+    expect(p).toEqual({
+      podNetworkDesc: {
+        podId: 'id1',
+        podNs: 'default',
+        podName: 'vm',
+        DNS: { nameservers: ['10.96.0.10'], search: ['svc'] },
+      },
+    });
+    expect(
+      decodeGetFDPayload(b('{"podNetworkDesc":{"podId":"","podNs":"","podName":"","DNS":null}}')).podNetworkDesc.DNS,
+    ).toBeNull();
   });
 
   it('reports malformed JSON', () => {
@@ -54,7 +73,9 @@ describe('decoders', () => {
   });
 
   it('reports every problem of an add payload at once, with the bad values', () => {
-    const e = errOf(() => decodeGetFDPayload(b('{"podNetworkDesc":{"podId":5,"podName":null,"DNS":{"nameservers":["x",7],"domain":3}}}')));
+    const e = errOf(() =>
+      decodeGetFDPayload(b('{"podNetworkDesc":{"podId":5,"podName":null,"DNS":{"nameservers":["x",7],"domain":3}}}')),
+    );
     expect(e.code).toBe('BAD_REQUEST');
     expect(e.message).toBe(
       'add payload is invalid: ' +
@@ -67,15 +88,28 @@ describe('decoders', () => {
           'podNetworkDesc.DNS.domain must be a string (got 3)',
         ].join('; '),
     );
-    expect(errOf(() => decodeGetFDPayload(b('[1]'))).message).toBe('add payload is invalid: payload must be an object (got [1])');
-    expect(errOf(() => decodeGetFDPayload(b('{}'))).message).toBe('add payload is invalid: podNetworkDesc must be an object (got nothing)');
+    expect(errOf(() => decodeGetFDPayload(b('[1]'))).message).toBe(
+      'add payload is invalid: payload must be an object (got [1])',
+    );
+    expect(errOf(() => decodeGetFDPayload(b('{}'))).message).toBe(
+      'add payload is invalid: podNetworkDesc must be an object (got nothing)',
+    );
   });
 
   it('decodes a recover payload, normalising colon-hex MACs to base64 plus mac', () => {
     const csn = JSON.parse(EXAMPLE_CSN);
     csn.Interfaces[0].HardwareAddr = '42:A4:A6:22:80:2E';
-    csn.Interfaces.push({ Type: 1, Name: 'eth1', HardwareAddr: 'fe-ed-00-00-00-01', PCIAddress: '0000:03:00.1', MTU: 9000, VlanID: 100 });
-    const p = decodeRecoverPayload(b(JSON.stringify({ podNetworkDesc: { podId: 'a', podNs: 'b', podName: 'c' }, csn, HaveRunningContainers: true })));
+    csn.Interfaces.push({
+      Type: 1,
+      Name: 'eth1',
+      HardwareAddr: 'fe-ed-00-00-00-01',
+      PCIAddress: '0000:03:00.1',
+      MTU: 9000,
+      VlanID: 100,
+    });
+    const p = decodeRecoverPayload(
+      b(JSON.stringify({ podNetworkDesc: { podId: 'a', podNs: 'b', podName: 'c' }, csn, HaveRunningContainers: true })),
+    );
     expect(p.HaveRunningContainers).toBe(true);
     expect(p.podNetworkDesc).toEqual({ podId: 'a', podNs: 'b', podName: 'c', DNS: null });
     expect(p.csn.Interfaces.map((i) => [i.HardwareAddr, i.mac])).toEqual([
@@ -85,11 +119,25 @@ describe('decoders', () => {
     expect(p.csn.Interfaces[1]).toMatchObject({ Type: 1, PCIAddress: '0000:03:00.1', MTU: 9000, VlanID: 100 });
     // HaveRunningContainers, Type, PCIAddress, MTU, VlanID default to Go's zero values
     const min = decodeRecoverPayload(
-      b('{"podNetworkDesc":{"podId":"a","podNs":"b","podName":"c"},"csn":{"Result":null,"NsPath":"/n","Interfaces":[{"Name":"e","HardwareAddr":"QqSmIoAu"}]}}'),
+      b(
+        '{"podNetworkDesc":{"podId":"a","podNs":"b","podName":"c"},"csn":{"Result":null,"NsPath":"/n","Interfaces":[{"Name":"e","HardwareAddr":"QqSmIoAu"}]}}',
+      ),
     );
     expect(min.HaveRunningContainers).toBe(false);
-    expect(min.csn.Interfaces[0]).toEqual({ Type: 0, Name: 'e', HardwareAddr: 'QqSmIoAu', PCIAddress: '', MTU: 0, VlanID: 0, mac: '42:a4:a6:22:80:2e' });
-    expect(decodeCsn(b('{"Result":null,"NsPath":"/n","Interfaces":null}'))).toEqual({ Result: null, NsPath: '/n', Interfaces: [] });
+    expect(min.csn.Interfaces[0]).toEqual({
+      Type: 0,
+      Name: 'e',
+      HardwareAddr: 'QqSmIoAu',
+      PCIAddress: '',
+      MTU: 0,
+      VlanID: 0,
+      mac: '42:a4:a6:22:80:2e',
+    });
+    expect(decodeCsn(b('{"Result":null,"NsPath":"/n","Interfaces":null}'))).toEqual({
+      Result: null,
+      NsPath: '/n',
+      Interfaces: [],
+    });
   });
 
   it('reports every problem of a recover payload at once', () => {
@@ -98,12 +146,18 @@ describe('decoders', () => {
       csn: {
         Result: {
           interfaces: [{ name: 'eth0', mac: 'zz' }, 3],
-          ips: [{ version: 4, address: '10.0.0.1' }, { version: '6', address: 'fd00::1/64', gateway: 'fd00::g', interface: -1 }],
+          ips: [
+            { version: 4, address: '10.0.0.1' },
+            { version: '6', address: 'fd00::1/64', gateway: 'fd00::g', interface: -1 },
+          ],
           routes: [{ dst: '0.0.0.0/33' }, { gw: '1.2.3.4' }],
           dns: [],
         },
         NsPath: 7,
-        Interfaces: [{ Type: 2, Name: 'eth0', HardwareAddr: 'QqSmIoA', PCIAddress: '03:00', MTU: 70000, VlanID: 4095 }, null],
+        Interfaces: [
+          { Type: 2, Name: 'eth0', HardwareAddr: 'QqSmIoA', PCIAddress: '03:00', MTU: 70000, VlanID: 4095 },
+          null,
+        ],
       },
       HaveRunningContainers: 'yes',
     };
@@ -134,14 +188,16 @@ describe('decoders', () => {
   });
 
   it('reports a missing csn', () => {
-    expect(errOf(() => decodeRecoverPayload(b('{"podNetworkDesc":{"podId":"a","podNs":"b","podName":"c"}}'))).message).toBe(
-      'recover payload is invalid: csn must be an object (got nothing)',
-    );
+    expect(
+      errOf(() => decodeRecoverPayload(b('{"podNetworkDesc":{"podId":"a","podNs":"b","podName":"c"}}'))).message,
+    ).toBe('recover payload is invalid: csn must be an object (got nothing)');
   });
 
   it('decodes get info with colon-hex MACs and VFs, and checks fdIndex', () => {
     const infos = decodeGetInfo(
-      b('[{"type":0,"mac":"42:a4:a6:22:80:2e","fdIndex":1,"pciAddress":""},{"type":1,"mac":"/u0AAAAB","fdIndex":0,"pciAddress":"0000:03:00.1","x":1}]'),
+      b(
+        '[{"type":0,"mac":"42:a4:a6:22:80:2e","fdIndex":1,"pciAddress":""},{"type":1,"mac":"/u0AAAAB","fdIndex":0,"pciAddress":"0000:03:00.1","x":1}]',
+      ),
     );
     expect(infos).toEqual([
       { type: 0, mac: 'QqSmIoAu', fdIndex: 1, pciAddress: '' },
@@ -150,7 +206,11 @@ describe('decoders', () => {
     expect(decodeGetInfo(b('null'))).toEqual([]);
     expect(decodeGetInfo(b('[]'))).toEqual([]);
     const e = errOf(() =>
-      decodeGetInfo(b('[{"type":3,"mac":"x","fdIndex":0},{"mac":"QqSmIoAu","fdIndex":0,"pciAddress":1},{"mac":"QqSmIoAu","fdIndex":4},7]')),
+      decodeGetInfo(
+        b(
+          '[{"type":3,"mac":"x","fdIndex":0},{"mac":"QqSmIoAu","fdIndex":0,"pciAddress":1},{"mac":"QqSmIoAu","fdIndex":4},7]',
+        ),
+      ),
     );
     expect(e.message).toBe(
       'get info is invalid: ' +
@@ -163,11 +223,15 @@ describe('decoders', () => {
           '[3] must be an object (got 7)',
         ].join('; '),
     );
-    expect(errOf(() => decodeGetInfo(b('{"a":1}'))).message).toBe('get info is invalid: get info must be an array (got {"a":1})');
+    expect(errOf(() => decodeGetInfo(b('{"a":1}'))).message).toBe(
+      'get info is invalid: get info must be an array (got {"a":1})',
+    );
   });
 
   it('truncates long bad values in messages', () => {
-    const e = errOf(() => decodeGetFDPayload(b(JSON.stringify({ podNetworkDesc: { podId: 'a'.repeat(200).split('') } }))));
+    const e = errOf(() =>
+      decodeGetFDPayload(b(JSON.stringify({ podNetworkDesc: { podId: 'a'.repeat(200).split('') } }))),
+    );
     expect(e.message).toMatch(/podId must be a string \(got \["a","a",.*\.\.\.\)/);
   });
 });
@@ -189,15 +253,21 @@ describe('encoders', () => {
       '{"Result":{"cniVersion":"0.3.1","interfaces":[{"name":"eth0","mac":"42:a4:a6:22:80:2e"}],"ips":[{"version":"4","interface":0,"address":"10.1.90.5/24"}],"dns":{}},' +
         '"NsPath":"/var/run/netns/k","Interfaces":[{"Type":0,"Name":"eth0","HardwareAddr":"QqSmIoAu","PCIAddress":"","MTU":1450,"VlanID":0,"mac":"42:a4:a6:22:80:2e"}]}',
     );
-    expect(encodeCsn({ Result: null, NsPath: '/n', Interfaces: [] }).toString()).toBe('{"Result":null,"NsPath":"/n","Interfaces":[]}');
+    expect(encodeCsn({ Result: null, NsPath: '/n', Interfaces: [] }).toString()).toBe(
+      '{"Result":null,"NsPath":"/n","Interfaces":[]}',
+    );
   });
 
   it('encodes request payloads that decode back', () => {
     const desc = { podId: 'id', podNs: 'ns', podName: 'n', DNS: { nameservers: ['10.96.0.10'] } };
     const add = encodeGetFDPayload({ podNetworkDesc: desc });
-    expect(add.toString()).toBe('{"podNetworkDesc":{"podId":"id","podNs":"ns","podName":"n","DNS":{"nameservers":["10.96.0.10"]}}}');
+    expect(add.toString()).toBe(
+      '{"podNetworkDesc":{"podId":"id","podNs":"ns","podName":"n","DNS":{"nameservers":["10.96.0.10"]}}}',
+    );
     expect(decodeGetFDPayload(add)).toEqual({ podNetworkDesc: desc });
-    expect(encodeGetFDPayload({ podNetworkDesc: { podId: 'a', podNs: 'b', podName: 'c' } }).toString()).toContain('"DNS":null');
+    expect(encodeGetFDPayload({ podNetworkDesc: { podId: 'a', podNs: 'b', podName: 'c' } }).toString()).toContain(
+      '"DNS":null',
+    );
     const rec = encodeRecoverPayload({ podNetworkDesc: desc, csn, HaveRunningContainers: true });
     const back = decodeRecoverPayload(rec);
     expect(back.HaveRunningContainers).toBe(true);
@@ -206,9 +276,9 @@ describe('encoders', () => {
   });
 
   it('encodes get info MACs as base64 whatever the input form', () => {
-    expect(encodeGetInfo([{ type: 1, mac: 'fe:ed:00:00:00:01', fdIndex: 0, pciAddress: '0000:03:00.1' }]).toString()).toBe(
-      '[{"type":1,"mac":"/u0AAAAB","fdIndex":0,"pciAddress":"0000:03:00.1"}]',
-    );
+    expect(
+      encodeGetInfo([{ type: 1, mac: 'fe:ed:00:00:00:01', fdIndex: 0, pciAddress: '0000:03:00.1' }]).toString(),
+    ).toBe('[{"type":1,"mac":"/u0AAAAB","fdIndex":0,"pciAddress":"0000:03:00.1"}]');
     expect(() => encodeGetInfo([{ type: 0, mac: 'bad', fdIndex: 0, pciAddress: '' }])).toThrow(/bad MAC "bad"/);
   });
 });
@@ -219,12 +289,14 @@ describe('get info mtu (our extra field)', () => {
     const buf = encodeGetInfo([{ type: 0, mac: '42:a4:a6:22:80:2e', fdIndex: 0, pciAddress: '', mtu: 1400 }]);
     expect(buf.toString()).toBe('[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":"","mtu":1400}]');
     expect(decodeGetInfo(buf)[0]!.mtu).toBe(1400);
-    expect(() => decodeGetInfo(Buffer.from('[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":"","mtu":9}]'))).toThrow(/mtu/);
+    expect(() =>
+      decodeGetInfo(Buffer.from('[{"type":0,"mac":"QqSmIoAu","fdIndex":0,"pciAddress":"","mtu":9}]')),
+    ).toThrow(/mtu/);
   });
 });
 
 describe('multiqueue get (ours: {"queues": N} and queueFdIndices)', () => {
-  it('reads the request: none is Virtlet\'s one queue; a number from 1 to 256; anything else is named', async () => {
+  it("reads the request: none is Virtlet's one queue; a number from 1 to 256; anything else is named", async () => {
     const { decodeGetRequest, encodeGetRequest } = await import('../../src/protocol/codec.js');
     expect(decodeGetRequest(Buffer.alloc(0))).toEqual({ queues: 1 });
     expect(decodeGetRequest(b('{"queues":4}'))).toEqual({ queues: 4 });
@@ -232,9 +304,15 @@ describe('multiqueue get (ours: {"queues": N} and queueFdIndices)', () => {
     expect(decodeGetRequest(b('{}'))).toEqual({ queues: 1 });
     expect(encodeGetRequest({ queues: 1 })).toBeNull();
     expect(encodeGetRequest({ queues: 8 })!.toString()).toBe('{"queues":8}');
-    expect(errOf(() => decodeGetRequest(b('{"queues":0}'))).message).toBe('get payload is invalid: queues must be an integer in 1..256 (got 0)');
-    expect(errOf(() => decodeGetRequest(b('{"queues":"4"}'))).message).toBe('get payload is invalid: queues must be an integer in 1..256 (got "4")');
-    expect(errOf(() => decodeGetRequest(b('[4]'))).message).toBe('get payload is invalid: payload must be an object (got [4])');
+    expect(errOf(() => decodeGetRequest(b('{"queues":0}'))).message).toBe(
+      'get payload is invalid: queues must be an integer in 1..256 (got 0)',
+    );
+    expect(errOf(() => decodeGetRequest(b('{"queues":"4"}'))).message).toBe(
+      'get payload is invalid: queues must be an integer in 1..256 (got "4")',
+    );
+    expect(errOf(() => decodeGetRequest(b('[4]'))).message).toBe(
+      'get payload is invalid: payload must be an object (got [4])',
+    );
     expect(errOf(() => decodeGetRequest(b('x'))).message).toMatch(/^get payload is not JSON: /);
   });
 

@@ -108,7 +108,9 @@ describe('RequestReader', () => {
     bad.writeUInt32BE(0xdeadbeef, 0);
     const r = new RequestReader();
     // the valid request before the garbage is still returned: it gets its reply before the error
-    expect(r.push(Buffer.concat([req(Command.Get, 'k'), bad]))).toEqual([{ command: 2, key: 'k', data: Buffer.alloc(0) }]);
+    expect(r.push(Buffer.concat([req(Command.Get, 'k'), bad]))).toEqual([
+      { command: 2, key: 'k', data: Buffer.alloc(0) },
+    ]);
     expect(r.error?.message).toMatch(/bad magic 0xde/);
   });
 
@@ -183,7 +185,7 @@ describe('response framing', () => {
     const h = decodeHeader(b);
     expect(h.dataSize).toBe(MAX_PAYLOAD);
     expect(b.subarray(77).toString('utf8')).toBe('é'.repeat(MAX_PAYLOAD / 2));
-    const odd = encodeError('a' + 'é'.repeat(MAX_PAYLOAD));
+    const odd = encodeError(`a${'é'.repeat(MAX_PAYLOAD)}`);
     expect(decodeHeader(odd).dataSize).toBe(MAX_PAYLOAD - 1);
   });
 });

@@ -33,8 +33,20 @@ function codeOf(f: () => unknown): string | undefined {
 
 describe('commands', () => {
   it('has Virtlet codes and constants', () => {
-    expect(Command).toEqual({ Add: 0, Release: 1, Get: 2, Recover: 3, List: 4, ReleaseForce: 5, Status: 6, Gc: 7, Check: 8 });
-    expect([RESPONSE_BIT, ERROR_COMMAND, MAGIC, HEADER_SIZE, KEY_SIZE, MAX_PAYLOAD]).toEqual([0x80, 0xff, 0x42424242, 77, 64, 1048576]);
+    expect(Command).toEqual({
+      Add: 0,
+      Release: 1,
+      Get: 2,
+      Recover: 3,
+      List: 4,
+      ReleaseForce: 5,
+      Status: 6,
+      Gc: 7,
+      Check: 8,
+    });
+    expect([RESPONSE_BIT, ERROR_COMMAND, MAGIC, HEADER_SIZE, KEY_SIZE, MAX_PAYLOAD]).toEqual([
+      0x80, 0xff, 0x42424242, 77, 64, 1048576,
+    ]);
     expect(responseOf(Command.Get)).toBe(0x82);
   });
 
@@ -56,7 +68,17 @@ describe('commands', () => {
     expect(commandName(0x89)).toBe('unknown(0x89)');
     expect(commandFromName('recover')).toBe(3);
     expect(commandFromName('nope')).toBeUndefined();
-    expect([0, 4, 5, 6, 7, 8, 9, -1, 0x80].map(isCommand)).toEqual([true, true, true, true, true, true, false, false, false]);
+    expect([0, 4, 5, 6, 7, 8, 9, -1, 0x80].map(isCommand)).toEqual([
+      true,
+      true,
+      true,
+      true,
+      true,
+      true,
+      false,
+      false,
+      false,
+    ]);
   });
 });
 

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { escapeQemuValue, IdAllocator, isQ35, parseQemuOptValue, splitQemuOpts, usedIds, usedPcieNumbers } from '../../src/qemu/index.js';
+import {
+  escapeQemuValue,
+  IdAllocator,
+  isQ35,
+  parseQemuOptValue,
+  splitQemuOpts,
+  usedIds,
+  usedPcieNumbers,
+} from '../../src/qemu/index.js';
 
 describe('escapeQemuValue / splitQemuOpts', () => {
   it('doubles commas and splits on single ones', () => {
@@ -15,11 +23,16 @@ describe('escapeQemuValue / splitQemuOpts', () => {
 describe('usedIds', () => {
   it('finds ids in key=value form, including ,, escaping', () => {
     const argv = [
-      '-name', 'guest=vm,,1,debug-threads=on',
-      '-chardev', 'socket,id=charmonitor,fd=22,server=on,wait=off',
-      '-drive', 'file=/var/lib/a,,b.qcow2,format=qcow2,if=none,id=drive-virtio-disk0',
-      '-device', 'virtio-blk-pci,bus=pci.0,addr=0x4,drive=drive-virtio-disk0,id=virtio-disk0,bootindex=1',
-      '-device', 'vfio-pci,host=0000:3d:02.2,id=hostdev0,bus=pci.0,addr=0x5',
+      '-name',
+      'guest=vm,,1,debug-threads=on',
+      '-chardev',
+      'socket,id=charmonitor,fd=22,server=on,wait=off',
+      '-drive',
+      'file=/var/lib/a,,b.qcow2,format=qcow2,if=none,id=drive-virtio-disk0',
+      '-device',
+      'virtio-blk-pci,bus=pci.0,addr=0x4,drive=drive-virtio-disk0,id=virtio-disk0,bootindex=1',
+      '-device',
+      'vfio-pci,host=0000:3d:02.2,id=hostdev0,bus=pci.0,addr=0x5',
       '-nodefaults',
       '-no-user-config',
     ];
@@ -30,10 +43,14 @@ describe('usedIds', () => {
   });
   it('finds ids in libvirt 9 JSON form', () => {
     const argv = [
-      '-blockdev', '{"driver":"file","filename":"/a.qcow2","node-name":"libvirt-1-storage"}',
-      '-device', '{"driver":"vfio-pci","host":"0000:3d:02.2","id":"hostdev0","bus":"pci.0","addr":"0x5"}',
-      '-object', '{"qom-type":"memory-backend-ram","id":"pc.ram","size":1073741824}',
-      '-netdev', '{"type":"tap","fd":"24","id":"hostnet0"}',
+      '-blockdev',
+      '{"driver":"file","filename":"/a.qcow2","node-name":"libvirt-1-storage"}',
+      '-device',
+      '{"driver":"vfio-pci","host":"0000:3d:02.2","id":"hostdev0","bus":"pci.0","addr":"0x5"}',
+      '-object',
+      '{"qom-type":"memory-backend-ram","id":"pc.ram","size":1073741824}',
+      '-netdev',
+      '{"type":"tap","fd":"24","id":"hostnet0"}',
     ];
     expect([...usedIds(argv)].sort()).toEqual(['hostdev0', 'hostnet0', 'pc.ram']);
   });
@@ -72,9 +89,12 @@ describe('isQ35', () => {
 describe('usedPcieNumbers', () => {
   it('reads chassis and ports of libvirt root ports in both forms', () => {
     const u = usedPcieNumbers([
-      '-device', 'pcie-root-port,port=0x10,chassis=1,id=pci.1,bus=pcie.0,multifunction=on,addr=0x2',
-      '-device', '{"driver":"pcie-root-port","port":17,"chassis":2,"id":"pci.2","bus":"pcie.0","addr":"0x2.0x1"}',
-      '-device', 'pci-bridge,chassis_nr=3,id=pci.3,bus=pci.2',
+      '-device',
+      'pcie-root-port,port=0x10,chassis=1,id=pci.1,bus=pcie.0,multifunction=on,addr=0x2',
+      '-device',
+      '{"driver":"pcie-root-port","port":17,"chassis":2,"id":"pci.2","bus":"pcie.0","addr":"0x2.0x1"}',
+      '-device',
+      'pci-bridge,chassis_nr=3,id=pci.3,bus=pci.2',
     ]);
     expect([...u.chassis].sort()).toEqual([1, 2, 3]);
     expect([...u.ports].sort()).toEqual([16, 17]);

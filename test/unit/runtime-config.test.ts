@@ -26,13 +26,18 @@ describe('podNetworkDesc.portMappings and bandwidth', () => {
   it('a Virtlet request (neither field) decodes and encodes as before', () => {
     const d = decode({ ...base, DNS: null }).podNetworkDesc;
     expect(d).toEqual({ ...base, DNS: null });
-    expect(JSON.parse(encodeGetFDPayload({ podNetworkDesc: d }).toString())).toEqual({ podNetworkDesc: { ...base, DNS: null } });
+    expect(JSON.parse(encodeGetFDPayload({ podNetworkDesc: d }).toString())).toEqual({
+      podNetworkDesc: { ...base, DNS: null },
+    });
   });
 
   it('decodes both, the protocol in lower case (CRI writes TCP), hostIP "" by default, and encodes them back', () => {
     const d = decode({
       ...base,
-      portMappings: [{ hostPort: 8080, containerPort: 80, protocol: 'TCP' }, { hostPort: 5353, containerPort: 53, protocol: 'udp', hostIP: '10.0.0.5' }],
+      portMappings: [
+        { hostPort: 8080, containerPort: 80, protocol: 'TCP' },
+        { hostPort: 5353, containerPort: 53, protocol: 'udp', hostIP: '10.0.0.5' },
+      ],
       bandwidth: { ingressRate: 1000000, egressRate: 2000000, egressBurst: 64000 },
     }).podNetworkDesc;
     expect(d.portMappings).toEqual([
@@ -40,35 +45,63 @@ describe('podNetworkDesc.portMappings and bandwidth', () => {
       { hostPort: 5353, containerPort: 53, protocol: 'udp', hostIP: '10.0.0.5' },
     ]);
     expect(d.bandwidth).toEqual({ ingressRate: 1000000, egressRate: 2000000, egressBurst: 64000 });
-    expect(decode(JSON.parse(encodeGetFDPayload({ podNetworkDesc: d }).toString()).podNetworkDesc).podNetworkDesc).toEqual(d);
+    expect(
+      decode(JSON.parse(encodeGetFDPayload({ podNetworkDesc: d }).toString()).podNetworkDesc).podNetworkDesc,
+    ).toEqual(d);
   });
 
   it('refuses bad ones, naming each field', () => {
     const msg = badRequest(() =>
-      decode({ ...base, portMappings: [{ hostPort: 0, containerPort: 70000, protocol: 'icmp', hostIP: 'x' }, 'p'], bandwidth: { ingressRate: -1 } }),
+      decode({
+        ...base,
+        portMappings: [{ hostPort: 0, containerPort: 70000, protocol: 'icmp', hostIP: 'x' }, 'p'],
+        bandwidth: { ingressRate: -1 },
+      }),
     );
-    for (const f of ['portMappings[0].hostPort', 'portMappings[0].containerPort', 'portMappings[0].protocol', 'portMappings[0].hostIP', 'portMappings[1]', 'bandwidth.ingressRate']) {
+    for (const f of [
+      'portMappings[0].hostPort',
+      'portMappings[0].containerPort',
+      'portMappings[0].protocol',
+      'portMappings[0].hostIP',
+      'portMappings[1]',
+      'bandwidth.ingressRate',
+    ]) {
       expect(msg).toContain(`podNetworkDesc.${f}`);
     }
-    expect(badRequest(() => decode({ ...base, portMappings: [{ containerPort: 80 }] }))).toContain('portMappings[0].hostPort is required');
+    expect(badRequest(() => decode({ ...base, portMappings: [{ containerPort: 80 }] }))).toContain(
+      'portMappings[0].hostPort is required',
+    );
     expect(badRequest(() => decode({ ...base, bandwidth: 5 }))).toContain('podNetworkDesc.bandwidth must be an object');
   });
 });
 
 describe('the capability args every CNI verb of the pod gets', () => {
-  const desc = { ...base, portMappings: [{ hostPort: 8080, containerPort: 80, protocol: 'tcp' as const, hostIP: '' }], bandwidth: { ingressRate: 1000 } };
+  const desc = {
+    ...base,
+    portMappings: [{ hostPort: 8080, containerPort: 80, protocol: 'tcp' as const, hostIP: '' }],
+    bandwidth: { ingressRate: 1000 },
+  };
 
   it('come from the record, only those the pod has', () => {
     expect(capabilityArgs(base)).toBeUndefined();
-    expect(runtimeConf({ key: 'k1', nsPath: '/var/run/netns/k1', desc: base }, 'virtlet-eth0').capabilityArgs).toBeUndefined();
-    expect(runtimeConf({ key: 'k1', nsPath: '/var/run/netns/k1', desc }, 'virtlet-eth0').capabilityArgs).toEqual({ portMappings: desc.portMappings, bandwidth: desc.bandwidth });
+    expect(
+      runtimeConf({ key: 'k1', nsPath: '/var/run/netns/k1', desc: base }, 'virtlet-eth0').capabilityArgs,
+    ).toBeUndefined();
+    expect(runtimeConf({ key: 'k1', nsPath: '/var/run/netns/k1', desc }, 'virtlet-eth0').capabilityArgs).toEqual({
+      portMappings: desc.portMappings,
+      bandwidth: desc.bandwidth,
+    });
   });
 
   it('reach only the plugins that declare the capability, as runtimeConfig', () => {
     const caps = capabilityArgs(desc);
     const list = { name: 'n', cniVersion: '1.0.0' };
-    expect(buildOneConfig(list, { type: 'portmap', capabilities: { portMappings: true } }, undefined, caps).runtimeConfig).toEqual({ portMappings: desc.portMappings });
-    expect(buildOneConfig(list, { type: 'bandwidth', capabilities: { bandwidth: true } }, undefined, caps).runtimeConfig).toEqual({ bandwidth: desc.bandwidth });
+    expect(
+      buildOneConfig(list, { type: 'portmap', capabilities: { portMappings: true } }, undefined, caps).runtimeConfig,
+    ).toEqual({ portMappings: desc.portMappings });
+    expect(
+      buildOneConfig(list, { type: 'bandwidth', capabilities: { bandwidth: true } }, undefined, caps).runtimeConfig,
+    ).toEqual({ bandwidth: desc.bandwidth });
     expect(buildOneConfig(list, { type: 'bridge' }, undefined, caps).runtimeConfig).toBeUndefined();
   });
 });
@@ -82,7 +115,8 @@ describe('tapctl add --port and --bandwidth', () => {
       { hostPort: 5353, containerPort: 53, protocol: 'udp', hostIP: '' },
       { hostPort: 2222, containerPort: 22, protocol: 'tcp', hostIP: '' },
     ]);
-    for (const bad of ['80', '0:80', '8080:70000', '8080:80/icmp', 'a:b', '8080:80/']) expect(parsePortFlag(bad)).toBeUndefined();
+    for (const bad of ['80', '0:80', '8080:70000', '8080:80/icmp', 'a:b', '8080:80/'])
+      expect(parsePortFlag(bad)).toBeUndefined();
   });
 });
 
@@ -97,6 +131,9 @@ describe('tapmanager --binding', () => {
   });
 
   it('refuses anything else', () => {
-    expect(parseConfig(['--binding', 'macvtap'], {})).toEqual({ ok: false, errors: ['--binding / VMPOD_BINDING "macvtap" is not one of auto, bridge, tc-redirect'] });
+    expect(parseConfig(['--binding', 'macvtap'], {})).toEqual({
+      ok: false,
+      errors: ['--binding / VMPOD_BINDING "macvtap" is not one of auto, bridge, tc-redirect'],
+    });
   });
 });

@@ -26,11 +26,16 @@ describe('SpareNetns', () => {
   it('makes spares up to its target once nothing ran for the idle time, and not before or meanwhile', async () => {
     vi.useFakeTimers();
     const made: number[] = [];
-    const s = new SpareNetns(2, async () => {
-      const fd = openSync('/dev/null', 'r');
-      made.push(fd);
-      return fd;
-    }, logger().log, 100);
+    const s = new SpareNetns(
+      2,
+      async () => {
+        const fd = openSync('/dev/null', 'r');
+        made.push(fd);
+        return fd;
+      },
+      logger().log,
+      100,
+    );
     await vi.advanceTimersByTimeAsync(500);
     expect(made).toEqual([]); // none before the first add or release
     s.begin();
@@ -88,9 +93,14 @@ describe('SpareNetns', () => {
     await vi.advanceTimersByTimeAsync(100);
     expect(calls).toBe(0);
     const { lines, log } = logger();
-    const failing = new SpareNetns(1, async () => {
-      throw new Error('no netns for you');
-    }, log, 10);
+    const failing = new SpareNetns(
+      1,
+      async () => {
+        throw new Error('no netns for you');
+      },
+      log,
+      10,
+    );
     for (let i = 0; i < 3; i++) {
       failing.begin();
       failing.end();

@@ -15,8 +15,18 @@ function sample(key = 'pod-1'): PodRecord {
     phase: 'adding',
     steps: [
       { name: 'netns', target: key, do: [{ op: 'netns-add', name: key }], undo: [{ op: 'netns-del', name: key }] },
-      { name: 'cni-add', target: 'virtlet-eth0', do: [{ op: 'cni-add', ifName: 'virtlet-eth0' }], undo: [{ op: 'cni-del', ifName: 'virtlet-eth0' }] },
-      { name: 'bridge', target: 'br0', do: [{ op: 'ip', args: ['link', 'add', 'name', 'br0', 'type', 'bridge'] }], undo: [{ op: 'ip', args: ['link', 'del', 'dev', 'br0'] }] },
+      {
+        name: 'cni-add',
+        target: 'virtlet-eth0',
+        do: [{ op: 'cni-add', ifName: 'virtlet-eth0' }],
+        undo: [{ op: 'cni-del', ifName: 'virtlet-eth0' }],
+      },
+      {
+        name: 'bridge',
+        target: 'br0',
+        do: [{ op: 'ip', args: ['link', 'add', 'name', 'br0', 'type', 'bridge'] }],
+        undo: [{ op: 'ip', args: ['link', 'del', 'dev', 'br0'] }],
+      },
     ],
     cniIfNames: ['virtlet-eth0'],
     interfaces: [],
@@ -92,7 +102,11 @@ describe('StateStore', () => {
     s.write(sample());
     const before = readFileSync(join(dir, 'pod-1.json'), 'utf8');
     const bad = sample();
-    (bad as unknown as { desc: unknown }).desc = { toJSON() { throw new Error('boom'); } };
+    (bad as unknown as { desc: unknown }).desc = {
+      toJSON() {
+        throw new Error('boom');
+      },
+    };
     expect(() => s.write(bad)).toThrow();
     expect(readFileSync(join(dir, 'pod-1.json'), 'utf8')).toBe(before);
   });
@@ -108,8 +122,13 @@ describe('StateStore', () => {
       expect(isVmpodError(e) && e.code).toBe('STATE');
       expect(String((e as Error).message)).toMatch(/state record .*pod-1\.json for key pod-1 is corrupt: not JSON/);
     }
-    writeFileSync(join(dir, 'pod-1.json'), JSON.stringify({ ...sample(), kind: 'other', phase: 'weird', steps: [{ name: 'zap', do: [], undo: [] }] }));
-    expect(() => s.read('pod-1')).toThrow(/kind is "other", expected "vmpodPodV1"; phase "weird" is not one of adding, ready, releasing; steps\[0\]: unknown step "zap"/);
+    writeFileSync(
+      join(dir, 'pod-1.json'),
+      JSON.stringify({ ...sample(), kind: 'other', phase: 'weird', steps: [{ name: 'zap', do: [], undo: [] }] }),
+    );
+    expect(() => s.read('pod-1')).toThrow(
+      /kind is "other", expected "vmpodPodV1"; phase "weird" is not one of adding, ready, releasing; steps\[0\]: unknown step "zap"/,
+    );
     writeFileSync(join(dir, 'pod-1.json'), JSON.stringify(sample('pod-9')));
     expect(() => s.read('pod-1')).toThrow(/key is "pod-9", expected "pod-1"/);
   });
@@ -124,7 +143,14 @@ describe('StateStore', () => {
 
 describe('record', () => {
   it('newRecord fills kind, interfaces and createdAt, and its record parses', () => {
-    const rec = newRecord({ key: 'pod-1', desc: sample().desc, nsPath: '/var/run/netns/pod-1', phase: 'adding', steps: sample().steps, cniIfNames: ['virtlet-eth0'] });
+    const rec = newRecord({
+      key: 'pod-1',
+      desc: sample().desc,
+      nsPath: '/var/run/netns/pod-1',
+      phase: 'adding',
+      steps: sample().steps,
+      cniIfNames: ['virtlet-eth0'],
+    });
     expect(rec).toEqual({ ...sample(), createdAt: rec.createdAt });
     expect(Object.keys(rec)).toEqual(Object.keys(sample()));
     expect(Number.isNaN(Date.parse(rec.createdAt))).toBe(false);
@@ -132,10 +158,15 @@ describe('record', () => {
   });
 
   it('a sysctl op takes "name=value" settings only', () => {
-    const withOp = (op: unknown) => ({ ...sample(), steps: [{ name: 'rp-filter', target: 'pod-1', do: [op], undo: [] }] });
+    const withOp = (op: unknown) => ({
+      ...sample(),
+      steps: [{ name: 'rp-filter', target: 'pod-1', do: [op], undo: [] }],
+    });
     expect(recordProblems(withOp({ op: 'sysctl', settings: ['net.ipv4.conf.all.rp_filter=0'] }), 'pod-1')).toEqual([]);
     for (const settings of [undefined, ['net.ipv4.conf.all.rp_filter'], ['a=1 b=2'], [3]]) {
-      expect(recordProblems(withOp({ op: 'sysctl', settings }), 'pod-1')).toEqual(['steps[0].do[0]: sysctl op without "name=value" settings']);
+      expect(recordProblems(withOp({ op: 'sysctl', settings }), 'pod-1')).toEqual([
+        'steps[0].do[0]: sysctl op without "name=value" settings',
+      ]);
     }
   });
 });

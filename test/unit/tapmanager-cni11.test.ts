@@ -9,7 +9,11 @@ import { PodChecker } from '../../src/tapmanager/checks.js';
 import type { PodCheck } from '../../src/podnet/index.js';
 import { silentLogger } from '../../src/log.js';
 
-const list = (name = 'net'): NetworkConfigList => parseConfList(Buffer.from(JSON.stringify({ cniVersion: '1.1.0', name, plugins: [{ type: 'a' }, { type: 'b' }] })), '/x.conflist');
+const list = (name = 'net'): NetworkConfigList =>
+  parseConfList(
+    Buffer.from(JSON.stringify({ cniVersion: '1.1.0', name, plugins: [{ type: 'a' }, { type: 'b' }] })),
+    '/x.conflist',
+  );
 
 function monitor(answers: PluginStatus[][], opts: { intervalMs?: number; lists?: NetworkConfigList[] } = {}) {
   let asked = 0;
@@ -25,17 +29,27 @@ function monitor(answers: PluginStatus[][], opts: { intervalMs?: number; lists?:
   return { m, asked: () => asked, seen };
 }
 
-const ok: PluginStatus[] = [{ plugin: 'a', code: 0, msg: '' }, { plugin: 'b', code: 0, msg: '' }];
-const down: PluginStatus[] = [{ plugin: 'a', code: 0, msg: '' }, { plugin: 'b', code: 50, msg: 'no uplink' }];
+const ok: PluginStatus[] = [
+  { plugin: 'a', code: 0, msg: '' },
+  { plugin: 'b', code: 0, msg: '' },
+];
+const down: PluginStatus[] = [
+  { plugin: 'a', code: 0, msg: '' },
+  { plugin: 'b', code: 50, msg: 'no uplink' },
+];
 
 describe('CniStatusMonitor', () => {
   it('refuses an add at once while the last answer is fresh and an error, without asking again', async () => {
     const { m, asked, seen } = monitor([down]);
     await m.refresh();
-    await expect(m.admitAdd()).rejects.toThrow('add refused: CNI plugin b of network net answers STATUS with error 50 (cannot take adds): no uplink; the network cannot take adds now');
+    await expect(m.admitAdd()).rejects.toThrow(
+      'add refused: CNI plugin b of network net answers STATUS with error 50 (cannot take adds): no uplink; the network cannot take adds now',
+    );
     await expect(m.admitAdd()).rejects.toThrow(/plugin b/);
     expect(asked()).toBe(1);
-    expect(m.reasons()).toEqual(['CNI plugin b of network net answers STATUS with error 50 (cannot take adds): no uplink']);
+    expect(m.reasons()).toEqual([
+      'CNI plugin b of network net answers STATUS with error 50 (cannot take adds): no uplink',
+    ]);
     expect(seen).toEqual([down]);
   });
 
@@ -58,14 +72,17 @@ describe('CniStatusMonitor', () => {
 });
 
 describe('runGc', () => {
-  it('reads the live pods inside the lock and names them with tapmanager\'s ifName', async () => {
+  it("reads the live pods inside the lock and names them with tapmanager's ifName", async () => {
     const lock = new OpLock();
     let live = ['p1'];
     let release!: () => void;
     const adding = lock.runShared(() => new Promise<void>((r) => (release = r)));
     const calls: unknown[] = [];
     const gc = runGc({
-      gc: async (l, valid, opts) => (calls.push({ network: l.name, valid, opts }), { network: l.name, removed: [], pluginsAsked: [], errors: ['x failed'] }),
+      gc: async (l, valid, opts) => (
+        calls.push({ network: l.name, valid, opts }),
+        { network: l.name, removed: [], pluginsAsked: [], errors: ['x failed'] }
+      ),
       loadConfList: async () => list(),
       liveKeys: () => live,
       netnsExists: (key) => key === 'orphan',
@@ -81,20 +98,46 @@ describe('runGc', () => {
     await adding;
     expect((await gc).errors).toEqual(['x failed']);
     expect(calls).toEqual([
-      { network: 'net', valid: [{ containerId: 'p1', ifName: 'virtlet-eth0' }, { containerId: 'p2', ifName: 'virtlet-eth0' }], opts: { plugins: true, ifNames: ['virtlet-eth0'], stillHeld: expect.any(Function) } },
+      {
+        network: 'net',
+        valid: [
+          { containerId: 'p1', ifName: 'virtlet-eth0' },
+          { containerId: 'p2', ifName: 'virtlet-eth0' },
+        ],
+        opts: { plugins: true, ifNames: ['virtlet-eth0'], stillHeld: expect.any(Function) },
+      },
     ]);
-    const { stillHeld } = (calls[0] as { opts: { stillHeld: (a: { containerId: string; ifName: string }) => boolean } }).opts;
-    expect([stillHeld({ containerId: 'orphan', ifName: 'virtlet-eth0' }), stillHeld({ containerId: 'gone', ifName: 'virtlet-eth0' })]).toEqual([true, false]);
+    const { stillHeld } = (calls[0] as { opts: { stillHeld: (a: { containerId: string; ifName: string }) => boolean } })
+      .opts;
+    expect([
+      stillHeld({ containerId: 'orphan', ifName: 'virtlet-eth0' }),
+      stillHeld({ containerId: 'gone', ifName: 'virtlet-eth0' }),
+    ]).toEqual([true, false]);
   });
 });
 
 describe('PodChecker', () => {
-  const result = (key: string, failures: PodCheck['failures']): PodCheck => ({ key, ok: failures.length === 0, failures, cni: 'checked', at: '2026-01-01T00:00:00.000Z' });
+  const result = (key: string, failures: PodCheck['failures']): PodCheck => ({
+    key,
+    ok: failures.length === 0,
+    failures,
+    cni: 'checked',
+    at: '2026-01-01T00:00:00.000Z',
+  });
 
   it('keeps a failing pod degraded until a check passes, and counts each reason once per check', async () => {
-    let next = result('p1', [{ reason: 'link-down', detail: 'tap0 is down' }, { reason: 'link-down', detail: 'br0 is down' }, { reason: 'cni-check-failed', detail: 'x' }]);
+    let next = result('p1', [
+      { reason: 'link-down', detail: 'tap0 is down' },
+      { reason: 'link-down', detail: 'br0 is down' },
+      { reason: 'cni-check-failed', detail: 'x' },
+    ]);
     const counted: string[] = [];
-    const c = new PodChecker({ check: async () => next, readyKeys: () => ['p1'], log: silentLogger(), onFailure: (r) => void counted.push(r) });
+    const c = new PodChecker({
+      check: async () => next,
+      readyKeys: () => ['p1'],
+      log: silentLogger(),
+      onFailure: (r) => void counted.push(r),
+    });
     await c.checkAll();
     expect(c.degraded('p1')?.failures.map((f) => f.reason)).toEqual(['link-down', 'link-down', 'cni-check-failed']);
     expect(counted).toEqual(['link-down', 'cni-check-failed']);
@@ -105,7 +148,10 @@ describe('PodChecker', () => {
 
   it('goes on past a pod whose check cannot run, and forgets a released pod', async () => {
     const c = new PodChecker({
-      check: async (key) => (key === 'bad' ? Promise.reject(new Error('no record')) : result(key, [{ reason: 'netns-missing', detail: 'gone' }])),
+      check: async (key) =>
+        key === 'bad'
+          ? Promise.reject(new Error('no record'))
+          : result(key, [{ reason: 'netns-missing', detail: 'gone' }]),
       readyKeys: () => ['bad', 'p2'],
       log: silentLogger(),
     });
@@ -120,7 +166,11 @@ describe('PodChecker.checkAll', () => {
   it('runs again after a run that found no pod (it does not stay "running")', async () => {
     let keys: string[] = [];
     let checked = 0;
-    const c = new PodChecker({ check: async (key) => (checked++, { key, ok: true, failures: [], cni: 'checked', at: '' }), readyKeys: () => keys, log: silentLogger() });
+    const c = new PodChecker({
+      check: async (key) => (checked++, { key, ok: true, failures: [], cni: 'checked', at: '' }),
+      readyKeys: () => keys,
+      log: silentLogger(),
+    });
     await c.checkAll();
     keys = ['p1'];
     await c.checkAll();

@@ -34,17 +34,34 @@ describe('tapmanager config', () => {
   });
 
   it('takes env vars, and flags win over them', () => {
-    const env = { VIRTLET_FD_SERVER_SOCKET_PATH: '/run/a.sock', VIRTLET_CNI_PLUGIN_DIR: '/a:/b', VIRTLET_SRIOV_SUPPORT: 'true' };
-    const r = parseConfig(['--socket', '/run/b.sock', '--cni-conf-dir=/etc/x', '--enable-sriov', '--socket-group', 'kvm'], env);
-    expect(r.ok && r.config).toMatchObject({ socket: '/run/b.sock', cniConfDir: '/etc/x', cniBinDirs: ['/a', '/b'], enableSriov: true, socketGroup: 'kvm' });
+    const env = {
+      VIRTLET_FD_SERVER_SOCKET_PATH: '/run/a.sock',
+      VIRTLET_CNI_PLUGIN_DIR: '/a:/b',
+      VIRTLET_SRIOV_SUPPORT: 'true',
+    };
+    const r = parseConfig(
+      ['--socket', '/run/b.sock', '--cni-conf-dir=/etc/x', '--enable-sriov', '--socket-group', 'kvm'],
+      env,
+    );
+    expect(r.ok && r.config).toMatchObject({
+      socket: '/run/b.sock',
+      cniConfDir: '/etc/x',
+      cniBinDirs: ['/a', '/b'],
+      enableSriov: true,
+      socketGroup: 'kvm',
+    });
   });
 
   it('--enable-sriov=false turns off VIRTLET_SRIOV_SUPPORT=true; a bad value is refused', () => {
     const env = { VIRTLET_SRIOV_SUPPORT: 'true' };
     expect(parseConfig([], env)).toMatchObject({ ok: true, config: { enableSriov: true } });
-    for (const off of ['false', '0', 'no', 'off']) expect(parseConfig([`--enable-sriov=${off}`], env)).toMatchObject({ ok: true, config: { enableSriov: false } });
+    for (const off of ['false', '0', 'no', 'off'])
+      expect(parseConfig([`--enable-sriov=${off}`], env)).toMatchObject({ ok: true, config: { enableSriov: false } });
     expect(parseConfig(['--enable-sriov=true'], {})).toMatchObject({ ok: true, config: { enableSriov: true } });
-    expect(parseConfig(['--enable-sriov=maybe'], env)).toEqual({ ok: false, errors: ['--enable-sriov / VIRTLET_SRIOV_SUPPORT "maybe" is not a boolean'] });
+    expect(parseConfig(['--enable-sriov=maybe'], env)).toEqual({
+      ok: false,
+      errors: ['--enable-sriov / VIRTLET_SRIOV_SUPPORT "maybe" is not a boolean'],
+    });
     // a value given to a plain switch is still refused
     expect(parseConfig(['--help=no'], {})).toEqual({ ok: false, errors: ['--help takes no value'] });
   });
@@ -54,11 +71,17 @@ describe('tapmanager config', () => {
   });
 
   it('the CNI STATUS, GC and check intervals, and --cni-gc plugins', () => {
-    expect(parseConfig(['--cni-gc', 'plugins', '--cni-gc-interval', '0', '--check-interval=0'], { VMPOD_CNI_STATUS_INTERVAL_MS: '500' })).toMatchObject({
+    expect(
+      parseConfig(['--cni-gc', 'plugins', '--cni-gc-interval', '0', '--check-interval=0'], {
+        VMPOD_CNI_STATUS_INTERVAL_MS: '500',
+      }),
+    ).toMatchObject({
       ok: true,
       config: { cniGcPlugins: true, cniGcIntervalMs: 0, checkIntervalMs: 0, cniStatusIntervalMs: 500 },
     });
-    expect(parseConfig([], { VMPOD_CNI_GC: 'plugins', VMPOD_CNI_GC_INTERVAL_MS: '60000', VMPOD_CHECK_INTERVAL_MS: '1000' })).toMatchObject({
+    expect(
+      parseConfig([], { VMPOD_CNI_GC: 'plugins', VMPOD_CNI_GC_INTERVAL_MS: '60000', VMPOD_CHECK_INTERVAL_MS: '1000' }),
+    ).toMatchObject({
       ok: true,
       config: { cniGcPlugins: true, cniGcIntervalMs: 60000, checkIntervalMs: 1000 },
     });
@@ -76,7 +99,10 @@ describe('tapmanager config', () => {
     expect(parseConfig(['--spare-netns', '0'], {})).toMatchObject({ ok: true, config: { spareNetns: 0 } });
     expect(parseConfig([], { VMPOD_SPARE_NETNS: '4' })).toMatchObject({ ok: true, config: { spareNetns: 4 } });
     for (const bad of ['-1', '17', '1.5', 'two']) {
-      expect(parseConfig(['--spare-netns', bad], {})).toEqual({ ok: false, errors: [`--spare-netns ${JSON.stringify(bad)} is not an integer from 0 to 16`] });
+      expect(parseConfig(['--spare-netns', bad], {})).toEqual({
+        ok: false,
+        errors: [`--spare-netns ${JSON.stringify(bad)} is not an integer from 0 to 16`],
+      });
     }
   });
 
@@ -88,7 +114,21 @@ describe('tapmanager config', () => {
   });
 
   it('reports every problem at once, quoting the values', () => {
-    const r = parseConfig(['--log-level', 'loud', '--cni-timeout', '-1', '--max-connections', '0', '--state-dir', 'rel', '--bogus', '--socket'], { VIRTLET_SRIOV_SUPPORT: 'maybe' });
+    const r = parseConfig(
+      [
+        '--log-level',
+        'loud',
+        '--cni-timeout',
+        '-1',
+        '--max-connections',
+        '0',
+        '--state-dir',
+        'rel',
+        '--bogus',
+        '--socket',
+      ],
+      { VIRTLET_SRIOV_SUPPORT: 'maybe' },
+    );
     expect(r.ok).toBe(false);
     const errors = r.ok ? [] : r.errors;
     expect(errors).toEqual(

@@ -65,12 +65,22 @@ describe('metrics', () => {
       },
     };
     const timed = m.timedExec(inner);
-    const run = (cmd: string) => timed.run({ pluginPath: '/usr/lib/cni/bridge', env: { CNI_COMMAND: cmd }, stdin: Buffer.alloc(0), timeoutMs: 1000 });
+    const run = (cmd: string) =>
+      timed.run({
+        pluginPath: '/usr/lib/cni/bridge',
+        env: { CNI_COMMAND: cmd },
+        stdin: Buffer.alloc(0),
+        timeoutMs: 1000,
+      });
     await run('ADD');
     await expect(run('DEL')).rejects.toThrow('plugin failed');
     const { body } = await m.render();
-    expect(sample(body, 'vmpod_cni_plugin_duration_seconds_count', 'plugin="bridge",command="add",result="ok"')).toBe(1);
-    expect(sample(body, 'vmpod_cni_plugin_duration_seconds_count', 'plugin="bridge",command="del",result="error"')).toBe(1);
+    expect(sample(body, 'vmpod_cni_plugin_duration_seconds_count', 'plugin="bridge",command="add",result="ok"')).toBe(
+      1,
+    );
+    expect(
+      sample(body, 'vmpod_cni_plugin_duration_seconds_count', 'plugin="bridge",command="del",result="error"'),
+    ).toBe(1);
   });
 });
 
@@ -78,9 +88,17 @@ describe('sd_notify', () => {
   it('reads NOTIFY_SOCKET and WATCHDOG_USEC (half the period, only for our PID)', () => {
     expect(notifyConfig({})).toEqual({});
     expect(notifyConfig({ NOTIFY_SOCKET: '/run/systemd/notify' })).toEqual({ socket: '/run/systemd/notify' });
-    expect(notifyConfig({ NOTIFY_SOCKET: '@x', WATCHDOG_USEC: '20000000' }, 7)).toEqual({ socket: '@x', watchdogMs: 10_000 });
-    expect(notifyConfig({ NOTIFY_SOCKET: '@x', WATCHDOG_USEC: '20000000', WATCHDOG_PID: '7' }, 7)).toEqual({ socket: '@x', watchdogMs: 10_000 });
-    expect(notifyConfig({ NOTIFY_SOCKET: '@x', WATCHDOG_USEC: '20000000', WATCHDOG_PID: '8' }, 7)).toEqual({ socket: '@x' });
+    expect(notifyConfig({ NOTIFY_SOCKET: '@x', WATCHDOG_USEC: '20000000' }, 7)).toEqual({
+      socket: '@x',
+      watchdogMs: 10_000,
+    });
+    expect(notifyConfig({ NOTIFY_SOCKET: '@x', WATCHDOG_USEC: '20000000', WATCHDOG_PID: '7' }, 7)).toEqual({
+      socket: '@x',
+      watchdogMs: 10_000,
+    });
+    expect(notifyConfig({ NOTIFY_SOCKET: '@x', WATCHDOG_USEC: '20000000', WATCHDOG_PID: '8' }, 7)).toEqual({
+      socket: '@x',
+    });
     expect(notifyConfig({ WATCHDOG_USEC: '20000000' })).toEqual({});
     expect(notifyConfig({ NOTIFY_SOCKET: '@x', WATCHDOG_USEC: 'soon' })).toEqual({ socket: '@x' });
   });
@@ -102,7 +120,8 @@ describe('--http-listen', () => {
     expect(parseListen('0.0.0.0:0')).toEqual({ host: '0.0.0.0', port: 0 });
     expect(parseListen('[::1]:80')).toEqual({ host: '::1', port: 80 });
     expect(parseListen('localhost:80')).toEqual({ host: 'localhost', port: 80 });
-    for (const bad of ['9731', ':9731', '127.0.0.1:', '127.0.0.1:70000', '::1:80', '127.0.0.1:80x', 'a b:1']) expect(parseListen(bad)).toBeUndefined();
+    for (const bad of ['9731', ':9731', '127.0.0.1:', '127.0.0.1:70000', '::1:80', '127.0.0.1:80x', 'a b:1'])
+      expect(parseListen(bad)).toBeUndefined();
   });
 
   it('is off by default, set by flag or VMPOD_HTTP_LISTEN, and a bad value is a usage error', () => {
@@ -113,7 +132,10 @@ describe('--http-listen', () => {
     };
     expect(ok([])).toBeUndefined();
     expect(ok([], { VMPOD_HTTP_LISTEN: '127.0.0.1:9731' })).toEqual({ host: '127.0.0.1', port: 9731 });
-    expect(ok(['--http-listen', '[::]:1234'], { VMPOD_HTTP_LISTEN: '127.0.0.1:9731' })).toEqual({ host: '::', port: 1234 });
+    expect(ok(['--http-listen', '[::]:1234'], { VMPOD_HTTP_LISTEN: '127.0.0.1:9731' })).toEqual({
+      host: '::',
+      port: 1234,
+    });
     const bad = parseConfig(['--http-listen=9731'], {});
     expect(bad.ok).toBe(false);
     expect(!bad.ok && bad.errors.join()).toMatch(/--http-listen \/ VMPOD_HTTP_LISTEN "9731" is not ADDR:PORT/);
@@ -129,14 +151,38 @@ describe('tapctl list table', () => {
     nsPath: '/var/run/netns/k1',
     state: 'ready',
     createdAt: '2026-01-02T09:00:00Z',
-    interfaces: [{ name: 'eth0', type: 'tap', mac: '02:aa:bb:cc:dd:ee', tap: 'tap0', bridge: 'br0', mtu: 1500, pciAddress: '', ip: '10.1.2.3/24' }],
+    interfaces: [
+      {
+        name: 'eth0',
+        type: 'tap',
+        mac: '02:aa:bb:cc:dd:ee',
+        tap: 'tap0',
+        bridge: 'br0',
+        mtu: 1500,
+        pciAddress: '',
+        ip: '10.1.2.3/24',
+      },
+    ],
     dhcp: true,
     lastLease: '2026-01-02T11:59:15Z',
     ...over,
   });
 
   it('one aligned row per pod: key, pod, namespace, IPs, MAC, state, age, last lease', () => {
-    const t = podTable([pod({}), pod({ key: 'a-much-longer-key', podName: '', state: 'adding', createdAt: '2026-01-02T11:59:58Z', interfaces: [], lastLease: null })], now);
+    const t = podTable(
+      [
+        pod({}),
+        pod({
+          key: 'a-much-longer-key',
+          podName: '',
+          state: 'adding',
+          createdAt: '2026-01-02T11:59:58Z',
+          interfaces: [],
+          lastLease: null,
+        }),
+      ],
+      now,
+    );
     expect(t.split('\n')).toEqual([
       'KEY                 POD    NAMESPACE   IPS           MAC                 STATE    AGE   LAST LEASE',
       'k1                  vm-a   default     10.1.2.3/24   02:aa:bb:cc:dd:ee   ready    3h    45s ago',
@@ -145,6 +191,15 @@ describe('tapctl list table', () => {
   });
 
   it('ages read like kubectl', () => {
-    expect([0, 119_000, 120_000, 7_199_000, 7_200_000, 172_799_000, 172_800_000, -1].map(shortAge)).toEqual(['0s', '119s', '2m', '119m', '2h', '47h', '2d', '-']);
+    expect([0, 119_000, 120_000, 7_199_000, 7_200_000, 172_799_000, 172_800_000, -1].map(shortAge)).toEqual([
+      '0s',
+      '119s',
+      '2m',
+      '119m',
+      '2h',
+      '47h',
+      '2d',
+      '-',
+    ]);
   });
 });

@@ -29,32 +29,64 @@ describe('tc lines as tc sends them', () => {
     const m = built('qdisc add dev va ingress');
     expect(m.type).toBe(RTM.NEWQDISC);
     expect(m.flags).toBe(NLM_F.CREATE | NLM_F.EXCL);
-    expect(m.body).toEqual(Buffer.concat([TCMSG_VA('0000ffff', 'f1ffffff', '00000000'), hex('0c000100'), sx('\\x69\\x6e\\x67\\x72\\x65\\x73\\x73\\x00')]));
+    expect(m.body).toEqual(
+      Buffer.concat([
+        TCMSG_VA('0000ffff', 'f1ffffff', '00000000'),
+        hex('0c000100'),
+        sx('\\x69\\x6e\\x67\\x72\\x65\\x73\\x73\\x00'),
+      ]),
+    );
   });
 
   it('qdisc del dev va ingress', () => {
     const m = built('qdisc del dev va ingress');
     expect(m.type).toBe(RTM.DELQDISC);
     expect(m.flags).toBe(0);
-    expect(m.body).toEqual(Buffer.concat([TCMSG_VA('0000ffff', 'f1ffffff', '00000000'), hex('0c000100'), sx('\\x69\\x6e\\x67\\x72\\x65\\x73\\x73\\x00')]));
+    expect(m.body).toEqual(
+      Buffer.concat([
+        TCMSG_VA('0000ffff', 'f1ffffff', '00000000'),
+        hex('0c000100'),
+        sx('\\x69\\x6e\\x67\\x72\\x65\\x73\\x73\\x00'),
+      ]),
+    );
   });
 
   it('a kept frame: u32 match udp dport 68 classid ffff:1 (no action)', () => {
-    const m = built('filter add dev va parent ffff: prio 1 protocol ip u32 match u8 17 0xff at 9 match u16 68 0xffff at 22 classid ffff:1');
+    const m = built(
+      'filter add dev va parent ffff: prio 1 protocol ip u32 match u8 17 0xff at 9 match u16 68 0xffff at 22 classid ffff:1',
+    );
     expect(m.type).toBe(RTM.NEWTFILTER);
     expect(m.flags).toBe(NLM_F.CREATE | NLM_F.EXCL);
     const options = sx(
       '\\x08\\x00\\x01\\x00\\x01\\x00\\xff\\xff\\x34\\x00\\x05\\x00\\x01\\x00\\x02\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\xff\\x00\\x00\\x00\\x11\\x00\\x00\\x08\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\xff\\xff\\x00\\x00\\x00\\x44\\x14\\x00\\x00\\x00\\x00\\x00\\x00\\x00',
     );
-    expect(m.body).toEqual(Buffer.concat([TCMSG_VA('00000000', '0000ffff', '08000100'), hex('08000100'), sx('\\x75\\x33\\x32\\x00'), hex('40000200'), options]));
+    expect(m.body).toEqual(
+      Buffer.concat([
+        TCMSG_VA('00000000', '0000ffff', '08000100'),
+        hex('08000100'),
+        sx('\\x75\\x33\\x32\\x00'),
+        hex('40000200'),
+        options,
+      ]),
+    );
   });
 
   it('the redirect: u32 match-all, action mirred egress redirect dev t0', () => {
-    const m = built('filter add dev va parent ffff: prio 9 protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev t0');
+    const m = built(
+      'filter add dev va parent ffff: prio 9 protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev t0',
+    );
     const options = sx(
       '\\x38\\x00\\x07\\x00\\x34\\x00\\x01\\x00\\x0b\\x00\\x01\\x00\\x6d\\x69\\x72\\x72\\x65\\x64\\x00\\x00\\x24\\x00\\x02\\x80\\x20\\x00\\x02\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x04\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01\\x00\\x00\\x00\\x04\\x00\\x00\\x00\\x24\\x00\\x05\\x00\\x01\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00',
     );
-    expect(m.body).toEqual(Buffer.concat([TCMSG_VA('00000000', '0000ffff', '00030900'), hex('08000100'), sx('\\x75\\x33\\x32\\x00'), hex('60000200'), options]));
+    expect(m.body).toEqual(
+      Buffer.concat([
+        TCMSG_VA('00000000', '0000ffff', '00030900'),
+        hex('08000100'),
+        sx('\\x75\\x33\\x32\\x00'),
+        hex('60000200'),
+        options,
+      ]),
+    );
   });
 });
 

@@ -3,7 +3,14 @@
 import { describe, expect, it } from 'vitest';
 import { cgroupMounts, leafName, parseCgroupPath, planCgroupMove } from '../../src/vmwrapper/cgroup.js';
 
-const HYBRID_CGROUP = ['9:name=systemd:/machine/qemu-1', '4:memory:/machine/qemu-1', '3:cpuset:/machine/qemu-1', '1:cpu,cpuacct:/machine/qemu-1', '0::/machine/qemu-1', ''].join('\n');
+const HYBRID_CGROUP = [
+  '9:name=systemd:/machine/qemu-1',
+  '4:memory:/machine/qemu-1',
+  '3:cpuset:/machine/qemu-1',
+  '1:cpu,cpuacct:/machine/qemu-1',
+  '0::/machine/qemu-1',
+  '',
+].join('\n');
 const HYBRID_MOUNTS = [
   '25 1 0:22 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755',
   '26 25 0:23 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw',
@@ -16,7 +23,13 @@ const HYBRID_MOUNTS = [
 
 describe('VM cgroup plan', () => {
   it('hybrid: one leaf per hierarchy under VMPOD_VM_CGROUP, the v1 cpuset inherits its parent', () => {
-    const plan = planCgroupMove({ target: '/vmpod/vms', leaf: 'vm-dom1', procCgroup: HYBRID_CGROUP, mountinfo: HYBRID_MOUNTS, cpuset: true });
+    const plan = planCgroupMove({
+      target: '/vmpod/vms',
+      leaf: 'vm-dom1',
+      procCgroup: HYBRID_CGROUP,
+      mountinfo: HYBRID_MOUNTS,
+      cpuset: true,
+    });
     expect(plan.path).toBe('/vmpod/vms/vm-dom1');
     expect(plan.cpusetFile).toBe('/sys/fs/cgroup/cpuset/vmpod/vms/vm-dom1/cpuset.cpus');
     expect(plan.steps.map((s) => s.procs)).toEqual([
@@ -27,7 +40,11 @@ describe('VM cgroup plan', () => {
       '/sys/fs/cgroup/unified/vmpod/vms/vm-dom1/cgroup.procs',
     ]);
     const cpuset = plan.steps[2]!;
-    expect(cpuset.create).toEqual(['/sys/fs/cgroup/cpuset/vmpod', '/sys/fs/cgroup/cpuset/vmpod/vms', '/sys/fs/cgroup/cpuset/vmpod/vms/vm-dom1']);
+    expect(cpuset.create).toEqual([
+      '/sys/fs/cgroup/cpuset/vmpod',
+      '/sys/fs/cgroup/cpuset/vmpod/vms',
+      '/sys/fs/cgroup/cpuset/vmpod/vms/vm-dom1',
+    ]);
     expect(cpuset.inheritCpuset).toBe(true);
     expect(plan.steps.filter((s) => s.inheritCpuset)).toHaveLength(1);
     // hybrid: cpuset is a v1 controller, nothing to enable in the unified hierarchy
@@ -64,18 +81,33 @@ describe('VM cgroup plan', () => {
     });
     expect(plan.inCgroupNamespace).toBe(true);
     expect(plan.steps.map((s) => s.procs)).toEqual(['/sys/fs/cgroup/vms/vm-a/cgroup.procs']);
-    expect(planCgroupMove({ target: '/vms', leaf: 'vm-a', procCgroup: HYBRID_CGROUP, mountinfo: HYBRID_MOUNTS, cpuset: false }).inCgroupNamespace).toBe(false);
+    expect(
+      planCgroupMove({
+        target: '/vms',
+        leaf: 'vm-a',
+        procCgroup: HYBRID_CGROUP,
+        mountinfo: HYBRID_MOUNTS,
+        cpuset: false,
+      }).inCgroupNamespace,
+    ).toBe(false);
   });
 
   it('refuses, before any change: a relative or unsafe path, an unmounted hierarchy, a namespaced mount, no cpuset', () => {
-    const plan = (target: string, procCgroup = HYBRID_CGROUP, mountinfo = HYBRID_MOUNTS, cpuset = false) => () => planCgroupMove({ target, leaf: 'vm-a', procCgroup, mountinfo, cpuset });
+    const plan =
+      (target: string, procCgroup = HYBRID_CGROUP, mountinfo = HYBRID_MOUNTS, cpuset = false) =>
+      () =>
+        planCgroupMove({ target, leaf: 'vm-a', procCgroup, mountinfo, cpuset });
     expect(plan('vms')).toThrow(/VMPOD_VM_CGROUP "vms" must be an absolute cgroup path/);
     expect(plan('/vms/../etc')).toThrow(/component "\.\." is not a plain name/);
     expect(plan('/vms/a b')).toThrow(/component "a b"/);
     expect(plan('/vms', `${HYBRID_CGROUP}11:pids:/x\n`)).toThrow(/cgroup v1 hierarchy pids is not mounted here/);
-    expect(plan('/vms', '0::/\n', '30 1 0:27 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw')).toThrow(/mounted at \/sys\/fs\/cgroup from \/kubepods\/pod1, not from its root.*mount the host's \/sys\/fs\/cgroup/);
+    expect(plan('/vms', '0::/\n', '30 1 0:27 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw')).toThrow(
+      /mounted at \/sys\/fs\/cgroup from \/kubepods\/pod1, not from its root.*mount the host's \/sys\/fs\/cgroup/,
+    );
     // a sibling of the namespace's root ("/../x") is not the host's hierarchy either
-    expect(plan('/vms', '0::/\n', '30 1 0:27 /../other /sys/fs/cgroup rw - cgroup2 cgroup2 rw')).toThrow(/from \/\.\.\/other, not from its root/);
+    expect(plan('/vms', '0::/\n', '30 1 0:27 /../other /sys/fs/cgroup rw - cgroup2 cgroup2 rw')).toThrow(
+      /from \/\.\.\/other, not from its root/,
+    );
     expect(plan('/vms', '4:memory:/\n', HYBRID_MOUNTS, true)).toThrow(/VIRTLET_CPUSETS is set but no cpuset cgroup/);
     expect(parseCgroupPath('/')).toEqual([]);
   });

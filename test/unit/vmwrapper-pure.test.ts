@@ -9,11 +9,16 @@ import { errOf } from '../helpers/errors.js';
 describe('fdsNamedInArgv', () => {
   it('finds fds in key=value and JSON arguments', () => {
     const argv = [
-      '-chardev', 'socket,id=charmonitor,fd=28,server=on,wait=off',
-      '-add-fd', 'set=0,fd=30,opaque=serial0-log',
-      '-netdev', '{"type":"tap","fd":"31","id":"hostnet0"}',
-      '-blockdev', '{"driver":"file","filename":"/x,fd=99"}',
-      '-name', 'guest=fd=7',
+      '-chardev',
+      'socket,id=charmonitor,fd=28,server=on,wait=off',
+      '-add-fd',
+      'set=0,fd=30,opaque=serial0-log',
+      '-netdev',
+      '{"type":"tap","fd":"31","id":"hostnet0"}',
+      '-blockdev',
+      '{"driver":"file","filename":"/x,fd=99"}',
+      '-name',
+      'guest=fd=7',
     ];
     // "/x,fd=99" is inside a filename but still looks like an option: harmless to keep open, so it is listed
     expect(fdsNamedInArgv(argv)).toEqual([28, 30, 31, 99]);
@@ -31,8 +36,12 @@ describe('cpuset', () => {
   });
 
   it('finds the cpuset file for cgroup v1 and v2', () => {
-    expect(cpusetFile('12:cpuset:/machine/qemu-1\n0::/x\n', '/sys/fs/cgroup')).toBe('/sys/fs/cgroup/cpuset/machine/qemu-1/cpuset.cpus');
-    expect(cpusetFile('0::/machine.slice/qemu-2.scope\n', '/sys/fs/cgroup')).toBe('/sys/fs/cgroup/machine.slice/qemu-2.scope/cpuset.cpus');
+    expect(cpusetFile('12:cpuset:/machine/qemu-1\n0::/x\n', '/sys/fs/cgroup')).toBe(
+      '/sys/fs/cgroup/cpuset/machine/qemu-1/cpuset.cpus',
+    );
+    expect(cpusetFile('0::/machine.slice/qemu-2.scope\n', '/sys/fs/cgroup')).toBe(
+      '/sys/fs/cgroup/machine.slice/qemu-2.scope/cpuset.cpus',
+    );
     expect(() => cpusetFile('', '/sys/fs/cgroup')).toThrow(/no cpuset cgroup/);
   });
 
@@ -41,7 +50,9 @@ describe('cpuset', () => {
     writeFileSync(join(dir, 'cpuset/machine/vm1/cpuset.cpus'), '0-7');
     const file = applyCpuset('2-3', { cgroupRoot: dir, procCgroup: '5:cpuset:/machine/vm1\n' });
     expect(readFileSync(file, 'utf8')).toBe('2-3');
-    expect(() => applyCpuset('1', { cgroupRoot: dir, procCgroup: '5:cpuset:/missing\n' })).toThrow(/write 1 to .*missing/);
+    expect(() => applyCpuset('1', { cgroupRoot: dir, procCgroup: '5:cpuset:/missing\n' })).toThrow(
+      /write 1 to .*missing/,
+    );
   });
 });
 
@@ -54,7 +65,12 @@ describe('planExec: the whole plan first, then the host', () => {
       const file = fileFor(readFileSync('/proc/self/cgroup', 'utf8'), root);
       mkdirSync(join(file, '..'), { recursive: true });
       writeFileSync(file, '0-7');
-      const plan = await planExec(['-name', 'vm'], { VIRTLET_EMULATOR: '/bin/true', VIRTLET_CPUSETS: '1', VMPOD_CGROUP_ROOT: root, VMPOD_SYSFS_ROOT: root });
+      const plan = await planExec(['-name', 'vm'], {
+        VIRTLET_EMULATOR: '/bin/true',
+        VIRTLET_CPUSETS: '1',
+        VMPOD_CGROUP_ROOT: root,
+        VMPOD_SYSFS_ROOT: root,
+      });
       expect(readFileSync(file, 'utf8')).toBe('0-7');
       applyPlan(plan);
       expect(readFileSync(file, 'utf8')).toBe('1');
@@ -67,12 +83,22 @@ describe('planExec: the whole plan first, then the host', () => {
 describe('logLine: vmwrapper one hand-written JSON line', () => {
   it('is one JSON line with the daemon log shape, the fields and the message', async () => {
     const { logLine } = await import('../../src/vmwrapper/logline.js');
-    const line = logLine({ emulator: '/usr/bin/qemu-system-x86_64', argv: ['qemu', '-name', 'a"b\nc'] }, 'exec emulator', 42, new Date(0));
+    const line = logLine(
+      { emulator: '/usr/bin/qemu-system-x86_64', argv: ['qemu', '-name', 'a"b\nc'] },
+      'exec emulator',
+      42,
+      new Date(0),
+    );
     expect(line.endsWith('\n')).toBe(true);
     expect(line.slice(0, -1)).not.toContain('\n');
     expect(JSON.parse(line)).toEqual({
-      level: 30, time: '1970-01-01T00:00:00.000Z', pid: 42, name: 'vmwrapper',
-      emulator: '/usr/bin/qemu-system-x86_64', argv: ['qemu', '-name', 'a"b\nc'], msg: 'exec emulator',
+      level: 30,
+      time: '1970-01-01T00:00:00.000Z',
+      pid: 42,
+      name: 'vmwrapper',
+      emulator: '/usr/bin/qemu-system-x86_64',
+      argv: ['qemu', '-name', 'a"b\nc'],
+      msg: 'exec emulator',
     });
   });
 });
@@ -100,7 +126,9 @@ describe('queues and vhost (VMPOD_NET_QUEUES, -smp, /dev/vhost-net)', async () =
     expect(netQueues(['-smp', '2'], { VMPOD_NET_QUEUES: '16' })).toBe(16);
     for (const v of ['0', '257', 'four', '-1', '2.5', ' 4']) {
       const e = errOf(() => netQueues([], { VMPOD_NET_QUEUES: v }));
-      expect(e.message).toBe(`VMPOD_NET_QUEUES=${JSON.stringify(v)}: expected "auto" or a number of queues from 1 to 256`);
+      expect(e.message).toBe(
+        `VMPOD_NET_QUEUES=${JSON.stringify(v)}: expected "auto" or a number of queues from 1 to 256`,
+      );
     }
   });
 
