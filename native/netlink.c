@@ -18,8 +18,8 @@
 //           on a NETLINK_NETFILTER socket in the netns (all of it is committed, or none).
 //   kind 3, sysctls: "name=value" lines (16 at most), written to /proc/sys in the netns (sysctl.c).
 // The answer, per request that ran: i32 errno (0: done), u32 data length, u32 text length, the data (a dump's
-// messages), the text (on a failure: strerror, then the kernel's extended ack or what failed). Without force the batch stops at the first
-// failure, as `ip -batch` does; with force every request runs, as `ip -force -batch`.
+// messages), the text (on a failure: strerror, then the kernel's extended ack or what failed). Without force the
+// batch stops at the first failure, as `ip -batch` does; with force every request runs, as `ip -force -batch`.
 
 #define NL_RECV_BYTES (64 * 1024)
 #define NL_MAX_BATCH (4 * 1024 * 1024)

@@ -179,12 +179,13 @@ export interface Native {
   /** The open fds >= 3 without FD_CLOEXEC, ascending (what this process inherited to pass on). */
   inheritableFds(): number[];
 
-  // ---- named netns (the files `ip netns` makes and reads): made by netnsMake, named by netnsBind (netnsAdd: both) ----
+  // ---- named netns (the files `ip netns` makes and reads): netnsMake makes, netnsBind names, netnsAdd both ----
   /**
    * A new netns, on a libuv pool thread (unshare moves that thread only, and it goes back at once), with the sysctls
-   * ("name=value", e.g. "net.ipv4.conf.all.rp_filter=0", name [a-z0-9_.-]) written inside it, mounted nowhere: resolves with an fd (close-on-exec) that holds
-   * it; closing the fd lets it go. `/proc/self/fd/<fd>` names it for the calls that take a netns path. A sysctl that
-   * fails rejects with its errno, the message saying `sysctl -w <setting>`, and leaves nothing.
+   * ("name=value", e.g. "net.ipv4.conf.all.rp_filter=0", name [a-z0-9_.-]) written inside it, mounted nowhere: resolves
+   * with an fd (close-on-exec) that holds it; closing the fd lets it go. `/proc/self/fd/<fd>` names it for the calls
+   * that take a netns path. A sysctl that fails rejects with its errno, the message saying `sysctl -w <setting>`, and
+   * leaves nothing.
    */
   netnsMake(sysctls?: readonly string[]): Promise<number>;
   /**
@@ -199,10 +200,10 @@ export interface Native {
    */
   netnsDel(path: string): Promise<void>;
   /**
-   * rtnetlink in the netns at nsPath, on a libuv pool thread: the batch of requests (src/net/rtnl.ts encodeBatch: netlink
-   * messages with link names to resolve to ifindexes there, persistent taps, nf_tables transactions, sysctls) runs in order; resolves with the answers
-   * (decodeAnswers: per request run, errno, a dump's messages, the kernel's reason). Stops at the first failure unless
-   * force. Rejects only when the netns or the socket cannot be had.
+   * rtnetlink in the netns at nsPath, on a libuv pool thread: the batch of requests (src/net/rtnl.ts encodeBatch:
+   * netlink messages with link names to resolve to ifindexes there, persistent taps, nf_tables transactions, sysctls)
+   * runs in order; resolves with the answers (decodeAnswers: per request run, errno, a dump's messages, the kernel's
+   * reason). Stops at the first failure unless force. Rejects only when the netns or the socket cannot be had.
    */
   netlinkInNetns(nsPath: string, requests: Buffer, force: boolean): Promise<Buffer>;
 
@@ -223,10 +224,10 @@ export interface Native {
    */
   udpSocketInNetns(nsPath: string, ifname: string, port: number): number;
   /**
-   * an AF_PACKET socket (SOCK_RAW, bound with ETH_P_ALL: on a bridge port that is the only way to see received
-   * frames) made inside the netns at nsPath and bound to ifname there, NONBLOCK|CLOEXEC, PACKET_IGNORE_OUTGOING,
-   * with the classic BPF program `filter` (struct sock_filter[]) attached before the bind: read() gives the whole
-   * Ethernet frames the link receives that the filter passes, writeAll() transmits one frame on it (on a tap: to the VM).
+   * an AF_PACKET socket (SOCK_RAW, bound with ETH_P_ALL: on a bridge port that is the only way to see received frames)
+   * made inside the netns at nsPath and bound to ifname there, NONBLOCK|CLOEXEC, PACKET_IGNORE_OUTGOING, with the
+   * classic BPF program `filter` (struct sock_filter[]) attached before the bind: read() gives the whole Ethernet
+   * frames the link receives that the filter passes, writeAll() transmits one frame on it (on a tap: to the VM).
    * PACKET_AUXDATA is on, for recvFrame. opts.vnetHdr (PACKET_VNET_HDR): every frame read or written is preceded by a
    * struct virtio_net_hdr (10 bytes), as on a tap fd opened with vnetHdr.
    */

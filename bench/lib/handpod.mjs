@@ -84,7 +84,8 @@ export async function handMadePod(cleanup, w, { ipv4 = true, ipv6 = false, dns =
       );
   }
   if (ipv6) {
-    // stateful DHCPv6 of the one address given by --dhcp-host (as ours: the CNI address, nothing else), RAs with M and O
+    // stateful DHCPv6 of the one address given by --dhcp-host (as ours: the CNI address, nothing else),
+    // RAs with M and O
     argv.push(
       '--enable-ra',
       `--dhcp-range=${w.prefix6}:,static,64,86400`,

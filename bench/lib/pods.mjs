@@ -1,7 +1,8 @@
 // The world of the pod benchmarks: a throwaway bridge + host-local CNI network (a /22, room for 500 pods and the
-// baseline's; with `ipv6: 'dual'` a second range, a unique ULA /64 with an IPv6 default route; `'only'`: that alone), tapmanager from dist/bundle as a child process at its default log level, the C client
-// (bench/c/vmpod-client.c) for our side and bare-cni (bench/c/bare-cni.c) for the baseline. Every netns, link,
-// file and process made here has a unique name or a PID we keep, and goes in cleanup(), also on error or Ctrl-C.
+// baseline's; with `ipv6: 'dual'` a second range, a unique ULA /64 with an IPv6 default route; `'only'`: that alone),
+// tapmanager from dist/bundle as a child process at its default log level, the C client (bench/c/vmpod-client.c) for
+// our side and bare-cni (bench/c/bare-cni.c) for the baseline. Every netns, link, file and process made here has a
+// unique name or a PID we keep, and goes in cleanup(), also on error or Ctrl-C.
 import { spawn, execFileSync } from 'node:child_process';
 import {
   mkdtempSync,

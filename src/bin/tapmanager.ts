@@ -56,11 +56,11 @@ function lockStateDir(stateDir: string): number {
 }
 
 /**
- * Start-up order: check the paths (preflight: one line per problem; nothing is created unless all pass, then the
- * state and cache dirs; a later failure removes those again), lock the state dir, the HTTP listener (a taken port ends the start here), then listen on the fd socket
- * and queue the restore of every recorded pod in the same tick. The socket serves at once: a request for a pod still
- * being restored waits in that pod's queue, the others are served meanwhile. Ready (status, /readyz, READY=1) only
- * once the restore is done.
+ * Start-up order: check the paths (preflight: one line per problem; nothing is created unless all pass, then the state
+ * and cache dirs; a later failure removes those again), lock the state dir, the HTTP listener (a taken port ends the
+ * start here), then listen on the fd socket and queue the restore of every recorded pod in the same tick. The socket
+ * serves at once: a request for a pod still being restored waits in that pod's queue, the others are served meanwhile.
+ * Ready (status, /readyz, READY=1) only once the restore is done.
  */
 export async function runTapmanager(
   config: TapmanagerConfig,

@@ -161,9 +161,9 @@ export async function readCacheRecord(
 /**
  * Write atomically: a temporary file in the same directory (mode 0600: results hold the pod's addressing), rename over
  * the target. A reader sees the old record or the new one, never half. Not fsynced, as libcni does not: DEL after a
- * crash of the machine runs without prevResult, which the CNI spec allows (the state record keeps the config). Synchronous: five
- * or six syscalls on a page-cache file, cheaper than as many trips through the thread pool (each of which waited
- * for a turn of the event loop); the directory is made only when the open finds it missing.
+ * crash of the machine runs without prevResult, which the CNI spec allows (the state record keeps the config).
+ * Synchronous: five or six syscalls on a page-cache file, cheaper than as many trips through the thread pool (each of
+ * which waited for a turn of the event loop); the directory is made only when the open finds it missing.
  */
 export function writeCacheRecord(path: string, rec: CacheRecord): void {
   const tmp = `${path}${TMP_INFIX}${process.pid}-${randomBytes(4).toString('hex')}`;

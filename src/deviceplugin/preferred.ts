@@ -1,10 +1,10 @@
 // GetPreferredAllocation: which `size` of the available devices kubelet should give a container. Pure.
 //
 // The must-include devices always; then the other available functions of their groups (a group's functions stay
-// together: its /dev/vfio/<N> is opened by one VM, so siblings in another pod could never be used); then whole
-// groups, as few as possible (largest first, the last one the smallest that fits), on one NUMA node when that costs
-// no extra group and splits no more groups (the must-include devices' node first, then the lowest). With unit "group" every device is its own
-// group of one, so this is: must-include, then one NUMA node.
+// together: its /dev/vfio/<N> is opened by one VM, so siblings in another pod could never be used); then whole groups,
+// as few as possible (largest first, the last one the smallest that fits), on one NUMA node when that costs no extra
+// group and splits no more groups (the must-include devices' node first, then the lowest). With unit "group" every
+// device is its own group of one, so this is: must-include, then one NUMA node.
 import type { PluginDevice } from './inventory.js';
 
 interface Bucket {

@@ -14,13 +14,13 @@
 //  2. every reply is sent as a broadcast to 255.255.255.255:68 on the bridge (SO_BINDTODEVICE), whatever the
 //     broadcast flag says (RFC 2131 section 4.1 would unicast to ciaddr or yiaddr): after the veth was stripped
 //     the pod netns has no route back to the guest's address, and every client state accepts a broadcast reply
-//     (busybox's kernel-socket listener in RENEWING is bound to 0.0.0.0:68 on the interface).
-// What the rest of the pod network must provide (podnet): the bridge holds only the tap and the veth, and DHCP
-// (udp 67/68) to and from the veth port is dropped (podnet's filter table, Virtlet's rules), so these broadcasts stay in the
-// pod and no outside server answers the guest; the rule must match the veth port only, or it drops the guest's
-// renewals as Virtlet's did. And the pod netns must accept the guest's source address for (1): rp_filter 0 on
-// the bridge and in "all" (the kernel uses the maximum). A new netns copies its IPv4 settings from the host's
-// (net.core.devconf_inherit_init_net = 0); podnet sets rp_filter 0 in every pod netns (its "rp-filter" step).
+//     (busybox's kernel-socket listener in RENEWING is bound to 0.0.0.0:68 on the interface). What the rest of the pod
+//     network must provide (podnet): the bridge holds only the tap and the veth, and DHCP (udp 67/68) to and from the
+//     veth port is dropped (podnet's filter table, Virtlet's rules), so these broadcasts stay in the pod and no outside
+//     server answers the guest; the rule must match the veth port only, or it drops the guest's renewals as Virtlet's
+//     did. And the pod netns must accept the guest's source address for (1): rp_filter 0 on the bridge and in "all"
+//     (the kernel uses the maximum). A new netns copies its IPv4 settings from the host's
+//     (net.core.devconf_inherit_init_net = 0); podnet sets rp_filter 0 in every pod netns (its "rp-filter" step).
 //
 // SIZE. A reply fits the client's option 57, else 576 bytes (RFC 2131 section 2; busybox sends 57 = 576):
 // options that overflow the options field go into file and sname (option 52); no option is split (RFC 3396),

@@ -63,8 +63,8 @@ export type NlRequest =
   | { sysctl: readonly string[] };
 
 /**
- * Builds one message: header, the fixed part (its u32 at `indexOf.at`, when given, is the ifindex of link `indexOf.name`),
- * attributes (nested ones flagged NLA_F_NESTED when `nestedFlag`, as nf_tables wants).
+ * Builds one message: header, the fixed part (its u32 at `indexOf.at`, when given, is the ifindex of link
+ * `indexOf.name`), attributes (nested ones flagged NLA_F_NESTED when `nestedFlag`, as nf_tables wants).
  */
 export function nlMessage(
   type: number,

@@ -1,7 +1,7 @@
 // Traffic control over rtnetlink (the kernel's uapi linux/rtnetlink.h, pkt_sched.h, pkt_cls.h, tc_act/tc_mirred.h): an
 // ingress qdisc, and u32 filters on it that either keep a frame (a terminal match with a class id and no action: the
-// frame goes on up the stack) or redirect it to another link's egress (the mirred action). The bytes are what iproute2's
-// `tc` sends for the same command (test/unit/tc-codec.test.ts holds them). Pure.
+// frame goes on up the stack) or redirect it to another link's egress (the mirred action). The bytes are what
+// iproute2's `tc` sends for the same command (test/unit/tc-codec.test.ts holds them). Pure.
 import { NLM_F, RTM, cstr, nlMessage, u32, type Attr, type NlRequest } from './rtnl.js';
 
 /** TC_H_INGRESS: the ingress qdisc's parent; its handle is ffff:0, and its filters' parent. */

@@ -2,7 +2,7 @@
 //   checkKeyFree    nothing of the key is live or in the way; what an earlier failed operation left is finished first
 //   readNetwork     the CNI config list read and its plugins located: a failure here has made nothing
 //   takeNetns       a spare netns made while idle (its links prepared already) or a fresh one: chosen once, here
-//   recordAdd       the netns, its prepared links and the CNI ADD written to the record (durably) before any of them runs
+//   recordAdd       the netns, its prepared links and the CNI ADD written to the record (durably), before any runs
 //   makeNetns       the netns made, or the spare bound under the key, while the record's fsyncs run
 //   runCniAdd       the plugins' ADD, while a fresh netns gets its prepared links on a pool thread
 //   observeAndPlan  the netns read and the container side planned (plan.ts, pure), DHCP's early start with it

@@ -47,7 +47,8 @@ export async function openFds(
 
 /**
  * TUNSETIFF's flags for the pod's tap: IFF_VNET_HDR (the persistent tap's flags, src/podnet/plan.ts), and
- * IFF_MULTI_QUEUE when the tap was made with it (every tap since multiqueue taps; more queues attach by opening it again).
+ * IFF_MULTI_QUEUE when the tap was made with it (every tap since multiqueue taps; more queues attach by opening it
+ * again).
  */
 function tapOpts(i: PodInterface): { vnetHdr: boolean; multiQueue: boolean } {
   return { vnetHdr: true, multiQueue: i.multiQueue === true };
@@ -99,8 +100,8 @@ export async function queueFds(
 
 /**
  * n more queues of a multi-queue tap, in one visit of the netns (E2BIG past the kernel's MAX_TAP_QUEUES), on a pool
- * thread: each attach takes rtnl_lock, which other pods' plugins and link changes hold at times, and the event loop (the
- * other gets, DHCP) need not wait for it.
+ * thread: each attach takes rtnl_lock, which other pods' plugins and link changes hold at times, and the event loop
+ * (the other gets, DHCP) need not wait for it.
  */
 async function openQueues(nsPath: string, i: PodInterface, n: number): Promise<number[]> {
   try {

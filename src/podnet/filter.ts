@@ -1,7 +1,7 @@
-// The DHCP filter's rules (plan.ts writes them in ebtables' words, which the record keeps) turned into an nf_tables table
-// of the bridge family: one table per interface, its base chains INPUT, FORWARD and OUTPUT at ebtables' priority, made
-// in one transaction by the addon (no ebtables process). Only the forms the planner writes are known; any other rule
-// is an Internal error. Pure.
+// The DHCP filter's rules (plan.ts writes them in ebtables' words, which the record keeps) turned into an nf_tables
+// table of the bridge family: one table per interface, its base chains INPUT, FORWARD and OUTPUT at ebtables' priority,
+// made in one transaction by the addon (no ebtables process). Only the forms the planner writes are known; any other
+// rule is an Internal error. Pure.
 import { ErrorCode, VmpodError } from '../errors.js';
 import {
   BRIDGE_HOOKS,

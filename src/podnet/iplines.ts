@@ -181,8 +181,8 @@ function route(args: readonly string[]): NlRequest {
   fixed[0] = dst.family;
   fixed[1] = dst.len;
   fixed[4] = RT_TABLE_MAIN;
-  // iproute2's defaults: add/replace is proto boot, unicast, universe scope (link scope when there is no gateway, IPv4);
-  // del matches any protocol and type, scope nowhere (any)
+  // iproute2's defaults: add/replace is proto boot, unicast, universe scope (link scope when there is no gateway,
+  // IPv4); del matches any protocol and type, scope nowhere (any)
   fixed[5] = o.has('proto') ? byName(RT_PROTOS, 'protocol', o.get('proto')!) : del ? 0 : 3;
   fixed[6] = o.has('scope')
     ? byName(RT_SCOPES, 'scope', o.get('scope')!)

@@ -177,12 +177,11 @@ function addrRestore(a: ObservedAddr, dev: string, v6 = false): string[] {
 }
 
 /**
- * ebtables rules (bridge family, in the pod netns) that keep DHCP off the CNI link (docs/networking.md, Virtlet's step 4;
- * Virtlet used ebtables too). Egress: nothing to udp/67 or udp/68 leaves through the veth, neither forwarded
- * from the tap (FORWARD) nor sent by our server on the bridge (OUTPUT). Ingress: no udp/67 from the CNI
- * network reaches our server (INPUT) or the guest (FORWARD). Unicast renewals from the guest to
- * 169.254.254.2 enter from the tap and are not touched.
- * (tc clsact + flower/u32 + gact was the first choice; this kernel has no cls_flower and no act_gact.)
+ * ebtables rules (bridge family, in the pod netns) that keep DHCP off the CNI link (docs/networking.md, Virtlet's step
+ * 4; Virtlet used ebtables too). Egress: nothing to udp/67 or udp/68 leaves through the veth, neither forwarded from
+ * the tap (FORWARD) nor sent by our server on the bridge (OUTPUT). Ingress: no udp/67 from the CNI network reaches our
+ * server (INPUT) or the guest (FORWARD). Unicast renewals from the guest to 169.254.254.2 enter from the tap and are
+ * not touched. (tc clsact + flower/u32 + gact was the first choice; this kernel has no cls_flower and no act_gact.)
  */
 export function dhcpFilterRules(veth: string): string[][] {
   const udp = (port: number) => ['-p', 'IPv4', '--ip-proto', 'udp', '--ip-dport', String(port), '-j', 'DROP'];
@@ -197,11 +196,11 @@ export function dhcpFilterRules(veth: string): string[][] {
 }
 
 /**
- * The IPv6 rules beside dhcpFilterRules, on every tap interface (IPv4-only ones too): no DHCPv6 (udp 546/547) and no router
- * solicitation or advertisement crosses the veth either way (the guest sees exactly our RA and DHCPv6, the CNI
- * network never sees the guest's), and the kernel's copy of a DHCPv6 message from the tap to the bridge is dropped
- * (our server reads the tap's packet socket; the pod netns, which has no DHCPv6 socket, would answer a unicast
- * one with "port unreachable").
+ * The IPv6 rules beside dhcpFilterRules, on every tap interface (IPv4-only ones too): no DHCPv6 (udp 546/547) and no
+ * router solicitation or advertisement crosses the veth either way (the guest sees exactly our RA and DHCPv6, the CNI
+ * network never sees the guest's), and the kernel's copy of a DHCPv6 message from the tap to the bridge is dropped (our
+ * server reads the tap's packet socket; the pod netns, which has no DHCPv6 socket, would answer a unicast one with
+ * "port unreachable").
  */
 export function dhcp6FilterRules(veth: string, tap: string): string[][] {
   const udp = (port: number) => ['-p', 'IPv6', '--ip6-proto', 'udp', '--ip6-dport', String(port), '-j', 'DROP'];

@@ -129,7 +129,8 @@ export function recordSteps(store: StateStore, rec: PodRecord, steps: Step[]): v
 
 /**
  * recordSteps, with the durable part left to finish meanwhile: the record is written (atomically) at once, and the
- * promise resolves once it is on disk. Whatever outlives a reboot must wait for it; what lives in the pod netns need not.
+ * promise resolves once it is on disk. Whatever outlives a reboot must wait for it; what lives in the pod netns need
+ * not.
  */
 export function recordStepsThenSync(store: StateStore, rec: PodRecord, steps: Step[]): Promise<void> {
   rec.steps.push(...steps);
@@ -199,8 +200,8 @@ async function runNetlinkOps(
 
 /**
  * netnsAdd (as `ip netns add`) cleans up after itself when it fails: nothing of ours to undo, and the netns (if it
- * exists now) is someone else's: the step is dropped so that rollback does not delete it, with every step recorded after
- * it (none ran: no CNI DEL to make, nothing in that netns is ours).
+ * exists now) is someone else's: the step is dropped so that rollback does not delete it, with every step recorded
+ * after it (none ran: no CNI DEL to make, nothing in that netns is ours).
  */
 function forgetNetns(deps: StepDeps, rec: PodRecord, step: Step): void {
   forgetStep(deps.store, rec, step);

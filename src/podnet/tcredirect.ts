@@ -159,7 +159,8 @@ export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput):
     name: StepName.TcRedirect,
     target: v,
     do: [...redirectLines(v, tap, KEPT_FROM_NETWORK), ...redirectLines(tap, v, KEPT_FROM_VM)].map((l) => tc(...l)),
-    // the interface's qdisc goes before its CNI DEL (host-device would take it back to the host); the tap's with the netns
+    // the interface's qdisc goes before its CNI DEL (host-device would take it back to the host);
+    // the tap's goes with the netns
     undo: [tc('qdisc', 'del', 'dev', v, 'ingress'), { ...tc('qdisc', 'del', 'dev', tap, 'ingress'), withNetns: true }],
   });
   const iface: PodInterface = {

@@ -65,7 +65,8 @@ export class QemuNetdev {
     // host_mtu: virtio-net advertises VIRTIO_NET_F_MTU, so the guest driver starts with the pod's MTU
     if (mtu !== undefined) dev.push(`host_mtu=${mtu}`);
     if (queues > 1) {
-      // MSI-X vectors: one per rx and per tx queue (2N), one for the config change, one for the control vq (Kata mqParameter)
+      // MSI-X vectors: one per rx and per tx queue (2N), one for config changes, one for the control vq
+      // (Kata's mqParameter)
       dev.push('mq=on', `vectors=${2 * queues + 2}`);
     }
     return ['-netdev', netdev.join(','), '-device', dev.join(',')];

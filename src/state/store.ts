@@ -1,11 +1,11 @@
-// Per-pod records on disk: <dir>/<key>.json, mode 0600 in a 0700 dir. Writes are atomic: the record is written
-// whole into a scratch file in the same dir, which then takes the record's name (a swap of the two names, or a rename:
-// both atomic within one filesystem): a crashed or killed tapmanager leaves the old record or the new one, never half.
-// A durable write also fsyncs the file before the rename and the dir after it, so that the record survives a crash of
-// the machine; only what outlives a reboot needs that (an IPAM allocation, a VF's PF settings), as netns, links and taps
+// Per-pod records on disk: <dir>/<key>.json, mode 0600 in a 0700 dir. Writes are atomic: the record is written whole
+// into a scratch file in the same dir, which then takes the record's name (a swap of the two names, or a rename: both
+// atomic within one filesystem): a crashed or killed tapmanager leaves the old record or the new one, never half. A
+// durable write also fsyncs the file before the rename and the dir after it, so that the record survives a crash of the
+// machine; only what outlives a reboot needs that (an IPAM allocation, a VF's PF settings), as netns, links and taps
 // vanish with the kernel (docs/decisions.md). The dir holds the records of live pods only (and their scratch files).
-// Synchronous on purpose: records are small, and a record must be written before the step it announces runs (a
-// durable one may finish its fsyncs on the pool while what does not outlive a reboot goes on: writeThenSync).
+// Synchronous on purpose: records are small, and a record must be written before the step it announces runs (a durable
+// one may finish its fsyncs on the pool while what does not outlive a reboot goes on: writeThenSync).
 import {
   closeSync,
   existsSync,

@@ -21,8 +21,8 @@ export interface PodInterface {
   /** '' for a VF (no tap, no bridge) */
   tapName: string;
   /**
-   * the tap was made with IFF_MULTI_QUEUE (every tap since multiqueue taps): each open attaches another queue, and a get
-   * may ask for several. Absent in records made before (single-queue taps).
+   * the tap was made with IFF_MULTI_QUEUE (every tap since multiqueue taps): each open attaches another queue, and a
+   * get may ask for several. Absent in records made before (single-queue taps).
    */
   multiQueue?: boolean;
   /** '' for a VF and for the tc-redirect binding (no bridge) */

@@ -35,7 +35,8 @@ export class DhcpServers {
         op: 'dhcp',
       });
     const servers: (DhcpServer | Dhcp6Server | RaServer)[] = [];
-    // each server binds what names it (DHCPv4 its bridge, RA and DHCPv6 their tap), so the pod's logger adds the key only
+    // each server binds what names it (DHCPv4 its bridge, RA and DHCPv6 their tap), so the pod's logger adds the key
+    // only
     const log = this.log.child({ key: st.key });
     const quiet = opts.quiet === true;
     try {

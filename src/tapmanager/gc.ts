@@ -1,8 +1,8 @@
-// CNI GC of tapmanager's network: after the restore at start, every --cni-gc-interval, and on `tapctl gc`. It holds
-// the OpLock alone, so no add or release of any pod runs meanwhile, and the live attachments it names are read
-// inside it. Stale attachments (a cache record of tapmanager's ifName whose container id has no pod in the state
-// dir and no pod netns) get a DEL with the config their record holds; the plugins get GC only with --cni-gc plugins (on a
-// Kubernetes node the conflist is shared with the container runtime, whose pods such a GC would not name).
+// CNI GC of tapmanager's network: after the restore at start, every --cni-gc-interval, and on `tapctl gc`. It holds the
+// OpLock alone, so no add or release of any pod runs meanwhile, and the live attachments it names are read inside it.
+// Stale attachments (a cache record of tapmanager's ifName whose container id has no pod in the state dir and no pod
+// netns) get a DEL with the config their record holds; the plugins get GC only with --cni-gc plugins (on a Kubernetes
+// node the conflist is shared with the container runtime, whose pods such a GC would not name).
 import type { Logger } from '../log.js';
 import type { GcAttachment, GcOptions, GcReport, NetworkConfigList } from '../cni/index.js';
 import type { OpLock } from './oplock.js';

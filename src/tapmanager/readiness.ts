@@ -1,5 +1,6 @@
-// Readiness beyond "restored" (the service knows that): the fd socket still listens at its path, the CNI
-// config loads, and no CNI plugin answers STATUS with an error. Each unmet condition is a sentence for /readyz and `tapctl status --ready`.
+// Readiness beyond "restored" (the service knows that): the fd socket still listens at its path, the CNI config loads,
+// and no CNI plugin answers STATUS with an error. Each unmet condition is a sentence for /readyz and `tapctl status
+// --ready`.
 import { lstatSync } from 'node:fs';
 import { errorChain } from '../errors.js';
 

@@ -1,5 +1,5 @@
-// What each command does: validate, serialise per key, call the pod network and DHCP, encode the reply.
-// Every add, release and recover logs one line with key, op and durationMs (get, list and status at debug; failures always).
+// What each command does: validate, serialise per key, call the pod network and DHCP, encode the reply. Every add,
+// release and recover logs one line with key, op and durationMs (get, list and status at debug; failures always).
 import type { PeerCred } from '../native.js';
 import type { Logger } from '../log.js';
 import { Slots } from './slots.js';

@@ -1,7 +1,7 @@
 // Which fds vmwrapper must pass on to qemu: what libvirt gave it (the monitor socket, fdsets, the serial log...).
-// Node's own fds are close-on-exec, and Node marks the low fds close-on-exec at start-up (docs/decisions.md, "Inherited fds in vmwrapper"),
-// so the inherited set is: every fd >= 3 that is still inheritable, plus every fd named in libvirt's argv
-// (`fd=N` in -chardev/-netdev/-add-fd values) that is open.
+// Node's own fds are close-on-exec, and Node marks the low fds close-on-exec at start-up (docs/decisions.md, "Inherited
+// fds in vmwrapper"), so the inherited set is: every fd >= 3 that is still inheritable, plus every fd named in
+// libvirt's argv (`fd=N` in -chardev/-netdev/-add-fd values) that is open.
 import { fstatSync } from 'node:fs';
 import { native } from '../native.js';
 

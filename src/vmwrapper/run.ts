@@ -17,10 +17,10 @@ export { DEFAULTS, isProbe, probePlan, type Env, type ExecPlan };
 export { logLine } from './logline.js';
 
 /**
- * Builds the exec plan. `args` are libvirt's arguments (argv without node and script).
- * Probe (VIRTLET_EMULATOR empty): probePlan (the bin file takes that path without loading this module).
- * Start: the fds of VIRTLET_NET_KEY from tapmanager, the VFIO devices of every device input (src/devices/collect.ts),
- * VMPOD_VM_CGROUP's move planned, VIRTLET_CPUSETS applied. Async only because kubelet's PodResources API is asked over gRPC where configured.
+ * Builds the exec plan. `args` are libvirt's arguments (argv without node and script). Probe (VIRTLET_EMULATOR empty):
+ * probePlan (the bin file takes that path without loading this module). Start: the fds of VIRTLET_NET_KEY from
+ * tapmanager, the VFIO devices of every device input (src/devices/collect.ts), VMPOD_VM_CGROUP's move planned,
+ * VIRTLET_CPUSETS applied. Async only because kubelet's PodResources API is asked over gRPC where configured.
  */
 export async function planExec(args: string[], domainEnv: Env): Promise<ExecPlan> {
   if (isProbe(domainEnv)) return probePlan(args, domainEnv);
@@ -65,7 +65,8 @@ export async function planExec(args: string[], domainEnv: Env): Promise<ExecPlan
       emulator,
       key,
       taps: taps.map((t) => ({ fd: t.fds[0], mac: t.mac, ...(t.fds.length > 1 ? { queueFds: t.fds } : {}) })),
-      // said once, for every tap: qemu runs virtio-net without the kernel's vhost-net (slower, as Kata and KubeVirt warn)
+      // said once, for every tap: qemu runs virtio-net without the kernel's vhost-net (slower, as Kata and KubeVirt
+      // warn)
       ...(vhost && !vhost.on ? { vhost: `off: cannot open ${vhost.why}; virtio-net runs in qemu` } : {}),
       vfio: vfio.map((d) => `${d.address} (${d.source})`),
       ...(cgroup ? { cgroup: cgroup.path } : {}),
