@@ -44,7 +44,8 @@ export function validateKey(key: string): string {
   if (problems.length > 0) {
     throw new VmpodError(
       ErrorCode.BadKey,
-      `bad key ${JSON.stringify(key)}: ${problems.join('; ')} (libcni's container ID rule: ${CNI_VALID_NAME.source}, 1..${MAX_KEY_BYTES} bytes)`,
+      `bad key ${JSON.stringify(key)}: ${problems.join('; ')} (libcni's container ID rule: ` +
+        `${CNI_VALID_NAME.source}, 1..${MAX_KEY_BYTES} bytes)`,
       { key },
     );
   }
@@ -57,7 +58,8 @@ function dnsNameProblems(s: string, re: RegExp, max: number, what: string): stri
   if (s.length > max) problems.push(`is ${s.length} characters, at most ${max}`);
   if (!re.test(s))
     problems.push(
-      `is not a ${what} (lower-case letters, digits and '-'${what.includes('subdomain') ? ', dot-separated' : ''}, starting and ending with a letter or digit)`,
+      `is not a ${what} (lower-case letters, digits and '-'${what.includes('subdomain') ? ', dot-separated' : ''}, ` +
+        `starting and ending with a letter or digit)`,
     );
   return problems;
 }

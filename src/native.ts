@@ -144,7 +144,10 @@ export interface Native {
   ): number;
   /** kill(-pgid, signal): 0, or the errno (ESRCH: the group is gone) without an exception. pgid >= 2. */
   killGroup(pgid: number, signal: number): number;
-  /** open(path) and flock(LOCK_EX|LOCK_NB): the lock lives as long as the returned fd (CLOEXEC). Held elsewhere: throws code EAGAIN. */
+  /**
+   * open(path) and flock(LOCK_EX|LOCK_NB): the lock lives as long as the returned fd (CLOEXEC). Held elsewhere: throws
+   * code EAGAIN.
+   */
   lockExclusive(path: string): number;
   /** close(fd); EBADF throws. */
   close(fd: number): void;
@@ -232,7 +235,9 @@ export interface Native {
    * struct virtio_net_hdr (10 bytes), as on a tap fd opened with vnetHdr.
    */
   packetSocketInNetns(nsPath: string, ifname: string, filter: Buffer, opts?: { vnetHdr?: boolean }): number;
-  /** One frame from a packetSocketInNetns socket, with whether its checksum is still to be filled in; null on EAGAIN. */
+  /**
+   * One frame from a packetSocketInNetns socket, with whether its checksum is still to be filled in; null on EAGAIN.
+   */
   recvFrame(fd: number, max: number): RecvFrameResult | null;
   /** recvfrom on a nonblocking UDP socket; null on EAGAIN. */
   recvFrom(fd: number, max: number): RecvFromResult | null;

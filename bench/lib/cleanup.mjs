@@ -49,7 +49,10 @@ export class Cleanup {
   }
 }
 
-/** Run a command (argument array, no shell) with a timeout; resolves { code, stdout, stderr }, rejects on spawn failure or timeout. */
+/**
+ * Run a command (argument array, no shell) with a timeout; resolves { code, stdout, stderr }, rejects on spawn failure
+ * or timeout.
+ */
 export function run(cmd, args, { timeoutMs = 10_000, input, env } = {}) {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, {

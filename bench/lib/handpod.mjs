@@ -14,7 +14,9 @@ export const POD_DNS = {
   search: ['default.svc.cluster.local', 'svc.cluster.local'],
 };
 
-/** DUID-LL (RFC 8415 11.4) of a MAC, as dnsmasq's `id:` wants it: `00:03:00:01:<mac>` (bench/c/dhcp-first.c sends it) */
+/**
+ * DUID-LL (RFC 8415 11.4) of a MAC, as dnsmasq's `id:` wants it: `00:03:00:01:<mac>` (bench/c/dhcp-first.c sends it)
+ */
 export const duidLl = (mac) => `00:03:00:01:${mac}`;
 
 /**

@@ -39,7 +39,9 @@ export const TAPCTL_OPTIONS = {
   bandwidth: {
     type: 'string',
     arg: 'JSON',
-    help: 'add: the pod bandwidth (runtimeConfig bandwidth): {"ingressRate":bps,"ingressBurst":bits,"egressRate":bps,"egressBurst":bits}',
+    help:
+      'add: the pod bandwidth (runtimeConfig bandwidth): ' +
+      '{"ingressRate":bps,"ingressBurst":bits,"egressRate":bps,"egressBurst":bits}',
   },
   csn: { type: 'string', arg: 'FILE', help: 'recover: the ContainerSideNetwork JSON of an earlier add (- for stdin)' },
   running: { type: 'boolean', help: 'recover: the pod has running containers' },
@@ -65,7 +67,8 @@ export type TapctlOptionName = keyof typeof TAPCTL_OPTIONS;
 export const TAPCTL_COMMANDS: { synopsis: string; help: string }[] = [
   {
     synopsis:
-      'add KEY --pod-name NAME --pod-namespace NS [--pod-id ID] [--dns JSON] [--port HOST:VM[/tcp|udp]]... [--bandwidth JSON]',
+      'add KEY --pod-name NAME --pod-namespace NS [--pod-id ID] [--dns JSON] [--port HOST:VM[/tcp|udp]]... ' +
+      '[--bandwidth JSON]',
     help: 'set up the pod network; prints the ContainerSideNetwork JSON',
   },
   { synopsis: 'get KEY', help: 'prints the interface descriptions (fds are received and closed)' },
@@ -76,7 +79,9 @@ export const TAPCTL_COMMANDS: { synopsis: string; help: string }[] = [
   { synopsis: 'release KEY', help: 'tears the pod network down' },
   {
     synopsis: 'release --force KEY',
-    help: 'the same, and forgets the pod even when undo steps fail (a quarantined key); prints what could not be undone',
+    help:
+      'the same, and forgets the pod even when undo steps fail (a quarantined key); prints what could not be ' +
+      'undone',
   },
   {
     synopsis: 'recover KEY --csn FILE [--pod-name NAME] [--pod-namespace NS] [--pod-id ID] [--running]',
@@ -88,19 +93,27 @@ export const TAPCTL_COMMANDS: { synopsis: string; help: string }[] = [
   },
   {
     synopsis: 'status [--ready]',
-    help: 'says whether tapmanager answers and is ready (JSON); --ready: an exec probe (not ready also while a CNI plugin answers STATUS with an error)',
+    help:
+      'says whether tapmanager answers and is ready (JSON); --ready: an exec probe (not ready also while a CNI ' +
+      'plugin answers STATUS with an error)',
   },
   {
     synopsis: 'gc',
-    help: 'runs one CNI GC now (never beside an add or release); prints what it removed and every error (exit 1 on an error)',
+    help:
+      'runs one CNI GC now (never beside an add or release); prints what it removed and every error (exit 1 on ' +
+      'an error)',
   },
   {
     synopsis: 'check KEY',
-    help: "checks the pod now: its netns, links, the VM's MAC, DHCP server, CNI CHECK; prints the failures (exit 1 when it fails); repairs nothing",
+    help:
+      "checks the pod now: its netns, links, the VM's MAC, DHCP server, CNI CHECK; prints the failures (exit 1 " +
+      'when it fails); repairs nothing',
   },
   {
     synopsis: 'devices [--env-file FILE] [--json] [--machine TYPE]',
-    help: 'what a VM started with this environment would get: each VFIO function, its IOMMU group, driver and source, the qemu arguments, and every refusal (exit 1 when anything is refused)',
+    help:
+      'what a VM started with this environment would get: each VFIO function, its IOMMU group, driver and ' +
+      'source, the qemu arguments, and every refusal (exit 1 when anything is refused)',
   },
 ];
 

@@ -48,7 +48,8 @@ function lockStateDir(stateDir: string): number {
   } catch (e) {
     if ((e as { code?: string }).code === 'EAGAIN') {
       throw new StartupError(
-        `another tapmanager is running on the state dir ${stateDir} (it holds its lock): stop it first, or give this one its own --state-dir and --socket`,
+        `another tapmanager is running on the state dir ${stateDir} (it holds its lock): stop it first, or give ` +
+          `this one its own --state-dir and --socket`,
       );
     }
     throw e;
@@ -178,7 +179,8 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     await http?.close();
     if ((e as { code?: string }).code === 'EADDRINUSE') {
       throw new StartupError(
-        `another tapmanager is serving on the socket ${config.socket}: stop it first, or give this one its own --socket`,
+        `another tapmanager is serving on the socket ${config.socket}: stop it first, or give this one its own ` +
+          `--socket`,
       );
     }
     throw e;

@@ -51,7 +51,8 @@ async function main(): Promise<number> {
   const { resources, problems } = await loadResources(o.config, { cdi: o.cdiDir !== undefined });
   if (!existsSync(o.kubeletDir) || !statSync(o.kubeletDir).isDirectory())
     problems.push(
-      `--kubelet-dir ${o.kubeletDir} is not a directory: mount kubelet's device-plugins dir there (the host's /var/lib/kubelet/device-plugins)`,
+      `--kubelet-dir ${o.kubeletDir} is not a directory: mount kubelet's device-plugins dir there (the host's ` +
+        `/var/lib/kubelet/device-plugins)`,
     );
   if (problems.length > 0) {
     for (const p of problems) process.stderr.write(`${NAME}: ${p}\n`);

@@ -241,7 +241,8 @@ export class FdClient {
         throw this.protocolError(
           command,
           key,
-          `unexpected response command 0x${resp.header.command.toString(16).padStart(2, '0')} (${commandName(resp.header.command)})`,
+          `unexpected response command 0x${resp.header.command.toString(16).padStart(2, '0')} ` +
+            `(${commandName(resp.header.command)})`,
         );
       }
       // Virtlet's client checks the echoed key on add; we check it on every keyed command

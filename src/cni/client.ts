@@ -396,7 +396,8 @@ export class CniClient {
     ) {
       throw new VmpodError(
         ErrorCode.Cni,
-        `plugin ${pluginType} VERSION: the answer has no cniVersion and supportedVersions: ${escapeOutput(stdout, 200)}`,
+        `plugin ${pluginType} VERSION: the answer has no cniVersion and supportedVersions: ` +
+          `${escapeOutput(stdout, 200)}`,
       );
     }
     return { cniVersion: json.cniVersion, supportedVersions: sv as string[] };

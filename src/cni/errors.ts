@@ -133,7 +133,9 @@ export function pluginFailure(f: PluginFailure): CniPluginError {
     const why = f.spawnError instanceof Error ? f.spawnError.message : String(f.spawnError);
     message = `${head} could not be run: ${why}`;
   } else if (f.outputTooLarge === true) {
-    message = `${head} failed: its output exceeded the size limit${f.outputLimitBytes === undefined ? '' : ` of ${f.outputLimitBytes} bytes`} (killed)`;
+    message =
+      `${head} failed: its output exceeded the size ` +
+      `limit${f.outputLimitBytes === undefined ? '' : ` of ${f.outputLimitBytes} bytes`} (killed)`;
   } else if (cniError !== undefined) {
     message = `${head} failed: ${formatCniError(cniError)}`;
   } else if (f.signal !== undefined) {

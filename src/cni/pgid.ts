@@ -147,7 +147,10 @@ export class PgidSlots {
     return undefined;
   }
 
-  /** Blanks the slot and frees it (a record left behind names a group whose members are gone, or are told apart by start time). */
+  /**
+   * Blanks the slot and frees it (a record left behind names a group whose members are gone, or are told apart by start
+   * time).
+   */
   clear(slot: number): void {
     this.#write(slot, BLANK);
     this.#free.push(slot);

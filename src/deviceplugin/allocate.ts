@@ -70,7 +70,9 @@ export function allocateContainer(
       const held = ctx.holders.get(g) ?? [];
       if (held.length > 0)
         problems.push(
-          `device ${d.id} of ${name}: its IOMMU group ${g} (/dev/vfio/${g}) is held open by ${held.map(holderText).join(', ')}: a group is opened by one process at a time; stop that process (a VM of a deleted pod?) or allocate another device`,
+          `device ${d.id} of ${name}: its IOMMU group ${g} (/dev/vfio/${g}) is held open by ` +
+            `${held.map(holderText).join(', ')}: a group is opened by one process at a time; stop that process (a ` +
+            `VM of a deleted pod?) or allocate another device`,
         );
     }
   }

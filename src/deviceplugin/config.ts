@@ -52,11 +52,13 @@ export function parseResources(
       const [domain, part, extra] = name.split('/');
       if (extra !== undefined || part === undefined || !DOMAIN_RE.test(domain!) || !NAME_RE.test(part))
         bad(
-          `resourceName ${JSON.stringify(name)} is not vendor-domain/name (a DNS subdomain, "/", then at most 63 of A-Za-z0-9-_.)`,
+          `resourceName ${JSON.stringify(name)} is not vendor-domain/name (a DNS subdomain, "/", then at most 63 of ` +
+            `A-Za-z0-9-_.)`,
         );
       else if (opts.cdi && parseQualifiedName(`${name}=x`) === undefined)
         bad(
-          `resourceName ${JSON.stringify(name)} is not a CDI kind (vendor and class must start with a letter): rename it, or turn CDI off (--cdi-dir "")`,
+          `resourceName ${JSON.stringify(name)} is not a CDI kind (vendor and class must start with a letter): ` +
+            `rename it, or turn CDI off (--cdi-dir "")`,
         );
       if (seen.has(name)) bad(`resourceName ${JSON.stringify(name)} is named twice`);
       seen.add(name);
@@ -97,7 +99,8 @@ export function parseResources(
     else if (unit !== undefined) bad(`unit ${JSON.stringify(unit)} is not "function" or "group"`);
     if (['vendors', 'devices', 'drivers', 'pciAddresses'].every((k) => e[k] === undefined))
       bad(
-        'has no selector: give vendors, devices, drivers or pciAddresses (without one it would take every PCI function of the node)',
+        'has no selector: give vendors, devices, drivers or pciAddresses (without one it would take every PCI ' +
+          'function of the node)',
       );
     resources.push(r);
   });

@@ -60,7 +60,8 @@ export class GrpcFailure extends Error {
 export class SocketTakenError extends Error {
   constructor(readonly socket: string) {
     super(
-      `another process serves on ${socket} (another vfio-device-plugin with a resource of the same name?): stop it, or rename the resource`,
+      `another process serves on ${socket} (another vfio-device-plugin with a resource of the same name?): stop it, ` +
+        `or rename the resource`,
     );
   }
 }

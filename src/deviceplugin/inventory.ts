@@ -71,7 +71,9 @@ export function ownerOf(resources: readonly ResourceConfig[], f: PciIds): Resour
 
 const sysPath = (root: string, rel: string) => `${root.replace(/\/$/, '')}/${rel}`;
 
-/** The first problem of a device made of `fns` in group `g`: a function off vfio, then a member that breaks the group. */
+/**
+ * The first problem of a device made of `fns` in group `g`: a function off vfio, then a member that breaks the group.
+ */
 export function deviceProblem(
   fns: readonly FunctionFacts[],
   g: GroupFacts,
@@ -84,7 +86,10 @@ export function deviceProblem(
       code: ProblemCode.NotVfio,
       member: f.address,
       driver: f.driver ?? 'none',
-      text: `${f.address} is bound to ${f.driver ?? 'no driver'}, not to a vfio driver: bind it to vfio-pci (echo vfio-pci > ${dev}/driver_override; echo ${f.address} > ${dev}/driver/unbind; echo ${f.address} > ${sysPath(sysfsRoot, 'bus/pci/drivers_probe')})`,
+      text:
+        `${f.address} is bound to ${f.driver ?? 'no driver'}, not to a vfio driver: bind it to vfio-pci (echo ` +
+        `vfio-pci > ${dev}/driver_override; echo ${f.address} > ${dev}/driver/unbind; echo ${f.address} > ` +
+        `${sysPath(sysfsRoot, 'bus/pci/drivers_probe')})`,
     };
   }
   const passed = new Set(fns.map((f) => f.address));
@@ -94,7 +99,10 @@ export function deviceProblem(
       code: ProblemCode.GroupNotViable,
       member: m.address,
       driver: m.driver ?? 'none',
-      text: `IOMMU group ${g.group} is not viable: its member ${m.address} is bound to ${m.driver}; the kernel gives a group to a VM only when every member is on a vfio driver, pci-stub or no driver: unbind it (echo ${m.address} > ${sysPath(sysfsRoot, `bus/pci/devices/${m.address}/driver/unbind`)}) or bind it to vfio-pci`,
+      text:
+        `IOMMU group ${g.group} is not viable: its member ${m.address} is bound to ${m.driver}; the kernel ` +
+        `gives a group to a VM only when every member is on a vfio driver, pci-stub or no driver: unbind it (echo ` +
+        `${m.address} > ${sysPath(sysfsRoot, `bus/pci/devices/${m.address}/driver/unbind`)}) or bind it to vfio-pci`,
     };
   }
   return undefined;
@@ -116,11 +124,18 @@ function makeDevice(id: string, fns: NodeFunction[], g: GroupFacts, sysfsRoot: s
 /** Why a selected function is never offered, or undefined when it may be. */
 function notOfferedWhy(f: NodeFunction, g: GroupFacts | undefined): string | undefined {
   if (isBridge(f))
-    return `${f.address} is a PCI bridge (class 0x${f.class.toString(16).padStart(6, '0')}${f.driver !== undefined ? `, driver ${f.driver}` : ''}): bridges stay with the host`;
+    return (
+      `${f.address} is a PCI bridge (class ` +
+      `0x${f.class.toString(16).padStart(6, '0')}${f.driver !== undefined ? `, driver ${f.driver}` : ''}): bridges ` +
+      `stay with the host`
+    );
   if (f.group === undefined || g === undefined)
     return `${f.address} has no IOMMU group: boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on)`;
   if (g.noiommu !== undefined)
-    return `${f.address} is in the vfio no-IOMMU group ${g.group} (${g.noiommu}): it gives a VM no DMA isolation and is never offered; boot the host with its IOMMU on and without vfio.enable_unsafe_noiommu_mode`;
+    return (
+      `${f.address} is in the vfio no-IOMMU group ${g.group} (${g.noiommu}): it gives a VM no DMA isolation ` +
+      `and is never offered; boot the host with its IOMMU on and without vfio.enable_unsafe_noiommu_mode`
+    );
   return undefined;
 }
 

@@ -36,7 +36,8 @@ export function createDpMetrics(inventory: () => Inventory, registered: () => bo
   new Gauge({
     ...base(
       'device_unhealthy',
-      '1 per unhealthy device: why (not-vfio, group-not-viable), the function at fault and its driver; the log line says what to do',
+      '1 per unhealthy device: why (not-vfio, group-not-viable), the function at fault and its driver; the log line ' +
+        'says what to do',
       ['resource', 'device', 'reason', 'member', 'driver'],
     ),
     collect() {

@@ -115,7 +115,8 @@ export function parseOptions(argv: string[], env: Record<string, string | undefi
     errors.push('--probe needs --http-listen (or VMPOD_HTTP_LISTEN): the address the plugin listens on');
   if (httpRaw !== '' && !http)
     errors.push(
-      `--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9732 or [::1]:9732)`,
+      `--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9732 or ` +
+        `[::1]:9732)`,
     );
   if (errors.length > 0) return { ok: false, errors };
   return {
@@ -153,7 +154,8 @@ export function dpUsage(): string {
   for (const s of Object.values(DP_FLAGS) as FlagSpec[])
     lines.push(`  ${s.flag.padEnd(14)} ${s.help}${s.def === '' ? '' : ` (default ${s.def})`} [${s.env}]`);
   lines.push(
-    `  ${'--probe PATH'.padEnd(14)} GET PATH (/healthz, /readyz) of the plugin listening on --http-listen; exit 0 on 200 (exec probes)`,
+    `  ${'--probe PATH'.padEnd(14)} GET PATH (/healthz, /readyz) of the plugin listening on --http-listen; exit 0 ` +
+      `on 200 (exec probes)`,
     `  ${'--help'.padEnd(14)} show this text`,
     `  ${'--version'.padEnd(14)} print the package version`,
     '',

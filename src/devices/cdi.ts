@@ -261,7 +261,8 @@ export function cdiRequests(
     const conflict = reg.conflicts.get(name);
     if (conflict !== undefined) {
       problems.push(
-        `CDI device ${name} is ambiguous: defined in both ${conflict.join(' and ')} (one directory); remove one of them`,
+        `CDI device ${name} is ambiguous: defined in both ${conflict.join(' and ')} (one directory); remove one of ` +
+          `them`,
       );
       continue;
     }

@@ -104,7 +104,8 @@ export async function fetchPodResources(t: PodResourcesTarget): Promise<PodResou
         if (g.code === Status.UNKNOWN && /not found/i.test(g.details ?? g.message))
           throw new VmpodError(
             ErrorCode.Device,
-            `kubelet's PodResources API (${t.socket}) does not know ${pod} (${g.details ?? g.message}): check VMPOD_POD_NAME and VMPOD_POD_NAMESPACE`,
+            `kubelet's PodResources API (${t.socket}) does not know ${pod} (${g.details ?? g.message}): check ` +
+              `VMPOD_POD_NAME and VMPOD_POD_NAMESPACE`,
           );
         throw e instanceof VmpodError ? e : fail('Get', g);
       }
@@ -128,4 +129,5 @@ export async function fetchPodResources(t: PodResourcesTarget): Promise<PodResou
 }
 
 const POD_RESOURCES_HINT =
-  "is the socket kubelet's, and is kubelet running? mount the directory /var/lib/kubelet/pod-resources, not the socket file";
+  "is the socket kubelet's, and is kubelet running? mount the directory /var/lib/kubelet/pod-resources, not the " +
+  'socket file';

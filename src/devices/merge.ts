@@ -87,7 +87,11 @@ function add(m: Merge, d: ResolvedDevice, why: string): void {
 }
 
 function noiommuText(group: string, node: string, why: string): string {
-  return `IOMMU group ${group} (${why}) is a vfio no-IOMMU group (${node}): a VM cannot use it (no DMA isolation; qemu opens only /dev/vfio/<N>); boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on) and without vfio.enable_unsafe_noiommu_mode`;
+  return (
+    `IOMMU group ${group} (${why}) is a vfio no-IOMMU group (${node}): a VM cannot use it (no DMA isolation; ` +
+    `qemu opens only /dev/vfio/<N>); boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on) and without ` +
+    `vfio.enable_unsafe_noiommu_mode`
+  );
 }
 
 function namedFunction(m: Merge, r: Extract<DeviceRequest, { kind: 'pci' }>): void {
@@ -103,7 +107,8 @@ function namedFunction(m: Merge, r: Extract<DeviceRequest, { kind: 'pci' }>): vo
     return problem(`${what}: ${r.source} says IOMMU group ${r.group}, sysfs says ${f.group}`);
   if (f.group === undefined) {
     return problem(
-      `${what} has no IOMMU group (no ${m.sys(`bus/pci/devices/${r.address}/iommu_group`)}): boot the host with its IOMMU on (intel_iommu=on or amd_iommu=on)`,
+      `${what} has no IOMMU group (no ${m.sys(`bus/pci/devices/${r.address}/iommu_group`)}): boot the host with its ` +
+        `IOMMU on (intel_iommu=on or amd_iommu=on)`,
     );
   }
   const d: ResolvedDevice = { address: f.address, group: f.group, source: r.source };
@@ -143,7 +148,8 @@ function namedGroup(m: Merge, r: Extract<DeviceRequest, { kind: 'group' }>): voi
     const picked = endpoints.filter((f) => r.only!.includes(f.address));
     if (picked.length === 0)
       m.problems.push(
-        `${what} names ${r.only.join(', ')}, none of which is in that group (members: ${endpoints.map((f) => f.address).join(', ')})`,
+        `${what} names ${r.only.join(', ')}, none of which is in that group (members: ` +
+          `${endpoints.map((f) => f.address).join(', ')})`,
       );
     for (const f of picked) add(m, fnOf(f), what);
     return;
@@ -162,7 +168,10 @@ function checkDrivers(m: Merge): void {
       m.facts.groups.get(d.group!)?.members.find((x) => x.address === d.address) ?? m.facts.functions.get(d.address);
     if (f !== undefined && !isVfioBound(f))
       m.problems.push(
-        `${d.address} (from ${d.source}) is bound to ${f.driver ?? 'no driver'}, not to a vfio driver: bind it to vfio-pci (echo vfio-pci > ${m.sys(`bus/pci/devices/${d.address}/driver_override`)}; echo ${d.address} > ${m.sys(`bus/pci/devices/${d.address}/driver/unbind`)}; echo ${d.address} > ${m.sys('bus/pci/drivers_probe')})`,
+        `${d.address} (from ${d.source}) is bound to ${f.driver ?? 'no driver'}, not to a vfio driver: bind it to ` +
+          `vfio-pci (echo vfio-pci > ${m.sys(`bus/pci/devices/${d.address}/driver_override`)}; echo ${d.address} > ` +
+          `${m.sys(`bus/pci/devices/${d.address}/driver/unbind`)}; echo ${d.address} > ` +
+          `${m.sys('bus/pci/drivers_probe')})`,
       );
   }
 }
@@ -180,12 +189,18 @@ function checkGroups(m: Merge): void {
     for (const f of g.members) {
       if (passed.has(f.address) || leavesGroupViable(f)) continue;
       m.problems.push(
-        `IOMMU group ${group} of ${why} is not viable: its other member ${f.address} (not allocated to this pod) is bound to ${f.driver}; the kernel gives a group to a VM only when every member is on a vfio driver, pci-stub or no driver: unbind it (echo ${f.address} > ${m.sys(`bus/pci/devices/${f.address}/driver/unbind`)}) or bind it to vfio-pci, or allocate a function from another group`,
+        `IOMMU group ${group} of ${why} is not viable: its other member ${f.address} (not allocated to this pod) is ` +
+          `bound to ${f.driver}; the kernel gives a group to a VM only when every member is on a vfio driver, ` +
+          `pci-stub or no driver: unbind it (echo ${f.address} > ` +
+          `${m.sys(`bus/pci/devices/${f.address}/driver/unbind`)}) or bind it to vfio-pci, or allocate a ` +
+          `function from another group`,
       );
     }
     if (g.holders.length > 0)
       m.problems.push(
-        `/dev/vfio/${group} (IOMMU group ${group} of ${why}) is held open by ${g.holders.map(holderText).join(', ')}: a group is opened by one process at a time, so its other functions are in use by that process; stop it, or allocate a function from another group`,
+        `/dev/vfio/${group} (IOMMU group ${group} of ${why}) is held open by ` +
+          `${g.holders.map(holderText).join(', ')}: a group is opened by one process at a time, so its other ` +
+          `functions are in use by that process; stop it, or allocate a function from another group`,
       );
   }
 }

@@ -95,7 +95,9 @@ function pciList(name: string, value: string, problems: string[], twin?: Map<str
       const t = twin?.get(address);
       if (t?.vdpa !== undefined) {
         problems.push(
-          `${address} (from ${show(name, value)}) is a vDPA device (${name}_INFO gives it the vhost-vdpa node ${t.vdpa}): vmwrapper passes VFIO devices only, and vDPA is not supported by this binding; allocate it from a vfio-pci resource pool`,
+          `${address} (from ${show(name, value)}) is a vDPA device (${name}_INFO gives it the vhost-vdpa node ` +
+            `${t.vdpa}): vmwrapper passes VFIO devices only, and vDPA is not supported by this binding; allocate it ` +
+            `from a vfio-pci resource pool`,
         );
         continue;
       }

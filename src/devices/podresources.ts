@@ -40,7 +40,8 @@ export function podResourcesTarget(
     if (v === undefined) return undefined;
     throw new VmpodError(
       ErrorCode.Config,
-      `${POD_RESOURCES_SOCKET_ENV}=${JSON.stringify(v)} is set but VMPOD_POD_NAME and VMPOD_POD_NAMESPACE are not both set: kubelet's PodResources API is asked by pod name and namespace`,
+      `${POD_RESOURCES_SOCKET_ENV}=${JSON.stringify(v)} is set but VMPOD_POD_NAME and VMPOD_POD_NAMESPACE are not ` +
+        `both set: kubelet's PodResources API is asked by pod name and namespace`,
     );
   }
   const t = env[POD_RESOURCES_TIMEOUT_ENV];
@@ -94,7 +95,8 @@ export function parseResourceMap(json: string | undefined): Map<string, IdRule> 
     const o = typeof rule === 'string' ? { ids: rule } : rule;
     if (typeof o !== 'object' || o === null || !kinds.includes((o as { ids?: unknown }).ids as string))
       throw bad(
-        `${JSON.stringify(res)}: ${JSON.stringify(rule)} is not one of ${kinds.map((k) => JSON.stringify(k)).join(', ')} or {"ids": ..., "pattern": "..."}`,
+        `${JSON.stringify(res)}: ${JSON.stringify(rule)} is not one of ` +
+          `${kinds.map((k) => JSON.stringify(k)).join(', ')} or {"ids": ..., "pattern": "..."}`,
       );
     const r: IdRule = { ids: (o as { ids: IdKind }).ids };
     const pat = (o as { pattern?: unknown }).pattern;
@@ -152,7 +154,8 @@ export function podResourcesRequests(
           (ids.length > 0 && ids.every((id) => isPciAddress(id.toLowerCase())) ? { ids: IdKind.Pci } : undefined);
         if (rule === undefined) {
           skipped.push(
-            `${res} (${ids.join(', ')}) of container ${c.name}: the IDs are not PCI addresses and ${RESOURCE_MAP_ENV} has no rule for it`,
+            `${res} (${ids.join(', ')}) of container ${c.name}: the IDs are not PCI addresses and ` +
+              `${RESOURCE_MAP_ENV} has no rule for it`,
           );
           continue;
         }
@@ -169,7 +172,8 @@ export function podResourcesRequests(
             const m = rule.pattern.exec(id);
             if (!m || m[1] === undefined) {
               problems.push(
-                `${source}: device ID ${JSON.stringify(id)} does not match the pattern ${rule.pattern.source} of ${RESOURCE_MAP_ENV}`,
+                `${source}: device ID ${JSON.stringify(id)} does not match the pattern ${rule.pattern.source} of ` +
+                  `${RESOURCE_MAP_ENV}`,
               );
               continue;
             }

@@ -9,7 +9,9 @@ export type DeviceRequest =
   | {
       kind: 'pci';
       address: string;
-      /** where it came from: a variable name ("QAT0"), "tapmanager", "cdi nvidia.com/gpu=0", "podresources <resource>" */
+      /**
+       * where it came from: a variable name ("QAT0"), "tapmanager", "cdi nvidia.com/gpu=0", "podresources <resource>"
+       */
       source: string;
       /** what the source said, for errors: the variable's value, the spec file ... */
       origin?: string;

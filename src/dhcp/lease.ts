@@ -168,21 +168,26 @@ function v6Lease(
   for (const { e, i, c } of entries) {
     if (isLinkLocal6(c!.bytes))
       throw configError(
-        `ips[${i}].address ${e.address} is link-local: a pod's IPv6 address must be global (the guest makes its own link-local)`,
+        `ips[${i}].address ${e.address} is link-local: a pod's IPv6 address must be global (the guest makes its own ` +
+          `link-local)`,
       );
   }
   const mine = entries.filter((x) => owner(x.e) === ifIndex);
   if (mine.length === 0) return undefined;
   if (mine.length > 1) {
     throw configError(
-      `CNI result has ${mine.length} IPv6 addresses for interface ${ifName} (${mine.map((m) => `ips[${m.i}].address ${m.e.address}`).join(', ')}): one IPv6 address per interface is served`,
+      `CNI result has ${mine.length} IPv6 addresses for interface ${ifName} ` +
+        `(${mine.map((m) => `ips[${m.i}].address ${m.e.address}`).join(', ')}): one IPv6 address per interface is ` +
+        `served`,
     );
   }
   const { e, i, c } = mine[0]!;
   const cidr = c!;
   if (cidr.prefix > 64) {
     throw configError(
-      `ips[${i}].address ${e.address}: prefix /${cidr.prefix} is longer than /64; the guest learns its on-link prefix from router advertisements, which need /64 or shorter${cidr.prefix === 128 ? ' (a /128 has no on-link prefix)' : ''}`,
+      `ips[${i}].address ${e.address}: prefix /${cidr.prefix} is longer than /64; the guest learns its on-link ` +
+        `prefix from router advertisements, which need /64 or ` +
+        `shorter${cidr.prefix === 128 ? ' (a /128 has no on-link prefix)' : ''}`,
     );
   }
   const prefix = formatIpv6(networkOf(cidr.bytes, cidr.prefix));
@@ -230,7 +235,8 @@ function v6Lease(
   });
   if (defaultRoute && gateway === undefined)
     throw configError(
-      `the IPv6 default route of interface ${ifName} has no gateway (routes[].gw and ips[${i}].gateway are both absent)`,
+      `the IPv6 default route of interface ${ifName} has no gateway (routes[].gw and ips[${i}].gateway are both ` +
+        `absent)`,
     );
   const dns = (dnsSrc.nameservers ?? []).map((n) => normaliseIpv6(n)).filter((n): n is string => n !== undefined);
   return {

@@ -356,7 +356,8 @@ export class DhcpServer {
           conflictingMac: conflictingMac ?? '(no answer to ARP)',
           backoffMs,
         },
-        'dhcp: DECLINE: the guest found its address in use on the wire; its DISCOVERs are not answered during the back-off',
+        'dhcp: DECLINE: the guest found its address in use on the wire; its DISCOVERs are not answered during the ' +
+          'back-off',
       );
     this.findConflict(address).then(warn, () => warn(undefined));
   }

@@ -62,7 +62,9 @@ export function leasedIaNa(iaid: number, lease: Lease6, b: Built6): Option6 {
   };
 }
 
-/** An IA_NA option with no usable address: a status, and (REBIND of foreign addresses) those addresses at lifetime 0. */
+/**
+ * An IA_NA option with no usable address: a status, and (REBIND of foreign addresses) those addresses at lifetime 0.
+ */
 export function statusIaNa(iaid: number, status: number, message: string, zeroed: readonly string[] = []): Option6 {
   return {
     code: Opt6.IaNa,

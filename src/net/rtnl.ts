@@ -35,7 +35,9 @@ const align4 = (n: number): number => (n + 3) & ~3;
 export interface IfIndexOf {
   ifindexOf: string;
 }
-/** Bytes with the ifindex of a named link written at `at` when the request runs (a struct that holds one, as tc_mirred). */
+/**
+ * Bytes with the ifindex of a named link written at `at` when the request runs (a struct that holds one, as tc_mirred).
+ */
 export interface BytesWithIfIndex {
   bytes: Buffer;
   at: number;
@@ -107,7 +109,10 @@ export function nlMessage(
   return { msg, fix };
 }
 
-/** A dump request of `type` for `family` (the fixed part is an ifinfomsg, ifaddrmsg or rtmsg: all start with the family). */
+/**
+ * A dump request of `type` for `family` (the fixed part is an ifinfomsg, ifaddrmsg or rtmsg: all start with the
+ * family).
+ */
 export function dumpRequest(type: number, fixedLen: number, family = 0): NlRequest {
   const fixed = Buffer.alloc(fixedLen);
   fixed[0] = family;

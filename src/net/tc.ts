@@ -114,7 +114,10 @@ function redirectAction(to: string): Attr {
   ];
 }
 
-/** `tc filter add dev DEV parent ffff: prio P protocol PROTO u32 <keys> (classid C | action mirred egress redirect dev T)`. */
+/**
+ * `tc filter add dev DEV parent ffff: prio P protocol PROTO u32 <keys> (classid C | action mirred egress redirect dev
+ * T)`.
+ */
 export function u32FilterRequest(f: U32Filter): NlRequest {
   const proto = TC_PROTOCOLS[f.protocol];
   if (proto === undefined) throw new RangeError(`unknown tc protocol ${JSON.stringify(f.protocol)}`);

@@ -129,7 +129,10 @@ async function checkKeyFree(env: PodEnv, req: AddRequest, log: Logger): Promise<
   }
 }
 
-/** The network read and its plugins located before anything is made: a missing plugin or a broken config dir has run nothing. */
+/**
+ * The network read and its plugins located before anything is made: a missing plugin or a broken config dir has run
+ * nothing.
+ */
 async function readNetwork(env: PodEnv): Promise<NetworkConfigList> {
   try {
     const list = await env.loadConfList();
@@ -403,7 +406,9 @@ async function rollBack(env: PodEnv, rec: PodRecord, held: Held, e: unknown, log
     }
   } else {
     quarantine(env.store, rec, undoErrors, log);
-    tail = ` (rollback incomplete: ${undoErrors.map((u) => errorChain(u)).join('; ')}; what is left is quarantined: the next add or release of ${rec.key} finishes it first, or run "tapctl release --force ${rec.key}")`;
+    tail =
+      ` (rollback incomplete: ${undoErrors.map((u) => errorChain(u)).join('; ')}; what is left is quarantined: ` +
+      `the next add or release of ${rec.key} finishes it first, or run "tapctl release --force ${rec.key}")`;
   }
   const what = e instanceof StepError ? e.message : `step "${op}" failed: ${errorChain(e)}`;
   const code: ErrorCodeT = isVmpodError(e) ? e.code : ErrorCode.Internal;

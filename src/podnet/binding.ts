@@ -16,7 +16,9 @@ export const BINDING_MODES: readonly BindingMode[] = ['auto', Binding.Bridge, Bi
  */
 export const MAC_BOUND_KINDS: ReadonlySet<string> = new Set(['macvlan', 'macvtap', 'ipvlan', 'ipvtap']);
 
-/** The binding of one interface: the mode's, or under auto tc-redirect for a link whose MAC must stay, bridge otherwise. */
+/**
+ * The binding of one interface: the mode's, or under auto tc-redirect for a link whose MAC must stay, bridge otherwise.
+ */
 export function chooseBinding(mode: BindingMode, link: Pick<ObservedLink, 'kind'>): Binding {
   if (mode !== 'auto') return mode;
   return link.kind !== undefined && MAC_BOUND_KINDS.has(link.kind) ? Binding.TcRedirect : Binding.Bridge;

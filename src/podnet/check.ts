@@ -71,7 +71,10 @@ export function prevResultForCheck(cached: CniResult, interfaces: readonly PodIn
   };
 }
 
-/** The plan gave the CNI interface a new MAC and its own to the VM (the bridge binding; a binding that shares the MAC does not). */
+/**
+ * The plan gave the CNI interface a new MAC and its own to the VM (the bridge binding; a binding that shares the MAC
+ * does not).
+ */
 function macMoved(i: PodInterface): boolean {
   return i.type === 'tap' && i.vethMacNew !== undefined && i.vethMacNew.toLowerCase() !== i.vmMac.toLowerCase();
 }
@@ -97,7 +100,10 @@ function linksUp(observed: Observed, links: readonly (readonly [name: string, wh
   return out;
 }
 
-/** The bridge binding: the CNI interface and the tap are up ports of the bridge; the CNI interface has the MAC the plan gave it. */
+/**
+ * The bridge binding: the CNI interface and the tap are up ports of the bridge; the CNI interface has the MAC the plan
+ * gave it.
+ */
 export function checkBridgeBinding(iface: PodInterface, ctx: { observed: Observed }): CheckFailure[] {
   const out: CheckFailure[] = [];
   const find = (name: string): ObservedLink | undefined => ctx.observed.links.find((l) => l.name === name);
@@ -153,7 +159,9 @@ export async function checkTcRedirectBinding(iface: PodInterface, ctx: BindingCh
     if (r.exitCode !== 0 || !redirectsTo(r.stdout, to)) {
       out.push({
         reason: CheckReason.RedirectMissing,
-        detail: `${dev} has no ingress filter redirecting its frames to ${to}${r.exitCode !== 0 ? ` (tc: ${r.stderr.trim()})` : ''}`,
+        detail:
+          `${dev} has no ingress filter redirecting its frames to ` +
+          `${to}${r.exitCode !== 0 ? ` (tc: ${r.stderr.trim()})` : ''}`,
       });
     }
   }

@@ -124,7 +124,10 @@ async function netlink(nsPath: string, reqs: NlRequest[], force: boolean, signal
   }
 }
 
-/** A line of a netlink batch: a recorded `ip` (or `tc`: lineRequest) line, or sysctls written in the netns in their turn. */
+/**
+ * A line of a netlink batch: a recorded `ip` (or `tc`: lineRequest) line, or sysctls written in the netns in their
+ * turn.
+ */
 export type NetlinkLine = readonly string[] | { sysctl: readonly string[] };
 
 /**

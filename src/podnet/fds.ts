@@ -78,7 +78,8 @@ export async function queueFds(
   if (total > MAX_FDS) {
     throw new VmpodError(
       ErrorCode.BadRequest,
-      `get: ${queues} queues on each of ${counts.filter((c) => c > 1).length} taps need ${total} fds; one reply carries at most ${MAX_FDS}`,
+      `get: ${queues} queues on each of ${counts.filter((c) => c > 1).length} taps need ${total} fds; one reply ` +
+        `carries at most ${MAX_FDS}`,
       { op: 'get' },
     );
   }

@@ -31,7 +31,10 @@ function bad(rule: readonly string[], why: string): VmpodError {
 
 const be16 = (n: number): Buffer => Buffer.from([n >> 8, n & 0xff]);
 
-/** One rule in ebtables' words: `CHAIN -i|-o DEV -p IPv4|IPv6 --ip[6]-proto P (--ip[6]-dport N | --ip6-icmp-type T) -j DROP`. */
+/**
+ * One rule in ebtables' words: `CHAIN -i|-o DEV -p IPv4|IPv6 --ip[6]-proto P (--ip[6]-dport N | --ip6-icmp-type T) -j
+ * DROP`.
+ */
 export function ruleExprs(rule: readonly string[]): { chain: keyof typeof BRIDGE_HOOKS; exprs: Expr[] } {
   const [chain, dir, dev, ...rest] = rule;
   if (chain !== 'INPUT' && chain !== 'FORWARD' && chain !== 'OUTPUT') throw bad(rule, 'unknown chain');

@@ -34,7 +34,9 @@ const RTA = { DST: 1, OIF: 4, GATEWAY: 5, PRIORITY: 6, PREFSRC: 7 } as const;
 const RT_TABLE_MAIN = 254;
 const RTN_UNICAST = 1;
 
-/** iproute2's names of route protocols and scopes (/etc/iproute2/rt_protos, rt_scopes); numbers are shown as numbers. */
+/**
+ * iproute2's names of route protocols and scopes (/etc/iproute2/rt_protos, rt_scopes); numbers are shown as numbers.
+ */
 export const RT_PROTOS: Record<number, string> = {
   0: 'unspec',
   1: 'redirect',

@@ -235,7 +235,10 @@ export interface ContainerSidePlanInput {
   vfs?: ReadonlySet<string>;
   /** SR-IOV enabled: the planned setup of each VF (by link name); a VF without one is refused */
   vfSetups?: ReadonlyMap<string, VfSetupRecord>;
-  /** the CNI_IFNAME that preparedSteps made interface 0's bridge, tap and filter for (add; lo is up then), absent when none were */
+  /**
+   * the CNI_IFNAME that preparedSteps made interface 0's bridge, tap and filter for (add; lo is up then), absent when
+   * none were
+   */
   prepared?: string;
   /** the binding of tap interface i (binding.ts); default: auto's choice */
   bindingOf?: (i: number, link: ObservedLink) => Binding;
@@ -407,7 +410,8 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     if (!link) {
       throw new VmpodError(
         ErrorCode.Netlink,
-        `the CNI result names interface ${ci.name} in the pod netns, but the netns has no such link (links: ${[...names].join(', ')})`,
+        `the CNI result names interface ${ci.name} in the pod netns, but the netns has no such link (links: ` +
+          `${[...names].join(', ')})`,
         { op: 'plan' },
       );
     }
@@ -613,7 +617,9 @@ function newLinkSteps(v: string, br: string, tap: string, mtu: string, v6?: { ma
   ];
 }
 
-/** Interface 0's bridge, tap and filter, made while the plugins ran (preparedSteps) down, without MTU or IPv6: finished. */
+/**
+ * Interface 0's bridge, tap and filter, made while the plugins ran (preparedSteps) down, without MTU or IPv6: finished.
+ */
 function finishPreparedSteps(
   v: string,
   br: string,

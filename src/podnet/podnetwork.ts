@@ -87,7 +87,8 @@ export class PodNetwork {
       // `ip netns add` and `ip -n NAME` only know NETNS_RUN_DIR; another dir would need our own bind mounts
       throw new VmpodError(
         ErrorCode.Config,
-        `netnsDir ${JSON.stringify(this.netnsDir)}: only ${IP_NETNS_DIR} (or /run/netns) is supported, as iproute2's "ip netns" uses it`,
+        `netnsDir ${JSON.stringify(this.netnsDir)}: only ${IP_NETNS_DIR} (or /run/netns) is supported, as ` +
+          `iproute2's "ip netns" uses it`,
       );
     }
     const exec = new NetExec(opts.cmdTimeoutMs);
@@ -245,7 +246,9 @@ export class PodNetwork {
     return this.states.get(key);
   }
 
-  /** For get: the state with its fds (one per interface), reopening them from the record if they were lost (a restart). */
+  /**
+   * For get: the state with its fds (one per interface), reopening them from the record if they were lost (a restart).
+   */
   async ensureFds(key: string): Promise<PodNetworkState> {
     validateKey(key);
     const have = this.states.get(key);

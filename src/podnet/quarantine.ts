@@ -31,7 +31,8 @@ export async function finishLeftover(env: PodEnv, rec: PodRecord, log: Logger, o
     quarantine(env.store, rec, errors, log);
     throw new VmpodError(
       ErrorCode.Conflict,
-      `${op} ${rec.key}: what an earlier failed operation left is quarantined and still cannot be undone: ${rec.quarantine!.errors.join('; ')}; fix the cause, or run "tapctl release --force ${rec.key}"`,
+      `${op} ${rec.key}: what an earlier failed operation left is quarantined and still cannot be undone: ` +
+        `${rec.quarantine!.errors.join('; ')}; fix the cause, or run "tapctl release --force ${rec.key}"`,
       {
         key: rec.key,
         op,

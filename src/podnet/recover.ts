@@ -129,7 +129,8 @@ export function checkSameCsn(key: string, have: ContainerSideNetwork, asked: Con
   if (csnIdentity(have) === csnIdentity(asked)) return;
   throw new VmpodError(
     ErrorCode.Conflict,
-    `recover ${key}: the pod network is live with another container-side network (interfaces or addresses differ from the csn given); release it first`,
+    `recover ${key}: the pod network is live with another container-side network (interfaces or addresses differ ` +
+      `from the csn given); release it first`,
     {
       key,
       op: 'recover',

@@ -71,7 +71,8 @@ async function releaseRecorded(
     const first = errors[0]!;
     throw new VmpodError(
       isVmpodError(first) ? first.code : ErrorCode.Internal,
-      `release ${key}: ${errors.length} undo step(s) failed, the record stays quarantined for a retry (or "tapctl release --force ${key}"): ${errors.map((x) => errorChain(x)).join('; ')}`,
+      `release ${key}: ${errors.length} undo step(s) failed, the record stays quarantined for a retry (or "tapctl ` +
+        `release --force ${key}"): ${errors.map((x) => errorChain(x)).join('; ')}`,
       {
         cause: new AggregateError(errors, `release ${key}`),
         key,
@@ -147,7 +148,8 @@ export async function networksForDel(
   } catch (e) {
     env.log.error(
       { key: rec.key, op: 'release', err: e },
-      'CNI DEL skipped: no config recorded or cached for this pod and the config dir fails; IPAM allocations of the pod may remain',
+      'CNI DEL skipped: no config recorded or cached for this pod and the config dir fails; IPAM allocations of the ' +
+        'pod may remain',
     );
     return [];
   }

@@ -60,7 +60,8 @@ export function completeResult(input: CniResult, observed: Observed, nsPath: str
     const veths = observed.links.filter((l) => l.kind === 'veth');
     if (veths.length !== 1) {
       throw fail(
-        `the CNI result names no interface in the pod netns, and the netns has ${veths.length} veths (${veths.map((v) => v.name).join(', ') || 'none'}): cannot tell which is the pod's`,
+        `the CNI result names no interface in the pod netns, and the netns has ${veths.length} veths ` +
+          `(${veths.map((v) => v.name).join(', ') || 'none'}): cannot tell which is the pod's`,
       );
     }
     rebuiltLink = veths[0]!;
@@ -71,7 +72,8 @@ export function completeResult(input: CniResult, observed: Observed, nsPath: str
   if (unindexed.length > 0) {
     if (sandboxed.length !== 1) {
       throw fail(
-        `the CNI result has ${unindexed.length} IPs without an interface index and ${sandboxed.length} interfaces in the pod netns: cannot tell which IP is whose`,
+        `the CNI result has ${unindexed.length} IPs without an interface index and ${sandboxed.length} interfaces ` +
+          `in the pod netns: cannot tell which IP is whose`,
       );
     }
     for (const ip of unindexed) ip.interface = sandboxed[0]!;

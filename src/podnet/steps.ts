@@ -106,7 +106,10 @@ export function runsOf(items: readonly StepOp[]): Run[] {
   return runs;
 }
 
-/** A netlink op as runIpLines takes it (a tc line marked by its leading "tc": exec.ts lineRequest); and as a message shows it. */
+/**
+ * A netlink op as runIpLines takes it (a tc line marked by its leading "tc": exec.ts lineRequest); and as a message
+ * shows it.
+ */
 const lineOf = (op: NetlinkOp): NetlinkLine =>
   op.op === 'sysctl' ? { sysctl: op.settings } : op.op === 'tc' ? ['tc', ...op.args] : op.args;
 const textOf = (op: NetlinkOp): string =>
@@ -343,7 +346,10 @@ function dropUnmountedNetns(nsPath: string, log: Logger): void {
   rmSync(nsPath, { force: true });
 }
 
-/** Undo lines run as `ip -force -batch` would: every line runs; the failures that are not "already undone", each naming its step. */
+/**
+ * Undo lines run as `ip -force -batch` would: every line runs; the failures that are not "already undone", each naming
+ * its step.
+ */
 async function undoIpLines(rec: PodRecord, lines: { step: Step; op: NetlinkOp }[]): Promise<Error[]> {
   const key = rec.key;
   const failures = await runIpLines(

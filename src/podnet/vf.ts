@@ -166,7 +166,8 @@ export async function returnVfNetdev(
   if (dev === undefined) {
     throw new VmpodError(
       ErrorCode.Device,
-      `VF ${op.address}: no netdev under ${sysfs.path(`bus/pci/devices/${op.address}/net`)} ${timeoutMs} ms after its driver was restored: cannot return it to the pod netns as ${op.name}`,
+      `VF ${op.address}: no netdev under ${sysfs.path(`bus/pci/devices/${op.address}/net`)} ${timeoutMs} ms after ` +
+        `its driver was restored: cannot return it to the pod netns as ${op.name}`,
     );
   }
   // one RTM_NEWLINK: the kernel moves the link, then renames it in the target netns

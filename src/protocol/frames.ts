@@ -166,7 +166,8 @@ export function encodeResponse(
   if (data.length > MAX_PAYLOAD) {
     throw new VmpodError(
       ErrorCode.Internal,
-      `${commandName(command)} response for key ${JSON.stringify(key)}: payload of ${data.length} bytes exceeds ${MAX_PAYLOAD}`,
+      `${commandName(command)} response for key ${JSON.stringify(key)}: payload of ${data.length} bytes exceeds ` +
+        `${MAX_PAYLOAD}`,
       { key },
     );
   }

@@ -22,7 +22,10 @@ export interface VfioDev {
   address: string;
   /** mediated device: /sys/bus/mdev/devices/<uuid>; rendered as sysfsdev= instead of host= */
   sysfsdev?: string;
-  /** where it came from: "tapmanager", "PCIDEVICE_INTEL_COM_SRIOV", "QAT0", "VMPOD_CRI_DEVICES", "cdi vendor.com/class=name", "podresources <resource>" ... */
+  /**
+   * where it came from: "tapmanager", "PCIDEVICE_INTEL_COM_SRIOV", "QAT0", "VMPOD_CRI_DEVICES", "cdi
+   * vendor.com/class=name", "podresources <resource>" ...
+   */
   source: string;
 }
 

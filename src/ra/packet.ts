@@ -11,7 +11,10 @@ export const ICMP6_NA = 136;
 export const ALL_NODES = 'ff02::1';
 export const ALL_ROUTERS = 'ff02::2';
 
-/** Neighbor Discovery option types: RFC 4861 4.6.1 (link-layer addresses), 4.6.2 (prefix), 4.6.4 (MTU); RFC 8106 5.1, 5.2 */
+/**
+ * Neighbor Discovery option types: RFC 4861 4.6.1 (link-layer addresses), 4.6.2 (prefix), 4.6.4 (MTU); RFC 8106 5.1,
+ * 5.2
+ */
 export const NdOpt = { SourceLinkAddr: 1, TargetLinkAddr: 2, PrefixInfo: 3, Mtu: 5, Rdnss: 25, Dnssl: 31 } as const;
 
 export interface NdOption {
@@ -83,7 +86,9 @@ export function decodeNs(msg: Buffer, src: string): NeighborSolicitation {
   return { target: formatIpv6(msg.subarray(8, 24)) };
 }
 
-/** A solicited Neighbor Advertisement for `target` at `targetMac` (R and O set: a router answering for its own address). */
+/**
+ * A solicited Neighbor Advertisement for `target` at `targetMac` (R and O set: a router answering for its own address).
+ */
 export function encodeNa(target: string, targetMac: string): Buffer {
   const t = parseIpv6(target);
   if (!t) throw new RangeError(`not an IPv6 address: ${target}`);

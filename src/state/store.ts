@@ -30,7 +30,10 @@ import { validateKey } from '../identity.js';
 import { parseRecord, type PodRecord } from './record.js';
 
 const SUFFIX = '.json';
-/** temporary files start with "." so keys() never sees them ("." is not a valid first key char for a record name we write) */
+/**
+ * temporary files start with "." so keys() never sees them ("." is not a valid first key char for a record name we
+ * write)
+ */
 const TMP_PREFIX = '.tmp-';
 
 /** fsync of a file or dir on the libuv pool (opened and closed here, which costs the loop no wait). */

@@ -29,7 +29,10 @@ export interface PodInterface {
   bridgeName: string;
   /** the bridge's link-local address, where the DHCP server answers from (tc-redirect: the tap's; '' for a VF) */
   bridgeIp: string;
-  /** IPv6: the bridge's (tc-redirect: the tap's) MAC and link-local address, the router and DHCPv6 server the guest sees (absent: no IPv6) */
+  /**
+   * IPv6: the bridge's (tc-redirect: the tap's) MAC and link-local address, the router and DHCPv6 server the guest sees
+   * (absent: no IPv6)
+   */
   bridgeMac?: string;
   bridgeIp6?: string;
   /** a VF's full PCI address (0000:bb:dd.f), as Virtlet's csn PCIAddress */

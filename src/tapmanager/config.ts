@@ -118,14 +118,18 @@ export const FLAGS = {
     env: 'VIRTLET_SRIOV_SUPPORT',
     def: 'false',
     kind: 'bool',
-    help: 'bind SR-IOV VFs found in the pod netns to vfio-pci (otherwise a VF is an error); --enable-sriov=false turns it off',
+    help:
+      'bind SR-IOV VFs found in the pod netns to vfio-pci (otherwise a VF is an error); --enable-sriov=false ' +
+      'turns it off',
   },
   defaultDns: {
     flag: '--default-dns',
     env: 'VMPOD_DEFAULT_DNS',
     def: '',
     kind: 'string',
-    help: 'comma-separated IPv4 DNS servers DHCP serves when neither the pod nor its CNI result names one (default: none, no DNS option)',
+    help:
+      'comma-separated IPv4 DNS servers DHCP serves when neither the pod nor its CNI result names one (default: ' +
+      'none, no DNS option)',
   },
   sysfsRoot: {
     flag: '--sysfs-root',
@@ -160,7 +164,9 @@ export const FLAGS = {
     env: 'VMPOD_SPARE_NETNS',
     def: '1',
     kind: 'int',
-    help: 'pod netns (with their bridge and tap) made ahead of time once no add or release ran for 100 ms, for the next adds to take; 0 to 16, 0: none',
+    help:
+      'pod netns (with their bridge and tap) made ahead of time once no add or release ran for 100 ms, for the ' +
+      'next adds to take; 0 to 16, 0: none',
   },
   httpListen: {
     flag: '--http-listen',
@@ -174,7 +180,9 @@ export const FLAGS = {
     env: 'VMPOD_BINDING',
     def: 'auto',
     kind: 'string',
-    help: "how a CNI interface is joined to the VM's tap: bridge, tc-redirect, or auto (tc-redirect for macvlan and ipvlan, whose MAC cannot move to the VM; bridge otherwise)",
+    help:
+      "how a CNI interface is joined to the VM's tap: bridge, tc-redirect, or auto (tc-redirect for macvlan and " +
+      'ipvlan, whose MAC cannot move to the VM; bridge otherwise)',
   },
   cniStatusIntervalMs: {
     flag: '--cni-status-interval',
@@ -195,7 +203,9 @@ export const FLAGS = {
     env: 'VMPOD_CNI_GC',
     def: '',
     kind: 'string',
-    help: '"plugins": GC also sends CNI GC to the plugins with the live VM pods (never on a conflist shared with the node\'s container runtime); default: only DEL of stale cached attachments',
+    help:
+      '"plugins": GC also sends CNI GC to the plugins with the live VM pods (never on a conflist shared with ' +
+      "the node's container runtime); default: only DEL of stale cached attachments",
   },
   checkIntervalMs: {
     flag: '--check-interval',
@@ -333,7 +343,8 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
   const http = httpRaw === '' ? undefined : parseListen(httpRaw);
   if (httpRaw !== '' && !http)
     errors.push(
-      `--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9731 or [::1]:9731)`,
+      `--http-listen / VMPOD_HTTP_LISTEN ${JSON.stringify(httpRaw)} is not ADDR:PORT (e.g. 127.0.0.1:9731 or ` +
+        `[::1]:9731)`,
     );
   const binding = BINDING_MODES.find((b) => b === get('binding'));
   if (binding === undefined)

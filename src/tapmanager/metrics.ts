@@ -74,7 +74,8 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
   const dhcp = new Counter(
     base(
       'dhcp_packets_total',
-      'DHCP datagrams by direction (received, sent) and message type (received: discover, request, inform, release, decline, malformed, ignored; sent: offer, ack, nak)',
+      'DHCP datagrams by direction (received, sent) and message type (received: discover, request, inform, release, ' +
+        'decline, malformed, ignored; sent: offer, ack, nak)',
       ['direction', 'type'],
     ),
   );
@@ -94,7 +95,8 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
   const cniStatus = new Gauge(
     base(
       'cni_status',
-      'the last CNI STATUS answer of each plugin of a cniVersion 1.1.0+ network: 0 ok, else the CNI error code (50: cannot take adds, 51: and attachments may be degraded)',
+      'the last CNI STATUS answer of each plugin of a cniVersion 1.1.0+ network: 0 ok, else the CNI error code (50: ' +
+        'cannot take adds, 51: and attachments may be degraded)',
       ['network', 'plugin'],
     ),
   );

@@ -34,15 +34,20 @@ function writableDir(path: string, what: string, flag: string): string | undefin
   const base = existingBase(path);
   const d = isDir(base);
   if (d !== true)
-    return `${what} ${path} cannot be created (${d === false ? 'ENOTDIR' : d}): create it, or mount a writable host dir there (${flag})`;
+    return (
+      `${what} ${path} cannot be created (${d === false ? 'ENOTDIR' : d}): create it, or mount a writable host ` +
+      `dir there (${flag})`
+    );
   const probe = join(base, `.vmpod-write-check-${process.pid}`);
   try {
     writeFileSync(probe, '', { mode: 0o600 });
     rmSync(probe);
   } catch (e) {
     return base === path
-      ? `${what} ${path} is not writable (${why(e)}): make it writable for tapmanager's user, or mount a writable host dir there (${flag})`
-      : `${what} ${path} cannot be created (${why(e)} in ${base}): create it, or mount a writable host dir there (${flag})`;
+      ? `${what} ${path} is not writable (${why(e)}): make it writable for tapmanager's user, or mount a writable ` +
+          `host dir there (${flag})`
+      : `${what} ${path} cannot be created (${why(e)} in ${base}): create it, or mount a writable host dir there ` +
+          `(${flag})`;
   }
   return undefined;
 }
@@ -66,7 +71,8 @@ export function preflight(
     const b = isDir(bin);
     if (b !== true) {
       problems.push(
-        `CNI plugin dir ${bin} ${b === false ? 'is not a directory' : `does not exist (${b})`}: mount the host's ${bin} (read-only) into the container, or fix --cni-bin-dir / VIRTLET_CNI_PLUGIN_DIR`,
+        `CNI plugin dir ${bin} ${b === false ? 'is not a directory' : `does not exist (${b})`}: mount the host's ` +
+          `${bin} (read-only) into the container, or fix --cni-bin-dir / VIRTLET_CNI_PLUGIN_DIR`,
       );
     }
   }
@@ -99,14 +105,16 @@ function socketDirProblems(sockDir: string): string[] {
   if (d === false) return [`socket dir ${sockDir} is not a directory: fix --socket / VIRTLET_FD_SERVER_SOCKET_PATH`];
   if (d !== true) {
     return [
-      `socket dir ${sockDir} does not exist (${d}): mount the host's ${sockDir} into the tapmanager container (or create it on this host), or fix --socket / VIRTLET_FD_SERVER_SOCKET_PATH`,
+      `socket dir ${sockDir} does not exist (${d}): mount the host's ${sockDir} into the tapmanager container (or ` +
+        `create it on this host), or fix --socket / VIRTLET_FD_SERVER_SOCKET_PATH`,
     ];
   }
   try {
     accessSync(sockDir, constants.W_OK);
   } catch (e) {
     return [
-      `socket dir ${sockDir} is not writable (${why(e)}): the socket cannot be created there; run tapmanager as root or fix --socket`,
+      `socket dir ${sockDir} is not writable (${why(e)}): the socket cannot be created there; run tapmanager as ` +
+        `root or fix --socket`,
     ];
   }
   return [];

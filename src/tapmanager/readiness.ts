@@ -23,7 +23,8 @@ export async function checkReadiness(d: ReadinessDeps): Promise<{ ready: boolean
         reasons.push(`${d.socketPath} is no longer a socket: restart tapmanager`);
     } catch (e) {
       reasons.push(
-        `socket ${d.socketPath} is gone (${(e as NodeJS.ErrnoException).code ?? 'error'}): something removed it; restart tapmanager`,
+        `socket ${d.socketPath} is gone (${(e as NodeJS.ErrnoException).code ?? 'error'}): something removed it; ` +
+          `restart tapmanager`,
       );
     }
   }

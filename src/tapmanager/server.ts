@@ -290,7 +290,9 @@ function openReserve(): number {
   return openSync('/dev/null', 'r');
 }
 
-/** The peer rule (protocol/peer.ts), its supplementary groups read from /proc only when its credentials do not decide. */
+/**
+ * The peer rule (protocol/peer.ts), its supplementary groups read from /proc only when its credentials do not decide.
+ */
 export function peerAllowed(peer: PeerCred, allowedGids: number[]): boolean {
   return allowedByRule(peer, allowedGids, () => {
     try {
@@ -635,7 +637,9 @@ class Connection {
     if (!this.refused) this.pump();
   }
 
-  /** Stop: reads nothing more, answers what is queued with an error, lets the running request finish and its reply go. */
+  /**
+   * Stop: reads nothing more, answers what is queued with an error, lets the running request finish and its reply go.
+   */
   async finish(): Promise<void> {
     if (this.closed) return;
     this.stopReading();

@@ -156,14 +156,16 @@ export function planCgroupMove(opts: {
     if (!mount) {
       throw new VmpodError(
         ErrorCode.Config,
-        `${what} is not mounted here: vmwrapper cannot leave it; mount the host's /sys/fs/cgroup into the libvirt container`,
+        `${what} is not mounted here: vmwrapper cannot leave it; mount the host's /sys/fs/cgroup into the libvirt ` +
+          `container`,
       );
     }
     if (ABOVE_NAMESPACE.test(mount.root)) inCgroupNamespace = true;
     else if (mount.root !== '/') {
       throw new VmpodError(
         ErrorCode.Config,
-        `${what} is mounted at ${mount.mountPoint} from ${mount.root}, not from its root: VMPOD_VM_CGROUP needs the host's whole hierarchy; mount the host's /sys/fs/cgroup into the libvirt container`,
+        `${what} is mounted at ${mount.mountPoint} from ${mount.root}, not from its root: VMPOD_VM_CGROUP needs the ` +
+          `host's whole hierarchy; mount the host's /sys/fs/cgroup into the libvirt container`,
       );
     }
     const dirs = parts.map((_, i) => join(mount.mountPoint, ...parts.slice(0, i + 1)));
@@ -192,7 +194,10 @@ function sys(what: string, e: unknown): VmpodError {
   return new VmpodError(ErrorCode.Syscall, what, { cause: e });
 }
 
-/** Applies a plan for `pid` (normally process.pid). Existing dirs are kept as they are (an operator may have set limits). */
+/**
+ * Applies a plan for `pid` (normally process.pid). Existing dirs are kept as they are (an operator may have set
+ * limits).
+ */
 export function applyCgroupMove(plan: CgroupPlan, pid: number): void {
   for (const step of plan.steps) {
     for (const file of step.enableCpuset) {
@@ -257,7 +262,8 @@ function writeProcs(procs: string, pid: number, inCgroupNamespace: boolean): voi
     if (r.status !== 0) {
       throw new VmpodError(
         ErrorCode.Syscall,
-        `the move out of this cgroup namespace was refused (nsdelegate), and nsenter --cgroup=${HOST_CGROUP_NS} tee ${procs} failed: ${r.error?.message ?? r.stderr.trim()}`,
+        `the move out of this cgroup namespace was refused (nsdelegate), and nsenter --cgroup=${HOST_CGROUP_NS} tee ` +
+          `${procs} failed: ${r.error?.message ?? r.stderr.trim()}`,
         { cause: e },
       );
     }

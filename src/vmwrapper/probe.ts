@@ -45,7 +45,9 @@ export function isProbe(env: Env): boolean {
   return (env.VIRTLET_EMULATOR ?? '') === '';
 }
 
-/** Probe: the default emulator (VMWRAPPER_DEFAULT_EMULATOR or qemu) with the args untouched and what libvirt gave us. */
+/**
+ * Probe: the default emulator (VMWRAPPER_DEFAULT_EMULATOR or qemu) with the args untouched and what libvirt gave us.
+ */
 export function probePlan(args: string[], env: Env): ExecPlan {
   const path = env.VMWRAPPER_DEFAULT_EMULATOR || DEFAULTS.emulator;
   return {

@@ -18,7 +18,10 @@ function count(v: unknown): number | undefined {
   return typeof v === 'string' && /^\d+$/.test(v) && Number(v) > 0 ? Number(v) : undefined;
 }
 
-/** Pure: the vCPUs qemu boots with, from the last -smp (`-smp 4`, `-smp cpus=4,...`, `-smp sockets=2,cores=2`); 1 without one. */
+/**
+ * Pure: the vCPUs qemu boots with, from the last -smp (`-smp 4`, `-smp cpus=4,...`, `-smp sockets=2,cores=2`); 1
+ * without one.
+ */
 export function smpCpus(args: readonly string[]): number {
   let cpus = 1;
   for (const [opt, val] of optionPairs(args)) {
