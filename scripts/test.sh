@@ -12,6 +12,11 @@ if ! npm run typecheck --silent; then
   echo "0 passed, 1 failed"
   exit 1
 fi
+# one formatter and linter (Biome), src/ within 120 columns, no unused files, exports or dependencies (knip)
+if ! npm run lint --silent; then
+  echo "0 passed, 1 failed"
+  exit 1
+fi
 mkdir -p .cache
 report=.cache/vitest-report.json
 rm -f "$report"
