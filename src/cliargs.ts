@@ -1,4 +1,4 @@
-// Command-line parsing for tapmanager and tapctl: node:util parseArgs over one option table per program, strict in
+// Command-line parsing for tapmanager, tapctl and vfio-device-plugin: node:util parseArgs over one option table per program, strict in
 // effect (an unknown option, a missing value, a value given to a switch are errors) but reporting every problem at
 // once instead of the first, so a usage error lists all that is wrong. Pure.
 import { parseArgs } from 'node:util';
@@ -52,4 +52,13 @@ export function parseCli(argv: string[], options: Record<string, OptionSpec>, al
     }
   }
   return out;
+}
+
+/** --http-listen: "ADDR:PORT" or "[v6]:PORT" to host and port (pure); undefined when malformed. */
+export function parseListen(s: string): { host: string; port: number } | undefined {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:[\]]+)):(\d{1,5})$/.exec(s);
+  if (!m) return undefined;
+  const port = Number(m[3]);
+  if (port > 65535) return undefined;
+  return { host: (m[1] ?? m[2])!, port };
 }

@@ -1,9 +1,8 @@
 // vfio-device-plugin's flags: flags over env over defaults, in one table (README's table and --help are written from
 // it). Pure: parseOptions(argv, env) returns the options or every problem found.
-import { parseCli, type OptionSpec } from '../cliargs.js';
+import { parseCli, parseListen, type OptionSpec } from '../cliargs.js';
 import { hostRoot, sysfsRoot } from '../devices/index.js';
 import { isLogLevel } from '../log.js';
-import { parseListen } from '../tapmanager/config.js';
 import type { LevelWithSilent } from 'pino';
 
 export interface PluginOptions {

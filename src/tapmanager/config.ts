@@ -1,7 +1,7 @@
 // tapmanager's configuration: flags over env over defaults, all in one table (pino's defaultOptions habit).
 // Pure: parseConfig(argv, env) returns a config or a list of every problem found (argv through node:util parseArgs,
 // src/cliargs.ts).
-import { parseCli, type OptionSpec } from '../cliargs.js';
+import { parseCli, parseListen, type OptionSpec } from '../cliargs.js';
 import { isLogLevel } from '../log.js';
 import { isIpv4 } from '../net/ip.js';
 import type { LevelWithSilent } from 'pino';
@@ -238,15 +238,6 @@ function parseBool(v: string): boolean | undefined {
   if (/^(1|true|yes|on)$/i.test(v)) return true;
   if (/^(0|false|no|off|)$/i.test(v)) return false;
   return undefined;
-}
-
-/** --http-listen: "ADDR:PORT" or "[v6]:PORT" to host and port (pure); undefined when malformed. */
-export function parseListen(s: string): { host: string; port: number } | undefined {
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:[\]]+)):(\d{1,5})$/.exec(s);
-  if (!m) return undefined;
-  const port = Number(m[3]);
-  if (port > 65535) return undefined;
-  return { host: (m[1] ?? m[2])!, port };
 }
 
 export type ParseResult = { ok: true; config: TapmanagerConfig } | { ok: false; errors: string[] };
