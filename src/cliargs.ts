@@ -1,6 +1,6 @@
-// Command-line parsing for tapmanager, tapctl and vfio-device-plugin: node:util parseArgs over one option table per program, strict in
-// effect (an unknown option, a missing value, a value given to a switch are errors) but reporting every problem at
-// once instead of the first, so a usage error lists all that is wrong. Pure.
+// Command-line parsing for tapmanager, tapctl and vfio-device-plugin: node:util parseArgs over one option table per
+// program, strict in effect (an unknown option, a missing value, a value given to a switch are errors) but reporting
+// every problem at once instead of the first, so a usage error lists all that is wrong. Pure.
 import { parseArgs } from 'node:util';
 
 export interface OptionSpec {

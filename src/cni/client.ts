@@ -544,7 +544,6 @@ export interface GcReport {
 
 /** STATUS error 50 (spec): the plugin cannot take adds; 51: and existing attachments may be degraded. */
 export const STATUS_CANNOT_ADD = 50;
-const STATUS_DEGRADED = 51;
 
 /** CHECK came with 0.4.0 (libcni CheckNetworkList). */
 export function supportsCheck(list: Pick<NetworkConfigList, 'cniVersion'>): boolean {

@@ -13,7 +13,6 @@
 import { ErrorCode, VmpodError } from '../errors.js';
 import { bytesToIp, ipToBytes } from '../net/ip.js';
 
-const BOOTP_HEADER_LEN = 236;
 export const DHCP_MIN_LEN = 240;
 /** largest datagram we accept: an Ethernet MTU; larger means a broken or hostile sender */
 export const DHCP_MAX_LEN = 1500;
@@ -28,7 +27,6 @@ export const Op = { Request: 1, Reply: 2 } as const;
 export type Op = (typeof Op)[keyof typeof Op];
 
 export const HTYPE_ETHERNET = 1;
-const BROADCAST_FLAG = 0x8000;
 
 /** Option 53 values (RFC 2132 section 9.6). */
 export const MessageType = {

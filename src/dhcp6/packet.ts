@@ -4,7 +4,6 @@
 import { formatIpv6, macBytes, parseIpv6 } from '../net/ipv6.js';
 
 export const DHCP6_SERVER_PORT = 547;
-const DHCP6_CLIENT_PORT = 546;
 /** All_DHCP_Relay_Agents_and_Servers (RFC 8415 7.1) */
 export const ALL_DHCP_SERVERS = 'ff02::1:2';
 
