@@ -68,9 +68,9 @@ export interface SpawnPluginExecOptions {
   /** stdout/stderr limit per stream (default 1 MiB; a CNI result is a few KiB): a plugin printing more is killed */
   maxBufferBytes?: number;
   /**
-   * Where each running plugin's process group is recorded (pgid.ts PgidSlots: one file per daemon, a slot in it per plugin running at once,
-   * blank again when the run ends), so that a daemon started after a kill -9 finds the plugins its predecessor left
-   * running (killOrphanPlugins).
+   * Where each running plugin's process group is recorded (pgid.ts PgidSlots: one file per daemon, a slot in it per
+   * plugin running at once, blank again when the run ends), so that a daemon started after a kill -9 finds the plugins
+   * its predecessor left running (killOrphanPlugins).
    */
   pgidDir?: string;
 }

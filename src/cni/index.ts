@@ -11,7 +11,7 @@ export {
   spawnPluginExec,
   type PluginExec,
 } from './exec.js';
-export { killOrphanPlugins, readPgidRecords, type PgidRecord } from './pgid.js';
+export { killOrphanPlugins, readPgidRecords } from './pgid.js';
 export {
   CniClient,
   supportsCheck,

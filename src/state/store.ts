@@ -91,7 +91,7 @@ export class StateStore {
     this.ensureDir();
     const scratch = this.scratchOf(rec.key);
     // one line (jq reads it): indented, a record is 70 % larger, and a restart reads every record before it serves
-    const data = Buffer.from(JSON.stringify(rec) + '\n');
+    const data = Buffer.from(`${JSON.stringify(rec)}\n`);
     try {
       // into the key's scratch when it exists (a new inode otherwise). Written over from the start and cut to length,
       // not truncated first: truncating frees the file's blocks, which the write takes again at once
