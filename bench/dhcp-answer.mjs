@@ -385,7 +385,12 @@ async function main() {
   const logLevel = values['log-level'];
   if (process.getuid?.() !== 0) throw new Error('needs root (network namespaces, veth, bridge)');
 
-  const dhcp = await importDist('dhcp/index.js');
+  // the modules themselves, not src/dhcp/index.ts (which exports only what tapmanager imports)
+  const dhcp = {
+    ...(await importDist('dhcp/lease.js')),
+    ...(await importDist('dhcp/options.js')),
+    ...(await importDist('dhcp/server.js')),
+  };
   const pkt = await importDist('dhcp/packet.js');
   const { native } = await importDist('native.js');
   const { isLogLevel } = await importDist('log.js');

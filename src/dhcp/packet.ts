@@ -27,6 +27,8 @@ export const Op = { Request: 1, Reply: 2 } as const;
 export type Op = (typeof Op)[keyof typeof Op];
 
 export const HTYPE_ETHERNET = 1;
+/** @public the BROADCAST bit of flags (RFC 2131 2); bench/dhcp-answer.mjs sets it */
+export const BROADCAST_FLAG = 0x8000;
 
 /** Option 53 values (RFC 2132 section 9.6). */
 export const MessageType = {
