@@ -11,6 +11,7 @@ import { createLogger, type Logger } from '../log.js';
 import { errorChain } from '../errors.js';
 import { native } from '../native.js';
 import { startHttp, type HttpListener } from '../tapmanager/http.js';
+import type { Metrics } from '../tapmanager/metrics.js';
 import { SystemdNotifier, notifyConfig } from '../tapmanager/notify.js';
 import { preflight } from '../tapmanager/preflight.js';
 import { checkReadiness } from '../tapmanager/readiness.js';
@@ -92,6 +93,33 @@ function sweepKilledDaemon(config: TapmanagerConfig, log: Logger): string {
   return pgidDir;
 }
 
+/** The CNI client: the plugins spawned by the addon, each run timed when there are metrics. */
+function cniClient(config: TapmanagerConfig, pgidDir: string, metrics: Metrics | undefined, log: Logger): CniClient {
+  const plugins = spawnPluginExec({ pgidDir });
+  return new CniClient({
+    binDirs: config.cniBinDirs,
+    cacheDir: config.cniCacheDir,
+    exec: metrics ? metrics.timedExec(plugins) : plugins,
+    timeoutMs: config.cniTimeoutMs,
+    log: log.child({ component: 'cni' }),
+  });
+}
+
+/** The fd socket's server (not yet listening); gets of ready pods are answered by the addon. */
+function fdServer(config: TapmanagerConfig, service: TapmanagerService, log: Logger): FdServer {
+  const gid = config.socketGroup ? resolveGid(config.socketGroup) : undefined;
+  return new FdServer({
+    socketPath: config.socket,
+    handler: service,
+    log,
+    requestTimeoutMs: config.requestTimeoutMs,
+    maxConnections: config.maxConnections,
+    ...(gid !== undefined ? { allowedGids: [gid], socketGid: gid } : {}),
+    // gets of ready pods answered by the addon; at debug every get goes through the service, which logs it
+    fastGets: !log.isLevelEnabled('debug'),
+  });
+}
+
 /** The start once the paths are checked and the state and cache dirs exist: runTapmanager's rest. */
 async function startChecked(config: TapmanagerConfig, log: Logger, notifier: SystemdNotifier): Promise<Running> {
   lockStateDir(config.stateDir); // the fd stays open (CLOEXEC) until the process ends
@@ -103,14 +131,7 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
         (): number => server.fastGetsAnswered,
       )
     : undefined;
-  const plugins = spawnPluginExec({ pgidDir });
-  const cni = new CniClient({
-    binDirs: config.cniBinDirs,
-    cacheDir: config.cniCacheDir,
-    exec: metrics ? metrics.timedExec(plugins) : plugins,
-    timeoutMs: config.cniTimeoutMs,
-    log: log.child({ component: 'cni' }),
-  });
+  const cni = cniClient(config, pgidDir, metrics, log);
   const loadConf = confListLoader(config.cniConfDir);
   const pods = new PodNetwork({
     stateDir: config.stateDir,
@@ -135,17 +156,7 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     log: log.child({ component: 'cni' }),
     ...(metrics ? { onStatus: metrics.onCniStatus } : {}),
   });
-  const gid = config.socketGroup ? resolveGid(config.socketGroup) : undefined;
-  const server = new FdServer({
-    socketPath: config.socket,
-    handler: service,
-    log,
-    requestTimeoutMs: config.requestTimeoutMs,
-    maxConnections: config.maxConnections,
-    ...(gid !== undefined ? { allowedGids: [gid], socketGid: gid } : {}),
-    // gets of ready pods answered by the addon; at debug every get goes through the service, which logs it
-    fastGets: !log.isLevelEnabled('debug'),
-  });
+  const server = fdServer(config, service, log);
   service.replies = server;
   service.hooks.readiness = () =>
     checkReadiness({
@@ -157,44 +168,13 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     });
   // the HTTP listener before the fd socket: a taken port ends the start before anything is served, and /healthz
   // answers during a long restore (/readyz says why not yet)
-  let http: HttpListener | undefined;
-  if (config.httpListen && metrics) {
-    try {
-      http = await startHttp(config.httpListen, {
-        readiness: () => service.status(),
-        metrics: () => metrics.render(),
-        log: log.child({ component: 'http' }),
-      });
-    } catch (e) {
-      throw new StartupError((e as Error).message);
-    }
-    log.info({ host: http.host, port: http.port }, 'HTTP listening: /healthz /readyz /metrics');
-  }
+  const http = metrics ? await startHttpListener(config, metrics, service, log) : undefined;
   // listen, then queue the restore of every recorded key, in the same tick (both synchronous): the socket is
   // served at once, yet no request can reach a key before its restore is queued. A live socket (another daemon)
   // makes start() throw before anything is restored.
-  try {
-    server.start();
-  } catch (e) {
-    await http?.close();
-    if ((e as { code?: string }).code === 'EADDRINUSE') {
-      throw new StartupError(
-        `another tapmanager is serving on the socket ${config.socket}: stop it first, or give this one its own ` +
-          `--socket`,
-      );
-    }
-    throw e;
-  }
+  await listenOrClose(server, http, config.socket);
   let stopping = false;
-  const restored = service.restore().then(
-    (r) => {
-      if (Object.values(r).some((keys) => keys.length > 0)) log.info(r, 'restored pod networks from the state dir');
-      // listening and restored: systemd may now start what depends on us (not once a stop has begun)
-      if (!stopping) notifier.ready(`serving ${pods.keys().length} pod networks on ${config.socket}`);
-      return r;
-    },
-    (e: unknown) => log.error({ err: e }, 'restore failed'),
-  );
+  const restored = restoreThenReady(service, pods, notifier, log, config.socket, () => stopping);
   upkeep.start(restored);
   log.info(
     { socket: config.socket, cniConfDir: config.cniConfDir, cniBinDirs: config.cniBinDirs, stateDir: config.stateDir },
@@ -211,6 +191,67 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     busyKeys: () => service.queue.busyKeys,
     restored,
   };
+}
+
+/** The HTTP listener of --http-listen (/healthz, /readyz, /metrics); a taken port is a StartupError. */
+async function startHttpListener(
+  config: TapmanagerConfig,
+  metrics: Metrics,
+  service: TapmanagerService,
+  log: Logger,
+): Promise<HttpListener | undefined> {
+  if (!config.httpListen) return undefined;
+  let http: HttpListener;
+  try {
+    http = await startHttp(config.httpListen, {
+      readiness: () => service.status(),
+      metrics: () => metrics.render(),
+      log: log.child({ component: 'http' }),
+    });
+  } catch (e) {
+    throw new StartupError((e as Error).message);
+  }
+  log.info({ host: http.host, port: http.port }, 'HTTP listening: /healthz /readyz /metrics');
+  return http;
+}
+
+/**
+ * Listens on the fd socket; the caller queues the restore of every recorded key in the same tick (both synchronous):
+ * the socket is served at once, yet no request can reach a key before its restore is queued. A live socket (another
+ * daemon) throws before anything is restored, with the HTTP listener closed.
+ */
+async function listenOrClose(server: FdServer, http: HttpListener | undefined, socket: string): Promise<void> {
+  try {
+    server.start();
+  } catch (e) {
+    await http?.close();
+    if ((e as { code?: string }).code === 'EADDRINUSE') {
+      throw new StartupError(
+        `another tapmanager is serving on the socket ${socket}: stop it first, or give this one its own --socket`,
+      );
+    }
+    throw e;
+  }
+}
+
+/** The restore of every recorded pod; once done (and no stop has begun), READY=1 for systemd. */
+function restoreThenReady(
+  service: TapmanagerService,
+  pods: PodNetwork,
+  notifier: SystemdNotifier,
+  log: Logger,
+  socket: string,
+  stopping: () => boolean,
+): Promise<unknown> {
+  return service.restore().then(
+    (r) => {
+      if (Object.values(r).some((keys) => keys.length > 0)) log.info(r, 'restored pod networks from the state dir');
+      // listening and restored: systemd may now start what depends on us (not once a stop has begun)
+      if (!stopping()) notifier.ready(`serving ${pods.keys().length} pod networks on ${socket}`);
+      return r;
+    },
+    (e: unknown) => log.error({ err: e }, 'restore failed'),
+  );
 }
 
 /** SIGTERM/SIGINT, caught from the first moment: stop() is called once; later signals are only logged. */

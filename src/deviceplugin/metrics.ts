@@ -12,15 +12,14 @@ export interface DpMetrics {
   render(): Promise<{ contentType: string; body: string }>;
 }
 
-export function createDpMetrics(inventory: () => Inventory, registered: () => boolean): DpMetrics {
-  const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: DP_PREFIX });
-  const base = <L extends string>(name: string, help: string, labelNames: L[] = []) => ({
-    name: `${DP_PREFIX}${name}`,
-    help,
-    labelNames,
-    registers: [registry],
-  });
+type Base = <L extends string>(
+  name: string,
+  help: string,
+  labelNames?: L[],
+) => { name: string; help: string; labelNames: L[]; registers: Registry[] };
+
+/** The gauges read from the inventory when scraped: devices by health, why each unhealthy one is, registration. */
+function inventoryGauges(base: Base, inventory: () => Inventory, registered: () => boolean): void {
   new Gauge({
     ...base('devices', 'devices advertised to kubelet, by resource and health (Healthy, Unhealthy)', [
       'resource',
@@ -74,6 +73,18 @@ export function createDpMetrics(inventory: () => Inventory, registered: () => bo
       this.set(registered() ? 1 : 0);
     },
   });
+}
+
+export function createDpMetrics(inventory: () => Inventory, registered: () => boolean): DpMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: DP_PREFIX });
+  const base: Base = (name, help, labelNames = []) => ({
+    name: `${DP_PREFIX}${name}`,
+    help,
+    labelNames,
+    registers: [registry],
+  });
+  inventoryGauges(base, inventory, registered);
   const allocations = new Counter(
     base('allocations_total', 'Allocate calls by resource and result (ok, unknown, refused)', ['resource', 'result']),
   );

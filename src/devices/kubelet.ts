@@ -45,6 +45,20 @@ export interface PodResourcesAnswer {
 const RATE_LIMIT_RETRIES = 3;
 const RATE_LIMIT_PAUSE_MS = 100;
 
+/** A failed PodResources call as the one line vmwrapper prints: what was asked, and why it failed. */
+function callError(t: PodResourcesTarget, pod: string, method: string, e: GrpcError): VmpodError {
+  const why =
+    e.code === Status.DEADLINE_EXCEEDED
+      ? `kubelet did not answer within ${t.timeoutMs} ms (${POD_RESOURCES_HINT})`
+      : e.code === Status.UNAVAILABLE
+        ? `cannot reach kubelet (${e.details ?? e.message})`
+        : (e.details ?? e.message);
+  return new VmpodError(
+    ErrorCode.Device,
+    `ask kubelet's PodResources API (${t.socket}) for the devices of ${pod}: ${method}: ${why}`,
+  );
+}
+
 /** Asks kubelet for the pod's resources: Get, falling back to List. Every call has a deadline. */
 export async function fetchPodResources(t: PodResourcesTarget): Promise<PodResourcesAnswer> {
   const [grpc, loader] = await Promise.all([import('@grpc/grpc-js'), import('@grpc/proto-loader')]);
@@ -72,18 +86,7 @@ export async function fetchPodResources(t: PodResourcesTarget): Promise<PodResou
         });
       attempt(RATE_LIMIT_RETRIES);
     });
-  const fail = (method: string, e: GrpcError) => {
-    const why =
-      e.code === Status.DEADLINE_EXCEEDED
-        ? `kubelet did not answer within ${t.timeoutMs} ms (${POD_RESOURCES_HINT})`
-        : e.code === Status.UNAVAILABLE
-          ? `cannot reach kubelet (${e.details ?? e.message})`
-          : (e.details ?? e.message);
-    return new VmpodError(
-      ErrorCode.Device,
-      `ask kubelet's PodResources API (${t.socket}) for the devices of ${pod}: ${method}: ${why}`,
-    );
-  };
+  const fail = (method: string, e: GrpcError) => callError(t, pod, method, e);
   try {
     try {
       const res = (await call('Get', { pod_name: t.podName, pod_namespace: t.podNamespace })) as {

@@ -156,6 +156,47 @@ function v4Lease(
   };
 }
 
+/**
+ * The IPv6 routes of one interface: every IPv6 route belongs to it when it has the only IPv6 address, else to the one
+ * whose prefix holds its gateway (the first interface with IPv6 for on-link routes). A default route without a gateway
+ * of its own takes the address's; the gateway it ends with is returned.
+ */
+function routes6(
+  all: CniResult['routes'],
+  holders: { owner: number | undefined; c: { ip: string; prefix: number } }[],
+  ifIndex: number,
+  addressGateway: string | undefined,
+  onLink: (gw: string) => boolean,
+  onLinkPrefix: string,
+): { routes: Lease6['routes']; defaultRoute: boolean; gateway: string | undefined } {
+  const routes: Lease6['routes'] = [];
+  let defaultRoute = false;
+  let gateway = addressGateway;
+  all.forEach((r, j) => {
+    const dst = parseCidr6(r.dst);
+    if (!dst) return;
+    const gw0 = r.gw !== undefined ? normaliseIpv6(r.gw) : gateway;
+    if (r.gw !== undefined && gw0 === undefined)
+      throw configError(`routes[${j}].gw ${r.gw} is not an IPv6 address (dst ${r.dst})`);
+    const holder =
+      gw0 === undefined
+        ? holders[0]!.owner
+        : (holders.find((h) => inSubnet6(gw0, h.c.ip, h.c.prefix))?.owner ?? holders[0]!.owner);
+    if (holder !== ifIndex) return;
+    if (gw0 !== undefined && !onLink(gw0))
+      throw configError(
+        `routes[${j}].gw ${r.gw ?? gw0} is not on-link: it is outside ${onLinkPrefix} and not link-local`,
+      );
+    const d = `${formatIpv6(networkOf(dst.bytes, dst.prefix))}/${dst.prefix}`;
+    if (dst.prefix === 0) {
+      defaultRoute = true;
+      if (gateway === undefined) gateway = gw0;
+    }
+    routes.push(gw0 === undefined ? { dst: d } : { dst: d, gw: gw0 });
+  });
+  return { routes, defaultRoute, gateway };
+}
+
 function v6Lease(
   opts: GuestFromCniOptions,
   owner: (ip: { interface?: number }) => number | undefined,
@@ -206,33 +247,10 @@ function v6Lease(
       );
     gateway = g;
   }
-  // routes: every IPv6 route belongs to this interface when it has the only IPv6 address, else to the one whose
-  // prefix holds its gateway (the first interface with IPv6 for on-link routes)
   const holders = entries.map((x) => ({ owner: owner(x.e), c: x.c! }));
-  const routes: Lease6['routes'] = [];
-  let defaultRoute = false;
-  result.routes.forEach((r, j) => {
-    const dst = parseCidr6(r.dst);
-    if (!dst) return;
-    const gw0 = r.gw !== undefined ? normaliseIpv6(r.gw) : gateway;
-    if (r.gw !== undefined && gw0 === undefined)
-      throw configError(`routes[${j}].gw ${r.gw} is not an IPv6 address (dst ${r.dst})`);
-    const holder =
-      gw0 === undefined
-        ? holders[0]!.owner
-        : (holders.find((h) => inSubnet6(gw0, h.c.ip, h.c.prefix))?.owner ?? holders[0]!.owner);
-    if (holder !== ifIndex) return;
-    if (gw0 !== undefined && !onLink(gw0))
-      throw configError(
-        `routes[${j}].gw ${r.gw ?? gw0} is not on-link: it is outside ${prefix}/${cidr.prefix} and not link-local`,
-      );
-    const d = `${formatIpv6(networkOf(dst.bytes, dst.prefix))}/${dst.prefix}`;
-    if (dst.prefix === 0) {
-      defaultRoute = true;
-      if (gateway === undefined) gateway = gw0;
-    }
-    routes.push(gw0 === undefined ? { dst: d } : { dst: d, gw: gw0 });
-  });
+  const found = routes6(result.routes, holders, ifIndex, gateway, onLink, `${prefix}/${cidr.prefix}`);
+  const { routes, defaultRoute } = found;
+  gateway = found.gateway;
   if (defaultRoute && gateway === undefined)
     throw configError(
       `the IPv6 default route of interface ${ifName} has no gateway (routes[].gw and ips[${i}].gateway are both ` +

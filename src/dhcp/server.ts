@@ -147,6 +147,49 @@ function replyPacket(req: DhcpPacket, type: number, yiaddr: string, ciaddr: stri
   );
 }
 
+/**
+ * A REQUEST (RFC 2131 4.3.2): its state told by option 54, option 50 and ciaddr; the lease's address ACKed, any other
+ * NAKed.
+ */
+function answerRequest(
+  req: DhcpPacket,
+  ctx: AnswerContext,
+  full: DhcpOption[],
+  nak: (request: string, state: RequestState | undefined, why: string) => Decision,
+  mac: string,
+): Decision {
+  const { lease, built } = ctx;
+  const sid = optionIp(req, Opt.ServerId);
+  const requested = optionIp(req, Opt.RequestedIp);
+  let state: RequestState;
+  let asked: string | undefined;
+  if (getOption(req, Opt.ServerId) !== undefined) {
+    if (sid !== built.serverId)
+      return {
+        kind: 'ignore',
+        why: `REQUEST selects server ${sid ?? '(bad option 54)'}, we are ${built.serverId}`,
+      };
+    state = 'selecting';
+    asked = requested;
+  } else if (requested !== undefined) {
+    state = 'init-reboot';
+    asked = requested;
+  } else if (req.ciaddr !== '0.0.0.0') {
+    state = 'renewing/rebinding';
+    asked = req.ciaddr;
+  } else {
+    return nak('REQUEST', undefined, 'REQUEST names no address (no option 50, no ciaddr)');
+  }
+  if (asked !== lease.ip) return nak('REQUEST', state, `address ${asked ?? '(none)'} is not leased to ${mac}`);
+  return {
+    kind: 'reply',
+    type: MessageType.Ack,
+    request: 'REQUEST',
+    state,
+    data: replyPacket(req, MessageType.Ack, lease.ip, req.ciaddr, full),
+  };
+}
+
 /** Decide the answer to one datagram. Pure; never throws on client input. */
 export function answer(buf: Buffer, ctx: AnswerContext): Decision {
   const decoded = tryDecode(decodePacket, buf);
@@ -186,37 +229,8 @@ export function answer(buf: Buffer, ctx: AnswerContext): Decision {
           request: 'DISCOVER',
           data: replyPacket(req, MessageType.Offer, lease.ip, '0.0.0.0', full),
         };
-      case MessageType.Request: {
-        const sid = optionIp(req, Opt.ServerId);
-        const requested = optionIp(req, Opt.RequestedIp);
-        let state: RequestState;
-        let asked: string | undefined;
-        if (getOption(req, Opt.ServerId) !== undefined) {
-          if (sid !== built.serverId)
-            return {
-              kind: 'ignore',
-              why: `REQUEST selects server ${sid ?? '(bad option 54)'}, we are ${built.serverId}`,
-            };
-          state = 'selecting';
-          asked = requested;
-        } else if (requested !== undefined) {
-          state = 'init-reboot';
-          asked = requested;
-        } else if (req.ciaddr !== '0.0.0.0') {
-          state = 'renewing/rebinding';
-          asked = req.ciaddr;
-        } else {
-          return nak('REQUEST', undefined, 'REQUEST names no address (no option 50, no ciaddr)');
-        }
-        if (asked !== lease.ip) return nak('REQUEST', state, `address ${asked ?? '(none)'} is not leased to ${mac}`);
-        return {
-          kind: 'reply',
-          type: MessageType.Ack,
-          request: 'REQUEST',
-          state,
-          data: replyPacket(req, MessageType.Ack, lease.ip, req.ciaddr, full),
-        };
-      }
+      case MessageType.Request:
+        return answerRequest(req, ctx, full, nak, mac);
       case MessageType.Inform:
         return {
           kind: 'reply',

@@ -148,14 +148,15 @@ function assign(req: Message6, ctx: Answer6Context, request: boolean): Option6[]
   return out;
 }
 
-/** Decide the answer to one DHCPv6 message from the lease's MAC. Pure; never throws on client input. */
-export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
-  const decoded = tryDecode(decodeMessage6, buf);
-  if (!decoded.ok) return { kind: 'drop', why: decoded.why };
-  const req = decoded.value;
-  const name = msgName(req.type);
-  const rule = RULES[req.type];
-  if (!rule) return { kind: 'drop', why: `${name} is not a message a client sends to a server` };
+type Request6 = ReturnType<typeof decodeMessage6>;
+
+/** RFC 8415 16: the identifiers and IA options each message must or must not carry; another server's message. */
+function refuse6(
+  req: Request6,
+  ctx: Answer6Context,
+  name: string,
+  rule: NonNullable<(typeof RULES)[number]>,
+): Decision6 | undefined {
   const clients = optionCount(req.options, Opt6.ClientId);
   const servers = optionCount(req.options, Opt6.ServerId);
   if (clients > 1 || servers > 1)
@@ -172,7 +173,73 @@ export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
   if (!rule.ia && req.options.some((o) => o.code === Opt6.IaNa || o.code === Opt6.IaTa || o.code === Opt6.IaPd)) {
     return { kind: 'drop', why: `${name} with an IA option` };
   }
+  return undefined;
+}
+
+/** RENEW and REBIND (RFC 8415 18.3.4, 18.3.5): the lease renewed; foreign addresses NoBinding (RENEW) or zeroed. */
+function answerRenewRebind(req: Request6, ctx: Answer6Context, iaNas: IaNa[], name: string): Decision6 {
   const { lease, built } = ctx;
+  const body: Option6[] = [];
+  const notes: string[] = [];
+  for (const ia of iaNas) {
+    const addrs = ia.addrs.map((a) => a.address);
+    const foreign = addrs.filter((a) => a !== lease.ip);
+    if (addrs.length === 0 || addrs.includes(lease.ip)) {
+      body.push(foreign.length === 0 ? leasedIaNa(ia.iaid, lease, built) : withZeroed(ia.iaid, lease, built, foreign));
+    } else if (req.type === Msg.Renew) {
+      body.push(
+        statusIaNa(
+          ia.iaid,
+          Status.NoBinding,
+          `no binding for ${foreign.join(', ')}; the address of this client is ${lease.ip}`,
+        ),
+      );
+      notes.push(`NoBinding for ${foreign.join(', ')}`);
+    } else {
+      body.push(withZeroed(ia.iaid, lease, built, foreign));
+      notes.push(`${foreign.join(', ')} returned with lifetime 0`);
+    }
+  }
+  if (body.length === 0) body.push(statusOption(Status.NoBinding, 'no IA_NA in the message'));
+  return {
+    kind: 'reply',
+    type: Msg.Reply,
+    request: name,
+    data: reply(req, Msg.Reply, ctx, body, true),
+    ...(notes.length ? { note: notes.join('; ') } : {}),
+  };
+}
+
+/** CONFIRM (RFC 8415 18.3.3): Success when every address is on the pod's link, NotOnLink otherwise. */
+function answerConfirm(req: Request6, ctx: Answer6Context, iaNas: IaNa[], name: string): Decision6 {
+  const { lease } = ctx;
+  const addrs = iaNas.flatMap((ia) => ia.addrs.map((a) => a.address));
+  if (addrs.length === 0) return { kind: 'ignore', why: 'CONFIRM names no address (RFC 8415 18.3.3: no reply)' };
+  const off = addrs.filter((a) => !inSubnet6(a, lease.prefix, lease.prefixLength));
+  const st =
+    off.length === 0
+      ? statusOption(Status.Success, 'all addresses still on link')
+      : statusOption(Status.NotOnLink, `not on link ${lease.prefix}/${lease.prefixLength}: ${off.join(', ')}`);
+  return {
+    kind: 'reply',
+    type: Msg.Reply,
+    request: name,
+    data: reply(req, Msg.Reply, ctx, [st], false),
+    ...(off.length ? { note: `NotOnLink ${off.join(', ')}` } : {}),
+  };
+}
+
+/** Decide the answer to one DHCPv6 message from the lease's MAC. Pure; never throws on client input. */
+export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
+  const decoded = tryDecode(decodeMessage6, buf);
+  if (!decoded.ok) return { kind: 'drop', why: decoded.why };
+  const req = decoded.value;
+  const name = msgName(req.type);
+  const rule = RULES[req.type];
+  if (!rule) return { kind: 'drop', why: `${name} is not a message a client sends to a server` };
+  const refused = refuse6(req, ctx, name, rule);
+  if (refused) return refused;
+  const { lease } = ctx;
   try {
     const iaNas = req.options.filter((o) => o.code === Opt6.IaNa).map((o) => decodeIaNa(o.data));
     switch (req.type) {
@@ -200,55 +267,10 @@ export function answer6(buf: Buffer, ctx: Answer6Context): Decision6 {
         };
       }
       case Msg.Renew:
-      case Msg.Rebind: {
-        const body: Option6[] = [];
-        const notes: string[] = [];
-        for (const ia of iaNas) {
-          const addrs = ia.addrs.map((a) => a.address);
-          const foreign = addrs.filter((a) => a !== lease.ip);
-          if (addrs.length === 0 || addrs.includes(lease.ip)) {
-            body.push(
-              foreign.length === 0 ? leasedIaNa(ia.iaid, lease, built) : withZeroed(ia.iaid, lease, built, foreign),
-            );
-          } else if (req.type === Msg.Renew) {
-            body.push(
-              statusIaNa(
-                ia.iaid,
-                Status.NoBinding,
-                `no binding for ${foreign.join(', ')}; the address of this client is ${lease.ip}`,
-              ),
-            );
-            notes.push(`NoBinding for ${foreign.join(', ')}`);
-          } else {
-            body.push(withZeroed(ia.iaid, lease, built, foreign));
-            notes.push(`${foreign.join(', ')} returned with lifetime 0`);
-          }
-        }
-        if (body.length === 0) body.push(statusOption(Status.NoBinding, 'no IA_NA in the message'));
-        return {
-          kind: 'reply',
-          type: Msg.Reply,
-          request: name,
-          data: reply(req, Msg.Reply, ctx, body, true),
-          ...(notes.length ? { note: notes.join('; ') } : {}),
-        };
-      }
-      case Msg.Confirm: {
-        const addrs = iaNas.flatMap((ia) => ia.addrs.map((a) => a.address));
-        if (addrs.length === 0) return { kind: 'ignore', why: 'CONFIRM names no address (RFC 8415 18.3.3: no reply)' };
-        const off = addrs.filter((a) => !inSubnet6(a, lease.prefix, lease.prefixLength));
-        const st =
-          off.length === 0
-            ? statusOption(Status.Success, 'all addresses still on link')
-            : statusOption(Status.NotOnLink, `not on link ${lease.prefix}/${lease.prefixLength}: ${off.join(', ')}`);
-        return {
-          kind: 'reply',
-          type: Msg.Reply,
-          request: name,
-          data: reply(req, Msg.Reply, ctx, [st], false),
-          ...(off.length ? { note: `NotOnLink ${off.join(', ')}` } : {}),
-        };
-      }
+      case Msg.Rebind:
+        return answerRenewRebind(req, ctx, iaNas, name);
+      case Msg.Confirm:
+        return answerConfirm(req, ctx, iaNas, name);
       case Msg.Release:
       case Msg.Decline: {
         const addrs = iaNas.flatMap((ia) => ia.addrs.map((a) => a.address));

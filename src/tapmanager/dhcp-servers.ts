@@ -1,6 +1,7 @@
 // The address servers of each pod, per tap interface: DHCPv4 when the guest NIC has IPv4, RA and DHCPv6 when it has
 // IPv6, all rendering one GuestNic (guestFromCni), started before add replies and stopped on release.
 import { DhcpServer, guestFromCni, type DhcpServerOptions } from '../dhcp/index.js';
+import type { Lease6 } from '../dhcp/lease.js';
 import { Dhcp6Server } from '../dhcp6/server.js';
 import { RaServer } from '../ra/server.js';
 import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
@@ -65,45 +66,7 @@ export class DhcpServers {
               ...this.hooks,
             }),
           );
-        if (guest.v6) {
-          // records written before IPv6 support carry no bridgeMac: the planner's rule (the veth's new MAC) applies
-          const mac = iface.bridgeMac ?? iface.vethMacNew;
-          if (!mac)
-            throw new VmpodError(
-              ErrorCode.State,
-              `pod ${st.key} interface ${iface.cniName} has no bridge MAC to serve IPv6 from`,
-              { key: st.key, op: 'dhcp6' },
-            );
-          const ip6 = iface.bridgeIp6 ?? formatIpv6(linkLocalFromMac(mac));
-          // tc-redirect: the pod netns routes nothing for the VM, which is on the CNI network's link: our RA gives the
-          // prefix, DNS and the DHCPv6 flag but no default route (that network's own routers advertise theirs)
-          const ra = tcRedirect ? { ...guest.v6, defaultRoute: false } : guest.v6;
-          // tc-redirect: no link of the pod netns holds the servers' link-local, so the RA server answers the guest's
-          // neighbour solicitations for it (else no unicast to the DHCPv6 server: renewals, releases)
-          servers.push(
-            RaServer.start({
-              nsPath: st.nsPath,
-              tap: iface.tapName,
-              routerMac: mac,
-              routerIp: ip6,
-              lease: ra,
-              log,
-              quiet,
-              answerNs: tcRedirect,
-            }),
-          );
-          servers.push(
-            Dhcp6Server.start({
-              nsPath: st.nsPath,
-              tap: iface.tapName,
-              serverMac: mac,
-              serverIp: ip6,
-              lease: guest.v6,
-              log,
-              quiet,
-            }),
-          );
-        }
+        if (guest.v6) startIpv6(st, iface, guest.v6, { log, quiet }, servers);
       }
     } catch (e) {
       for (const s of servers) s.stop();
@@ -146,4 +109,55 @@ export class DhcpServers {
   stopAll(): void {
     for (const key of [...this.byKey.keys()]) this.stop(key);
   }
+}
+
+/**
+ * The RA and DHCPv6 servers of one tap interface, pushed onto `servers` as each starts (so a failure stops those
+ * already started).
+ */
+function startIpv6(
+  st: PodNetworkState,
+  iface: PodNetworkState['interfaces'][number],
+  lease6: Lease6,
+  { log, quiet }: { log: Logger; quiet: boolean },
+  servers: (DhcpServer | Dhcp6Server | RaServer)[],
+): void {
+  const tcRedirect = iface.binding === 'tc-redirect';
+  // records written before IPv6 support carry no bridgeMac: the planner's rule (the veth's new MAC) applies
+  const mac = iface.bridgeMac ?? iface.vethMacNew;
+  if (!mac)
+    throw new VmpodError(
+      ErrorCode.State,
+      `pod ${st.key} interface ${iface.cniName} has no bridge MAC to serve IPv6 from`,
+      { key: st.key, op: 'dhcp6' },
+    );
+  const ip6 = iface.bridgeIp6 ?? formatIpv6(linkLocalFromMac(mac));
+  // tc-redirect: the pod netns routes nothing for the VM, which is on the CNI network's link: our RA gives the
+  // prefix, DNS and the DHCPv6 flag but no default route (that network's own routers advertise theirs)
+  const ra = tcRedirect ? { ...lease6, defaultRoute: false } : lease6;
+  // tc-redirect: no link of the pod netns holds the servers' link-local, so the RA server answers the guest's
+  // neighbour solicitations for it (else no unicast to the DHCPv6 server: renewals, releases)
+  servers.push(
+    RaServer.start({
+      nsPath: st.nsPath,
+      tap: iface.tapName,
+      routerMac: mac,
+      routerIp: ip6,
+      lease: ra,
+      log,
+      quiet,
+      answerNs: tcRedirect,
+    }),
+  );
+  servers.push(
+    Dhcp6Server.start({
+      nsPath: st.nsPath,
+      tap: iface.tapName,
+      serverMac: mac,
+      serverIp: ip6,
+      lease: lease6,
+      log,
+      quiet,
+    }),
+  );
 }

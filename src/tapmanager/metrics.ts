@@ -33,18 +33,14 @@ export interface Metrics {
  * `podsByState` is read at scrape time (a gauge with collect); so is `fastGets`, the gets the socket server answered
  * without the service (counted in requests_total as get/ok; they take microseconds and stay out of the histogram).
  */
-export function createMetrics(podsByState: () => Record<string, number>, fastGets: () => number = () => 0): Metrics {
-  const registry = new Registry();
-  // prom-client's process and Node.js metrics under their standard names (process_*, nodejs_*): the names every
-  // dashboard and alert written for prom-client expects; only our own metrics carry PREFIX
-  collectDefaultMetrics({ register: registry });
-  /** what every metric has: its prefixed name, its help, its labels, this registry */
-  const base = <L extends string>(name: string, help: string, labelNames: L[] = []) => ({
-    name: `${PREFIX}${name}`,
-    help,
-    labelNames,
-    registers: [registry],
-  });
+type Base = <L extends string>(
+  name: string,
+  help: string,
+  labelNames?: L[],
+) => { name: string; help: string; labelNames: L[]; registers: Registry[] };
+
+/** The fd protocol's requests and the CNI plugins' runs. */
+function requestMetrics(base: Base) {
   const requests = new Counter(
     base('requests_total', 'fd-protocol requests served, by command and result ("ok" or the error code)', [
       'command',
@@ -63,14 +59,11 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
     ]),
     buckets: PLUGIN_BUCKETS,
   });
-  new Gauge({
-    ...base('pods', 'pod networks by state record phase (adding, ready, releasing, corrupt)', ['state']),
-    collect() {
-      this.reset();
-      const counts = { adding: 0, ready: 0, releasing: 0, ...podsByState() };
-      for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
-    },
-  });
+  return { requests, duration, plugin };
+}
+
+/** DHCP datagrams and leases; known label values start at 0 so a rate() sees the first increment. */
+function dhcpMetrics(base: Base) {
   const dhcp = new Counter(
     base(
       'dhcp_packets_total',
@@ -82,16 +75,37 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
   const leases = new Counter(
     base('dhcp_leases_served_total', 'DHCP ACKs that granted a pod its lease (answers to REQUEST)'),
   );
+  for (const type of ['discover', 'request']) dhcp.inc({ direction: 'received', type }, 0);
+  for (const type of ['offer', 'ack', 'nak']) dhcp.inc({ direction: 'sent', type }, 0);
+  leases.inc(0);
+  return { dhcp, leases };
+}
+
+/** The pods by phase, the restore at start, and the build. */
+function lifecycleMetrics(base: Base, podsByState: () => Record<string, number>) {
+  new Gauge({
+    ...base('pods', 'pod networks by state record phase (adding, ready, releasing, corrupt)', ['state']),
+    collect() {
+      this.reset();
+      const counts = { adding: 0, ready: 0, releasing: 0, ...podsByState() };
+      for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
+    },
+  });
   const restore = new Histogram({
     ...base('restore_duration_seconds', 'time to restore the pods recorded in the state dir at start-up'),
     buckets: RESTORE_BUCKETS,
   });
   const restoredAt = new Gauge(base('restored', '1 once the pods recorded in the state dir are restored, 0 before'));
+  restoredAt.set(0);
   // the usual build_info: 1, the version in a label (joins with other series by instance)
   new Gauge(
     base('build_info', 'the running tapmanager build: always 1, its package version in the label', ['version']),
   ).set({ version: packageVersion() }, 1);
-  restoredAt.set(0);
+  return { restore, restoredAt };
+}
+
+/** CNI STATUS answers and the pod checks' failures. */
+function cniUpkeepMetrics(base: Base) {
   const cniStatus = new Gauge(
     base(
       'cni_status',
@@ -108,10 +122,25 @@ export function createMetrics(podsByState: () => Record<string, number>, fastGet
     ),
   );
   for (const reason of Object.values(CheckReason)) checkFailures.inc({ reason }, 0);
-  // known label values start at 0 so a rate() sees the first increment
-  for (const type of ['discover', 'request']) dhcp.inc({ direction: 'received', type }, 0);
-  for (const type of ['offer', 'ack', 'nak']) dhcp.inc({ direction: 'sent', type }, 0);
-  leases.inc(0);
+  return { cniStatus, checkFailures };
+}
+
+export function createMetrics(podsByState: () => Record<string, number>, fastGets: () => number = () => 0): Metrics {
+  const registry = new Registry();
+  // prom-client's process and Node.js metrics under their standard names (process_*, nodejs_*): the names every
+  // dashboard and alert written for prom-client expects; only our own metrics carry PREFIX
+  collectDefaultMetrics({ register: registry });
+  /** what every metric has: its prefixed name, its help, its labels, this registry */
+  const base: Base = (name, help, labelNames = []) => ({
+    name: `${PREFIX}${name}`,
+    help,
+    labelNames,
+    registers: [registry],
+  });
+  const { requests, duration, plugin } = requestMetrics(base);
+  const { dhcp, leases } = dhcpMetrics(base);
+  const { restore, restoredAt } = lifecycleMetrics(base, podsByState);
+  const { cniStatus, checkFailures } = cniUpkeepMetrics(base);
   let fastCounted = 0;
 
   return {
