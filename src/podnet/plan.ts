@@ -53,6 +53,7 @@ import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
 import { filterTable } from './filter.js';
 import { Binding, chooseBinding } from './binding.js';
 import { planTcRedirect } from './tcredirect.js';
+import { makeTapOps } from './tapmake.js';
 
 /** Linux IFNAMSIZ is 16 including the NUL. */
 export const MAX_IFNAME = 15;
@@ -308,17 +309,13 @@ function bridgeStep(br: string, mtu?: string, v6?: { mac: string; ip6: string })
   };
 }
 
-/**
- * Interface i's tap: persistent (ip tuntap sets TUNSETPERSIST), so it outlives our fd and a restarted daemon reopens
- * it by name; vnet_hdr: qemu's virtio-net/vhost use the virtio header (qemu probes the fd's flags itself);
- * multi_queue: a VM with several vCPUs gets a queue pair per vCPU, each open of the tap attaching one more queue.
- */
+/** Interface i's tap (tapmake.ts), with the CNI link's MTU when it has one. */
 function tapStep(tap: string, mtu?: string): Step {
   return {
     name: StepName.Tap,
     target: tap,
     do: [
-      ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr', 'multi_queue'),
+      ...makeTapOps(tap),
       ...(mtu === undefined ? [] : [ip('link', 'set', 'dev', tap, 'mtu', mtu)]),
     ],
     undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],

@@ -1,4 +1,4 @@
-// The `tc` command lines the tc-redirect plan records (tcredirect.ts), turned into the rtnetlink requests tc would send
+// The `tc` command lines the plans record (a tap's root qdisc: plan.ts; the tc-redirect binding: tcredirect.ts), turned into the rtnetlink requests tc would send
 // for them (src/net/tc.ts): the record keeps the readable line, the addon runs the request with the `ip` lines of the
 // same batch (no `tc` process). Only the vocabulary the planner writes is known; any other line is an Internal error.
 // Pure.
@@ -9,6 +9,7 @@ import {
   TC_PROTOCOLS,
   ingressQdisc,
   packMatch,
+  rootNoqueue,
   u32FilterRequest,
   type FilterTarget,
   type U32Key,
@@ -63,6 +64,8 @@ export function tcRequest(args: readonly string[]): NlRequest {
   if (devKw !== 'dev' || !dev) throw bad(args, 'no dev');
   if (obj === 'qdisc' && (verb === 'add' || verb === 'del') && args.length === 5 && args[4] === 'ingress')
     return ingressQdisc(dev, verb === 'del');
+  if (obj === 'qdisc' && verb === 'replace' && args.length === 6 && args[4] === 'root' && args[5] === 'noqueue')
+    return rootNoqueue(dev);
   if (
     obj === 'filter' &&
     verb === 'add' &&

@@ -16,6 +16,7 @@ import { StepName, type Op, type Step } from '../state/record.js';
 import type { PodInterface } from '../state/types.js';
 import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
 import { Binding } from './binding.js';
+import { makeTapOps } from './tapmake.js';
 import { BRIDGE_IP, BRIDGE_PREFIX, tapName, type ObservedLink } from './types.js';
 
 const ip = (...args: string[]): Extract<Op, { op: 'ip' }> => ({ op: 'ip', args });
@@ -142,8 +143,7 @@ export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput):
     name: StepName.Tap,
     target: tap,
     do: [
-      // multi-queue, as the bridge binding's (plan.ts tapStep)
-      ip('tuntap', 'add', 'dev', tap, 'mode', 'tap', 'vnet_hdr', 'multi_queue'),
+      ...makeTapOps(tap),
       ip('link', 'set', 'dev', tap, 'mtu', mtu, 'address', mac, ...(v6 ? ['addrgenmode', 'none'] : [])),
       ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', tap),
     ],

@@ -115,6 +115,7 @@ describe('the tc-redirect plan', () => {
       ).toEqual([]);
       expect(lines(step('tap').do)).toEqual([
         'ip tuntap add dev tap0 mode tap vnet_hdr multi_queue',
+        'tc qdisc replace dev tap0 root noqueue',
         `ip link set dev tap0 mtu 1500 address ${TAP_MAC}`,
         'ip addr add 169.254.254.2/24 dev tap0',
       ]);
@@ -185,7 +186,7 @@ describe('the tc-redirect plan', () => {
       'ip addr replace fe80::5c1f:aff:fe11:2233/64 dev virtlet-eth0 nodad',
     ]);
     expect(plan.interfaces[0]).toMatchObject({ bridgeMac: TAP_MAC, bridgeIp6: 'fe80::aa:bbff:fecc:ddee' });
-    expect(lines(plan.steps.find((s) => s.name === 'tap')!.do)[1]).toBe(
+    expect(lines(plan.steps.find((s) => s.name === 'tap')!.do)[2]).toBe(
       `ip link set dev tap0 mtu 1500 address ${TAP_MAC} addrgenmode none`,
     );
     // no forwarding and no routes: the pod netns routes nothing for the VM

@@ -300,6 +300,7 @@ describe('preparedSteps: what add makes while the CNI plugins run', () => {
       'bridge: link add name br0 type bridge ageing_time 0',
       'bridge: addr add 169.254.254.2/24 dev br0',
       'tap: tuntap add dev tap0 mode tap vnet_hdr multi_queue',
+      'tap: tc',
       'tap: link set dev tap0 master br0',
       'dhcp-filter: nft',
     ]);
@@ -565,7 +566,7 @@ describe('runsOf (how the step engine spawns)', () => {
             ? `netns ${r.step.name}+${r.sysctl.name}`
             : `${r.op.op} ${r.step.name}`;
     // the netns with its sysctls one call; IPv6 off the first line of the links' batch
-    expect(runs.map(shown)).toEqual(['netns netns+rp-filter', 'ip x14', 'nft dhcp-filter']);
+    expect(runs.map(shown)).toEqual(['netns netns+rp-filter', 'ip x15', 'nft dhcp-filter']);
     const ip = runs[1]!;
     expect(ip.kind === 'ip' && ip.lines.map((l) => l.step.name).slice(0, 2)).toEqual(['ipv6-off', 'lo-up']);
     // ebtables rules of two steps (records of earlier versions) are two transactions

@@ -51,6 +51,19 @@ describe('tc lines as tc sends them', () => {
     );
   });
 
+  it('qdisc replace dev va root noqueue (a tap, before it is up)', () => {
+    const m = built('qdisc replace dev va root noqueue');
+    expect(m.type).toBe(RTM.NEWQDISC);
+    expect(m.flags).toBe(NLM_F.CREATE | NLM_F.REPLACE);
+    expect(m.body).toEqual(
+      Buffer.concat([
+        TCMSG_VA('00000000', 'ffffffff', '00000000'),
+        hex('0c000100'),
+        sx('\\x6e\\x6f\\x71\\x75\\x65\\x75\\x65\\x00'),
+      ]),
+    );
+  });
+
   it('a kept frame: u32 match udp dport 68 classid ffff:1 (no action)', () => {
     const m = built(
       'filter add dev va parent ffff: prio 1 protocol ip u32 match u8 17 0xff at 9 match u16 68 0xffff at 22 classid ffff:1',
