@@ -1,7 +1,7 @@
 // Traffic control over rtnetlink (the kernel's uapi linux/rtnetlink.h, pkt_sched.h, pkt_cls.h, tc_act/tc_mirred.h): a
-// root noqueue qdisc (a tap's), an ingress qdisc, and u32 filters on it that either keep a frame (a terminal match with a class id and no action: the
-// frame goes on up the stack) or redirect it to another link's egress (the mirred action). The bytes are what
-// iproute2's `tc` sends for the same command (test/unit/tc-codec.test.ts holds them). Pure.
+// root noqueue qdisc (a tap's), an ingress qdisc, and u32 filters on it that either keep a frame (a terminal match
+// with a class id and no action: the frame goes on up the stack) or redirect it to another link's egress (the mirred
+// action). The bytes are what iproute2's `tc` sends for the same command (test/unit/tc-codec.test.ts holds them). Pure.
 import { NLM_F, RTM, cstr, nlMessage, u32, type Attr, type NlRequest } from './rtnl.js';
 
 /** TC_H_ROOT: a root qdisc's parent. */
@@ -52,13 +52,10 @@ function tcmsg(handle: number, parent: number, info: number): Buffer {
 
 /** `tc qdisc replace dev DEV root noqueue`: the link transmits straight to its driver. */
 export function rootNoqueue(dev: string): NlRequest {
-  return nlMessage(
-    RTM.NEWQDISC,
-    NLM_F.CREATE | NLM_F.REPLACE,
-    tcmsg(0, TC_H_ROOT, 0),
-    [[TCA.KIND, cstr('noqueue')]],
-    { at: 4, name: dev },
-  );
+  return nlMessage(RTM.NEWQDISC, NLM_F.CREATE | NLM_F.REPLACE, tcmsg(0, TC_H_ROOT, 0), [[TCA.KIND, cstr('noqueue')]], {
+    at: 4,
+    name: dev,
+  });
 }
 
 /** `tc qdisc add|del dev DEV ingress`. */

@@ -314,10 +314,7 @@ function tapStep(tap: string, mtu?: string): Step {
   return {
     name: StepName.Tap,
     target: tap,
-    do: [
-      ...makeTapOps(tap),
-      ...(mtu === undefined ? [] : [ip('link', 'set', 'dev', tap, 'mtu', mtu)]),
-    ],
+    do: [...makeTapOps(tap), ...(mtu === undefined ? [] : [ip('link', 'set', 'dev', tap, 'mtu', mtu)])],
     undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
   };
 }

@@ -1,7 +1,7 @@
-// The `tc` command lines the plans record (a tap's root qdisc: plan.ts; the tc-redirect binding: tcredirect.ts), turned into the rtnetlink requests tc would send
-// for them (src/net/tc.ts): the record keeps the readable line, the addon runs the request with the `ip` lines of the
-// same batch (no `tc` process). Only the vocabulary the planner writes is known; any other line is an Internal error.
-// Pure.
+// The `tc` command lines the plans record (a tap's root qdisc: tapmake.ts; the tc-redirect binding: tcredirect.ts),
+// turned into the rtnetlink requests tc would send for them (src/net/tc.ts): the record keeps the readable line, the
+// addon runs the request with the `ip` lines of the same batch (no `tc` process). Only the vocabulary the planners
+// write is known; any other line is an Internal error. Pure.
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { NlRequest } from '../net/rtnl.js';
 import {
