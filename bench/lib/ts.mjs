@@ -1,5 +1,6 @@
-// Loads the project's TypeScript test helpers into a benchmark: Node 20 cannot import .ts, so the named
-// re-exports are bundled with esbuild into .cache/bench/<name>.mjs (git-ignored). Bare imports (execa) stay
+// Loads the project's TypeScript test helpers into a benchmark: Node 24 strips types, but the helpers import each other
+// by their .js names (tsc's convention), which only a bundler maps to the .ts files, so the named re-exports are
+// bundled with esbuild into .cache/bench/<name>.mjs (git-ignored). Bare imports (execa) stay
 // external and resolve from the repo's node_modules; the helpers' repo-relative paths (dist/bundle,
 // build/Release) resolve from .cache/bench/../.. = the repo.
 import { mkdir } from 'node:fs/promises';
@@ -18,7 +19,7 @@ export async function loadTs(name, lines) {
     bundle: true,
     platform: 'node',
     format: 'esm',
-    target: 'node20',
+    target: 'node24',
     packages: 'external',
     outfile,
     logLevel: 'warning',
