@@ -77,7 +77,8 @@ function inventoryGauges(base: Base, inventory: () => Inventory, registered: () 
 
 export function createDpMetrics(inventory: () => Inventory, registered: () => boolean): DpMetrics {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: DP_PREFIX });
+  // prom-client's process and Node.js metrics under their standard names, as tapmanager's (docs/operations.md)
+  collectDefaultMetrics({ register: registry });
   const base: Base = (name, help, labelNames = []) => ({
     name: `${DP_PREFIX}${name}`,
     help,

@@ -197,6 +197,9 @@ describe('reasons: logged once per change, exported as a metric', { timeout: 180
     );
     expect(metrics).toContain(`vmpod_dp_devices{resource="${QAT}",health="Healthy"} 3`);
     expect(metrics).toContain('vmpod_dp_registered 1');
+    // prom-client's process metrics under their standard names, as tapmanager's
+    expect(metrics).toMatch(/^process_cpu_seconds_total /m);
+    expect(metrics).not.toContain('vmpod_dp_process_');
     expect(await (await fetch(`${url}/healthz`)).text()).toBe('ok\n');
     // the DaemonSet's exec probes
     for (const path of ['/healthz', '/readyz'])
