@@ -1,7 +1,8 @@
 // The add of one pod network, stage by stage, in the order they run (each a function below, in this order):
 //   checkKeyFree    nothing of the key is live or in the way; what an earlier failed operation left is finished first
 //   readNetwork     the CNI config list read and its plugins located: a failure here has made nothing
-//   takeNetns       a spare netns made while idle (its links prepared already) or a fresh one: chosen once, here
+//   takeNetns       a spare netns made while idle (its links prepared already) or a fresh one: chosen once, here,
+//                   with the binding its links are prepared for
 //   recordAdd       the netns, its prepared links and the CNI ADD written to the record (durably), before any runs
 //   makeNetns       the netns made, or the spare bound under the key, while the record's fsyncs run
 //   runCniAdd       the plugins' ADD, while a fresh netns gets its prepared links on a pool thread
@@ -45,7 +46,8 @@ import {
   type StepDeps,
 } from './steps.js';
 import { findVfs, planVfs } from './vf.js';
-import { chooseBinding, type Binding } from './binding.js';
+import { chooseBinding, expectedBinding, type Binding } from './binding.js';
+import type { Spare } from './sparens.js';
 import type { ObservedLink } from './types.js';
 import { closeFds, openFds } from './fds.js';
 import { finishLeftover, quarantine } from './quarantine.js';
@@ -89,13 +91,13 @@ export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNe
   const held: Held = { fds: [] };
   try {
     const list = await readNetwork(env);
-    const netns = (held.netns = await takeNetns(env));
-    const recorded = recordAdd(env, rec, list);
+    const netns = (held.netns = await takeNetns(env, list));
+    const recorded = recordAdd(env, rec, list, netns.preparedFor);
     await makeNetns(env.deps, rec, netns, recorded, req.signal);
     lap(netns.made);
     const result = await runCniAdd(env, rec, list, netns, recorded, held, req.signal);
     lap('CNI ADD done');
-    const planned = await observeAndPlan(env, rec, list, result, log, req.signal);
+    const planned = await observeAndPlan(env, rec, list, result, netns.preparedFor, log, req.signal);
     const applied = await applyPlan(env.deps, rec, planned, req);
     lap('container side applied');
     held.fds = await openTaps(env, rec.nsPath, applied.interfaces);
@@ -150,6 +152,8 @@ async function readNetwork(env: PodEnv): Promise<NetworkConfigList> {
 interface NetnsSource {
   /** what the log says once it is there */
   made: string;
+  /** the binding its prepared links are for (binding.ts expectedBinding; plan.ts preparedSteps) */
+  preparedFor: Binding;
   /** does the pod netns steps, recorded already */
   make(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void>;
   /** does the prepared steps (recorded already) while the plugins run */
@@ -158,20 +162,24 @@ interface NetnsSource {
   discard(): void;
 }
 
-/** A netns made while tapmanager was idle (sparens.ts), with its links prepared, or else a fresh one. */
-async function takeNetns(env: PodEnv): Promise<NetnsSource> {
-  const fd = await env.spares.take();
-  return fd === undefined ? freshNetns() : spareNetns(fd);
+/**
+ * A netns made while tapmanager was idle (sparens.ts), with its links prepared, or else a fresh one, whose links are
+ * prepared for the binding that the network's first plugin is expected to get.
+ */
+async function takeNetns(env: PodEnv, list: NetworkConfigList): Promise<NetnsSource> {
+  const spare = await env.spares.take();
+  return spare === undefined ? freshNetns(expectedBinding(env.binding, list.plugins[0]?.type)) : spareNetns(spare);
 }
 
-function freshNetns(): NetnsSource {
-  return { made: 'netns made', make: runSteps, prepare: runSteps, discard: () => {} };
+function freshNetns(preparedFor: Binding): NetnsSource {
+  return { made: 'netns made', preparedFor, make: runSteps, prepare: runSteps, discard: () => {} };
 }
 
-function spareNetns(fd: number): NetnsSource {
+function spareNetns({ fd, preparedFor }: Spare): NetnsSource {
   let held = true;
   return {
     made: 'spare netns bound',
+    preparedFor,
     // bound under the key; bindNetns closes the fd (the mount holds the netns)
     make: (deps, rec, steps) => {
       held = false;
@@ -200,9 +208,9 @@ interface Recorded {
  * The prepared links come before the CNI ADD: a rollback's DEL comes first, and the netns's removal takes them. The
  * exact config goes with the pod: its DEL runs against this network, whatever the config dir holds then.
  */
-function recordAdd(env: PodEnv, rec: PodRecord, list: NetworkConfigList): Recorded {
+function recordAdd(env: PodEnv, rec: PodRecord, list: NetworkConfigList, preparedFor: Binding): Recorded {
   const netns = podNetnsSteps(rec.key);
-  const prepared = preparedSteps(env.ifName);
+  const prepared = preparedSteps(env.ifName, preparedFor);
   const cniAdd = cniAddStep(env.ifName, list.bytes.toString('base64'));
   const durable = recordStepsThenSync(env.store, rec, [...netns, ...prepared, cniAdd]);
   return { netns, prepared, cniAdd, durable };
@@ -278,6 +286,7 @@ async function observeAndPlan(
   rec: PodRecord,
   list: NetworkConfigList,
   added: CniResult,
+  preparedFor: Binding,
   log: Logger,
   signal?: AbortSignal,
 ): Promise<Planned> {
@@ -296,6 +305,7 @@ async function observeAndPlan(
       newMac: () => randomLaaMac(),
       vfs: new Set(vfs.keys()),
       prepared: env.ifName,
+      preparedFor,
       bindingOf,
       ...(vfSetups ? { vfSetups } : {}),
     });

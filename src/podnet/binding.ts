@@ -23,3 +23,17 @@ export function chooseBinding(mode: BindingMode, link: Pick<ObservedLink, 'kind'
   if (mode !== 'auto') return mode;
   return link.kind !== undefined && MAC_BOUND_KINDS.has(link.kind) ? Binding.TcRedirect : Binding.Bridge;
 }
+
+/** CNI plugins that make a link of a MAC_BOUND_KIND for the pod. */
+const MAC_BOUND_PLUGINS: ReadonlySet<string> = new Set(['macvlan', 'ipvlan']);
+
+/**
+ * The binding interface 0 will most likely get, before the plugins ran: what add prepares while they run (plan.ts
+ * preparedSteps). Under auto, tc-redirect when the list's first plugin makes a macvlan or an ipvlan. A wrong guess
+ * costs the add the prepared links' deletion (plan.ts dropPreparedStep), never a wrong binding: the plan chooses
+ * from the link the plugins made.
+ */
+export function expectedBinding(mode: BindingMode, firstPluginType: string | undefined): Binding {
+  if (mode !== 'auto') return mode;
+  return firstPluginType !== undefined && MAC_BOUND_PLUGINS.has(firstPluginType) ? Binding.TcRedirect : Binding.Bridge;
+}

@@ -236,11 +236,10 @@ export interface ContainerSidePlanInput {
   vfs?: ReadonlySet<string>;
   /** SR-IOV enabled: the planned setup of each VF (by link name); a VF without one is refused */
   vfSetups?: ReadonlyMap<string, VfSetupRecord>;
-  /**
-   * the CNI_IFNAME that preparedSteps made interface 0's bridge, tap and filter for (add; lo is up then), absent when
-   * none were
-   */
+  /** the CNI_IFNAME that preparedSteps made interface 0's links for (add; lo is up then), absent when none were */
   prepared?: string;
+  /** the binding those links were prepared for (preparedSteps): default bridge */
+  preparedFor?: Binding;
   /** the binding of tap interface i (binding.ts); default: auto's choice */
   bindingOf?: (i: number, link: ObservedLink) => Binding;
 }
@@ -335,29 +334,37 @@ function dhcpFilterStep(veth: string, tap: string): Step {
 }
 
 /**
- * What add makes in the new pod netns while the CNI plugins run, as none of it depends on their result: lo up,
- * interface 0's bridge (down, without MTU) and tap (its port), and the DHCP filter of the link the plugins make as
- * CNI_IFNAME `veth`.
- * The plan (input `prepared`) finishes them when its first interface is that link and gets a tap, and deletes them
- * first otherwise (dropPreparedStep).
+ * What add makes in the new pod netns while the CNI plugins run, as none of it depends on their result: lo up and
+ * interface 0's tap (down, without MTU); for the bridge binding also its bridge (down, without MTU, the tap its port)
+ * and the DHCP filter of the link the plugins make as CNI_IFNAME `veth`.
+ * The plan (input `prepared`, `preparedFor`) finishes them when its first interface is that link and gets that
+ * binding, and deletes them first otherwise (dropPreparedStep).
  */
-export function preparedSteps(veth: string): Step[] {
+export function preparedSteps(veth: string, binding: Binding = Binding.Bridge): Step[] {
   const tap = tapStep(tapName(0));
+  if (binding === Binding.TcRedirect) return [loUpStep(), tap];
   // the tap is a port of the bridge from the start (the veth joins it once the plugins made it)
   tap.do.push(ip('link', 'set', 'dev', tapName(0), 'master', bridgeName(0)));
   return [loUpStep(), bridgeStep(bridgeName(0)), tap, dhcpFilterStep(veth, tapName(0))];
 }
 
-/** The prepared bridge, tap and filter deleted: the result's first interface is not the one they were made for. */
-export function dropPreparedStep(veth: string): Step {
+/**
+ * The prepared links deleted: the result's first interface is not the one they were made for, or gets the other
+ * binding. Each link deletion waits for RCU grace periods (tens of ms), which is why add prepares for the binding it
+ * expects (binding.ts expectedBinding).
+ */
+export function dropPreparedStep(veth: string, preparedFor: Binding = Binding.Bridge): Step {
+  const tcRedirect = preparedFor === Binding.TcRedirect;
   return {
     name: StepName.DropPrepared,
-    target: bridgeName(0),
-    do: [
-      ip('link', 'del', 'dev', bridgeName(0)),
-      ip('link', 'del', 'dev', tapName(0)),
-      { op: 'nft-del', table: filterTable(veth) },
-    ],
+    target: tcRedirect ? tapName(0) : bridgeName(0),
+    do: tcRedirect
+      ? [ip('link', 'del', 'dev', tapName(0))]
+      : [
+          ip('link', 'del', 'dev', bridgeName(0)),
+          ip('link', 'del', 'dev', tapName(0)),
+          { op: 'nft-del', table: filterTable(veth) },
+        ],
     undo: [],
   };
 }
@@ -373,7 +380,7 @@ export interface ContainerSidePlan {
   dhcpEarly: boolean;
 }
 
-/** How interface 0's bridge, tap and filter come to be: finished (made while the plugins ran) or made by the plan. */
+/** How interface 0's links come to be: finished (made while the plugins ran: preparedSteps) or made by the plan. */
 type LinksMade = 'prepared' | 'new';
 
 /** Steps for every CNI interface with a sandbox, in apply order (lo up first). */
@@ -382,13 +389,13 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
   const first = result.interfaces.find(hasSandbox);
   const firstLink = observed.links.find((l) => l.name === first?.name);
   const bindingOf = input.bindingOf ?? ((_i: number, link: ObservedLink) => chooseBinding('auto', link));
-  // the prepared bridge and filter are the bridge binding's: a tc-redirect interface 0 has them deleted first
+  // the prepared links fit interface 0 when it is the link they were made for and gets the binding they were made for
   const firstLinks: LinksMade =
     input.prepared !== undefined &&
     first?.name === input.prepared &&
     !input.vfs?.has(first.name) &&
     firstLink !== undefined &&
-    bindingOf(0, firstLink) === Binding.Bridge
+    bindingOf(0, firstLink) === (input.preparedFor ?? Binding.Bridge)
       ? 'prepared'
       : 'new';
   const steps = planStart(input, firstLinks);
@@ -433,7 +440,7 @@ function planStart(input: ContainerSidePlanInput, firstLinks: LinksMade): Step[]
   const steps: Step[] = [];
   if (input.result.ips.every((a) => !a.address.includes(':'))) steps.push(ipv6OffStep());
   if (input.prepared === undefined) steps.push(loUpStep());
-  else if (firstLinks === 'new') steps.push(dropPreparedStep(input.prepared));
+  else if (firstLinks === 'new') steps.push(dropPreparedStep(input.prepared, input.preparedFor));
   return steps;
 }
 
@@ -496,7 +503,7 @@ function planTap(
   const bridgeIp6 = v6 ? formatIpv6(linkLocalFromMac(bridgeMac)) : undefined;
   const strip = stripSteps(input.observed, link, v6 !== undefined);
   if (binding === Binding.TcRedirect) {
-    const tc = planTcRedirect({ i, index, link, tapMac: mac, v6: v6 !== undefined });
+    const tc = planTcRedirect({ i, index, link, tapMac: mac, v6: v6 !== undefined, tapMade: made === 'prepared' });
     return { steps: [...strip, ...tc.steps], iface: tc.iface };
   }
   const steps = [...strip, ...vethMacSteps(link, mac, v6 !== undefined)];

@@ -17,7 +17,7 @@ import { NetExec } from './exec.js';
 import { POD_NETNS_SYSCTLS, preparedSteps } from './plan.js';
 import { DEFAULT_IFNAME } from './types.js';
 import { runSteps } from './steps.js';
-import { SpareNetns } from './sparens.js';
+import { SpareNetns, type Spare } from './sparens.js';
 import { native } from '../native.js';
 import { ipVfLink } from './vf.js';
 import { closeFds, isBusy } from './fds.js';
@@ -26,7 +26,7 @@ import { cniDel, releasePodNetwork, type Released } from './release.js';
 import { attach, recoverPodNetwork, restoreRecord, type RestoreOutcome } from './restore.js';
 import { readRecord } from './quarantine.js';
 import type { PodEnv, PodNetworkState } from './podenv.js';
-import type { BindingMode } from './binding.js';
+import { expectedBinding, type BindingMode } from './binding.js';
 import { checkPod, type PodCheck } from './check.js';
 import { networksForDel } from './release.js';
 import { runtimeConf } from './podenv.js';
@@ -116,12 +116,17 @@ export class PodNetwork {
     };
   }
 
-  /** A pod netns as an add makes it before its plugins return (podNetnsSteps, preparedSteps), held by an fd. */
-  private async makeSpare(): Promise<number> {
+  /**
+   * A pod netns as an add makes it before its plugins return (podNetnsSteps, preparedSteps for the binding the node's
+   * network is expected to get: binding.ts expectedBinding), held by an fd.
+   */
+  private async makeSpare(): Promise<Spare> {
+    const list = await this.env.loadConfList().catch(() => undefined);
+    const preparedFor = expectedBinding(this.env.binding, list?.plugins[0]?.type);
     const fd = await native().netnsMake(POD_NETNS_SYSCTLS);
     try {
       // a record of its own, never written: the add that takes the spare records these steps under its key
-      const steps = preparedSteps(this.env.ifName);
+      const steps = preparedSteps(this.env.ifName, preparedFor);
       const rec = newRecord({
         key: 'spare',
         desc: { podId: '', podNs: '', podName: '' },
@@ -135,7 +140,7 @@ export class PodNetwork {
       native().close(fd);
       throw e;
     }
-    return fd;
+    return { fd, preparedFor };
   }
 
   /** How many spare pod netns are ready to be taken (made and prepared; one being made is not counted). */

@@ -1,10 +1,18 @@
-// Pod netns made ahead of time, while tapmanager is idle: the netns with its sysctls, `lo` up, interface 0's bridge,
-// tap and DHCP filter (what an add makes before and while its CNI plugins run: podNetnsSteps, preparedSteps). Each
-// is held by an fd and mounted nowhere (`ip netns list` does not show it, and it goes with the fd, also when the
-// daemon dies). An add that finds one binds it under its key instead of making its netns, and runs no prepared steps
-// while its plugins run (docs/decisions.md, "A pod netns made while idle").
+// Pod netns made ahead of time, while tapmanager is idle: the netns with its sysctls, `lo` up, interface 0's tap, and
+// for the bridge binding its bridge and DHCP filter (what an add makes before and while its CNI plugins run:
+// podNetnsSteps, and preparedSteps for the binding expected then). Each is held by an fd and mounted nowhere (`ip
+// netns list` does not show it, and it goes with the fd, also when the daemon dies). An add that finds one binds it
+// under its key instead of making its netns, and runs no prepared steps while its plugins run (docs/decisions.md, "A
+// pod netns made while idle").
 import { native } from '../native.js';
 import type { Logger } from '../log.js';
+import type { Binding } from './binding.js';
+
+/** A spare pod netns: the fd that holds it, and the binding its links were prepared for. */
+export interface Spare {
+  fd: number;
+  preparedFor: Binding;
+}
 
 /**
  * How long no add or release must have been in flight before a spare is made: the next pod start comes seconds
@@ -13,7 +21,7 @@ import type { Logger } from '../log.js';
 export const SPARE_IDLE_MS = 100;
 
 export class SpareNetns {
-  readonly #fds: number[] = [];
+  readonly #spares: Spare[] = [];
   #busy = 0;
   #timer: NodeJS.Timeout | undefined;
   #filling = false;
@@ -24,22 +32,22 @@ export class SpareNetns {
 
   /**
    * target: how many to keep on hand (0: none, the class does nothing); make: one spare, resolving with the fd that
-   * holds it (it closes what it made when it fails)
+   * holds it and what it was prepared for (it closes what it made when it fails)
    */
   constructor(
     private readonly target: number,
-    private readonly make: () => Promise<number>,
+    private readonly make: () => Promise<Spare>,
     private readonly log: Logger,
     private readonly idleMs = SPARE_IDLE_MS,
   ) {}
 
   /**
-   * A spare's fd, now the caller's (to bind, then close), or undefined when none is on hand. One being made when none
+   * A spare, its fd now the caller's (to bind, then close), or undefined when none is on hand. One being made when none
    * is ready is waited for: it is a few milliseconds from ready, less than the caller would take to make its own.
    */
-  async take(): Promise<number | undefined> {
-    if (this.#fds.length === 0 && this.#making) await this.#making;
-    return this.#fds.pop();
+  async take(): Promise<Spare | undefined> {
+    if (this.#spares.length === 0 && this.#making) await this.#making;
+    return this.#spares.pop();
   }
 
   /** An add or a release starts: nothing is made until none is in flight for idleMs. */
@@ -57,11 +65,11 @@ export class SpareNetns {
   close(): void {
     this.#closed = true;
     if (this.#timer) clearTimeout(this.#timer);
-    for (const fd of this.#fds.splice(0)) native().close(fd);
+    for (const spare of this.#spares.splice(0)) native().close(spare.fd);
   }
 
   get count(): number {
-    return this.#fds.length;
+    return this.#spares.length;
   }
 
   /** How many adds and releases are in flight (between begin and end). */
@@ -70,7 +78,7 @@ export class SpareNetns {
   }
 
   #schedule(): void {
-    if (this.#closed || this.#busy > 0 || this.#timer || this.#fds.length >= this.target) return;
+    if (this.#closed || this.#busy > 0 || this.#timer || this.#spares.length >= this.target) return;
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       void this.#fill();
@@ -82,7 +90,7 @@ export class SpareNetns {
     if (this.#filling) return;
     this.#filling = true;
     try {
-      while (this.#fds.length < this.target && this.#busy === 0 && !this.#closed) {
+      while (this.#spares.length < this.target && this.#busy === 0 && !this.#closed) {
         const one = this.#makeOne();
         this.#making = one.catch(() => {});
         await one;
@@ -98,8 +106,8 @@ export class SpareNetns {
   }
 
   async #makeOne(): Promise<void> {
-    const fd = await this.make();
-    if (this.#closed) native().close(fd);
-    else this.#fds.push(fd);
+    const spare = await this.make();
+    if (this.#closed) native().close(spare.fd);
+    else this.#spares.push(spare);
   }
 }

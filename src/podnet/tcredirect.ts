@@ -112,10 +112,12 @@ export interface TcRedirectInput {
   tapMac: string;
   /** the result gives the interface IPv6 */
   v6: boolean;
+  /** the tap exists already (made while the plugins ran: plan.ts preparedTapOutStep) */
+  tapMade?: boolean;
 }
 
 /** The steps after strip-routes/strip-addrs, and the interface the record keeps. */
-export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput): {
+export function planTcRedirect({ i, index, link, tapMac, v6, tapMade }: TcRedirectInput): {
   steps: Step[];
   iface: PodInterface;
 } {
@@ -143,7 +145,7 @@ export function planTcRedirect({ i, index, link, tapMac, v6 }: TcRedirectInput):
     name: StepName.Tap,
     target: tap,
     do: [
-      ...makeTapOps(tap),
+      ...(tapMade === true ? [] : makeTapOps(tap)),
       ip('link', 'set', 'dev', tap, 'mtu', mtu, 'address', mac, ...(v6 ? ['addrgenmode', 'none'] : [])),
       ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', tap),
     ],

@@ -2,9 +2,9 @@
 // cannot move) get tc redirects instead of a bridge, keep their MAC, and every recorded line is one the codec knows.
 import { describe, expect, it } from 'vitest';
 import type { CniResult } from '../../src/cni/types.js';
-import { Binding, chooseBinding } from '../../src/podnet/binding.js';
+import { Binding, chooseBinding, expectedBinding } from '../../src/podnet/binding.js';
 import { lineRequest } from '../../src/podnet/exec.js';
-import { buildCsn, observedBeforeFromCsn, planContainerSide } from '../../src/podnet/plan.js';
+import { buildCsn, observedBeforeFromCsn, planContainerSide, preparedSteps } from '../../src/podnet/plan.js';
 import { resultForRecover } from '../../src/podnet/recover.js';
 import { KEPT_FROM_NETWORK, KEPT_FROM_VM, REDIRECT_PRIO } from '../../src/podnet/tcredirect.js';
 import type { Observed, ObservedLink } from '../../src/podnet/types.js';
@@ -209,6 +209,45 @@ describe('the tc-redirect plan', () => {
       'links-up',
       'tc-redirect',
     ]);
+  });
+
+  it('links prepared for tc-redirect (the tap alone) are finished, not deleted: no link is deleted or made again', () => {
+    const plan = planContainerSide({
+      observed: observed('macvlan'),
+      result: result(),
+      newMac: () => TAP_MAC,
+      prepared: 'virtlet-eth0',
+      preparedFor: Binding.TcRedirect,
+    });
+    expect(names(plan.steps)).toEqual(['ipv6-off', 'strip-routes', 'strip-addrs', 'tap', 'links-up', 'tc-redirect']);
+    expect(lines(plan.steps.find((s) => s.name === 'tap')!.do)).toEqual([
+      `ip link set dev tap0 mtu 1500 address ${TAP_MAC}`,
+      'ip addr add 169.254.254.2/24 dev tap0',
+    ]);
+    expect(plan.steps.flatMap((s) => lines(s.do)).filter((l) => /^ip link del |^ip tuntap /.test(l))).toEqual([]);
+  });
+
+  it('links prepared for tc-redirect that a veth does not fit: the tap deleted, the bridge binding made anew', () => {
+    const plan = planContainerSide({
+      observed: observed('veth'),
+      result: result(),
+      newMac: () => TAP_MAC,
+      prepared: 'virtlet-eth0',
+      preparedFor: Binding.TcRedirect,
+    });
+    expect(lines(plan.steps.find((s) => s.name === 'drop-prepared')!.do)).toEqual(['ip link del dev tap0']);
+    expect(plan.interfaces[0]!.binding).toBe('bridge');
+    expect(plan.steps.flatMap((s) => lines(s.do))).toContain('ip tuntap add dev tap0 mode tap vnet_hdr multi_queue');
+  });
+
+  it('what add prepares for: the mode, or under auto tc-redirect when the first plugin makes a macvlan or an ipvlan', () => {
+    expect(expectedBinding('auto', 'macvlan')).toBe(Binding.TcRedirect);
+    expect(expectedBinding('auto', 'ipvlan')).toBe(Binding.TcRedirect);
+    for (const t of ['bridge', 'ptp', 'host-device', 'multus', undefined])
+      expect(expectedBinding('auto', t)).toBe(Binding.Bridge);
+    expect(expectedBinding(Binding.TcRedirect, 'bridge')).toBe(Binding.TcRedirect);
+    expect(expectedBinding(Binding.Bridge, 'macvlan')).toBe(Binding.Bridge);
+    expect(names(preparedSteps('virtlet-eth0', Binding.TcRedirect))).toEqual(['lo-up', 'tap']);
   });
 
   it('the operator may force either binding: bridge for a macvlan, tc-redirect for a veth', () => {

@@ -3,7 +3,8 @@
 // fds of /dev/null here (the class only keeps and closes them).
 import { describe, it, expect, vi, afterEach } from 'vitest';
 import { openSync, readlinkSync } from 'node:fs';
-import { SpareNetns } from '../../src/podnet/sparens.js';
+import { SpareNetns, type Spare } from '../../src/podnet/sparens.js';
+import { Binding } from '../../src/podnet/binding.js';
 
 afterEach(() => vi.useRealTimers());
 
@@ -31,7 +32,7 @@ describe('SpareNetns', () => {
       async () => {
         const fd = openSync('/dev/null', 'r');
         made.push(fd);
-        return fd;
+        return { fd, preparedFor: Binding.Bridge };
       },
       logger().log,
       100,
@@ -52,7 +53,7 @@ describe('SpareNetns', () => {
     expect(made).toEqual([]);
     await vi.advanceTimersByTimeAsync(1);
     expect(s.count).toBe(2);
-    const fd = (await s.take())!;
+    const { fd } = (await s.take())!;
     expect(made).toContain(fd);
     expect(s.count).toBe(1);
     s.close();
@@ -63,21 +64,22 @@ describe('SpareNetns', () => {
 
   it('a take while a spare is being made waits for it; one that finds none being made does not wait', async () => {
     vi.useFakeTimers();
-    let finish: (fd: number) => void = () => {};
-    const s = new SpareNetns(1, () => new Promise<number>((r) => (finish = r)), logger().log, 100);
+    let finish: (spare: Spare) => void = () => {};
+    const s = new SpareNetns(1, () => new Promise<Spare>((r) => (finish = r)), logger().log, 100);
     expect(await s.take()).toBeUndefined(); // nothing made, nothing being made
     s.begin();
     s.end();
     await vi.advanceTimersByTimeAsync(100); // the make has started
     s.begin(); // an add arrives meanwhile
-    let got: number | undefined | 'pending' = 'pending';
-    void s.take().then((fd) => (got = fd));
+    let got: Spare | undefined | 'pending' = 'pending';
+    void s.take().then((spare) => (got = spare));
     await vi.advanceTimersByTimeAsync(0);
     expect(got).toBe('pending');
     const fd = openSync('/dev/null', 'r');
-    finish(fd);
+    const spare = { fd, preparedFor: Binding.TcRedirect };
+    finish(spare);
     await vi.advanceTimersByTimeAsync(0);
-    expect(got).toBe(fd);
+    expect(got).toBe(spare);
     expect(s.count).toBe(0);
     (await import('node:fs')).closeSync(fd);
     s.end();
@@ -87,7 +89,7 @@ describe('SpareNetns', () => {
   it('target 0 makes none; a failing make is said once at warn, then at debug', async () => {
     vi.useFakeTimers();
     let calls = 0;
-    const none = new SpareNetns(0, async () => ++calls, logger().log, 10);
+    const none = new SpareNetns(0, async () => ({ fd: ++calls, preparedFor: Binding.Bridge }), logger().log, 10);
     none.begin();
     none.end();
     await vi.advanceTimersByTimeAsync(100);
