@@ -373,7 +373,7 @@ export interface ContainerSidePlan {
   interfaces: PodInterface[];
   steps: Step[];
   /**
-   * The DHCP servers can start while the steps are applied (add's whileApplying): every bridge and tap the plan names
+   * The DHCP servers can start while the steps are applied (add's whileApplying): every bridge and tap they bind to
    * exists before it runs (made while the plugins ran), and no interface has IPv6, whose RA and DHCPv6 servers read the
    * tap through a packet socket that a link still down fails (ENETDOWN).
    */
@@ -426,8 +426,14 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     throw new VmpodError(ErrorCode.Cni, 'the CNI result has no interface in the pod netns', { op: 'plan' });
   }
   const taps = interfaces.filter((i) => i.type === 'tap');
+  // a tc-redirect interface's DHCP server binds to its tap, the bridge binding's to its bridge
   const dhcpEarly =
-    firstLinks === 'prepared' && taps.every((i) => i.bridgeName === bridgeName(0) && i.bridgeIp6 === undefined);
+    firstLinks === 'prepared' &&
+    taps.every(
+      (i) =>
+        (i.binding === Binding.TcRedirect ? i.tapName === tapName(0) : i.bridgeName === bridgeName(0)) &&
+        i.bridgeIp6 === undefined,
+    );
   return { interfaces, steps, dhcpEarly };
 }
 

@@ -225,6 +225,8 @@ describe('the tc-redirect plan', () => {
       'ip addr add 169.254.254.2/24 dev tap0',
     ]);
     expect(plan.steps.flatMap((s) => lines(s.do)).filter((l) => /^ip link del |^ip tuntap /.test(l))).toEqual([]);
+    // its DHCP server binds to the tap, which exists already: it starts while the plan is applied
+    expect(plan.dhcpEarly).toBe(true);
   });
 
   it('links prepared for tc-redirect that a veth does not fit: the tap deleted, the bridge binding made anew', () => {
