@@ -4,7 +4,8 @@
 //   multi_queue: a VM with several vCPUs gets a queue pair per vCPU, each open of the tap attaching one more queue;
 //   a noqueue root qdisc, set while the tap is down. Left alone, the kernel gives a multi-queue tap an mq qdisc with a
 //   pfifo_fast child for each of its 256 possible queues when it comes up (allocated then, freed with the tap), while
-//   a tap never holds a packet back: tun drops what a full queue cannot take, qdisc or not (docs/decisions.md).
+//   a tap never holds a packet back: tun drops what a full queue cannot take, qdisc or not (docs/networking.md,
+//   "Queues, vhost and offloads").
 // Pure.
 import type { Op } from '../state/record.js';
 
