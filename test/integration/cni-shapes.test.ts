@@ -47,6 +47,8 @@ let ipamDir = '';
 const lans: Lan[] = [];
 const bridges: string[] = [];
 const children: ResultPromise[] = [];
+/** pods podOn made and releaseAll has not released yet: a test that fails midway leaves them to afterAll */
+const unreleased = new Map<string, { guest?: GuestNetns; fd?: number }>();
 /** busybox with udhcpc6 (Debian's busybox has none): built once by test/guest/udhcpc6.sh */
 let busybox6 = '';
 
@@ -65,6 +67,15 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const c of children) c.kill('SIGKILL');
+  for (const [key, { guest, fd }] of unreleased) {
+    await guest?.close();
+    if (fd !== undefined) native().close(fd);
+    try {
+      client.release(key);
+    } catch {
+      // the daemon says why in its log; the checks below still run
+    }
+  }
   const code = await d?.stop();
   for (const l of lans) await l.cleanup();
   for (const b of bridges) await execa('ip', ['link', 'del', b], { reject: false });
@@ -103,10 +114,14 @@ async function podOn(
   const net = `vmshape-${rand()}`;
   writeConfList(confDir, net, plugins);
   const key = `vmsh-${rand()}`;
+  const left: { guest?: GuestNetns; fd?: number } = {};
+  unreleased.set(key, left);
   const csn = add ? add(key) : client.add(key, { podId: key, podNs: 'default', podName: 'vm-shape', DNS: null });
   const ip = csn.Result!.ips!.find((i) => i.version === '4')!.address.split('/')[0]!;
   const { fds } = client.get(key);
+  left.fd = fds[0]!;
   const guest = await guestOnTap(fds[0]!, csn.Interfaces[0]!.mac!, csn.Interfaces[0]!.MTU);
+  left.guest = guest;
   const lease = await udhcpcLease(guest.ns, join(root, key));
   expect(lease.ip).toBe(ip);
   expect(await ping(guest.ns, peer.ip), `the VM reaches ${peer.ip}`).toBe(0);
@@ -116,6 +131,7 @@ async function podOn(
 
 /** release, then: no netns, no IPAM allocation, no CNI cache file, nothing in the state dir of the pod. */
 async function releaseAll(p: Pod, stateDir = d.stateDir): Promise<void> {
+  unreleased.delete(p.key);
   await p.guest.close();
   native().close(p.fd);
   client.release(p.key);
