@@ -30,8 +30,8 @@ import { errorChain, tryDecode } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
 import { native, type RecvFrameResult } from '../native.js';
-import { SocketWatch } from '../net/watch.js';
-import { type PacketIo, RateLimit } from '../net/packetio.js';
+import type { SocketWatch } from '../net/watch.js';
+import { type PacketIo, RateLimit, watchTapFrames } from '../net/packetio.js';
 import { bpfIpv6Filter, decodeFrame6, decodeUdp6, encodeUdp6Frame, NH_UDP } from '../net/frame6.js';
 import { formatIpv6, inSubnet6, linkLocalFromMac, normaliseIpv6 } from '../net/ipv6.js';
 import { buildOptions6, type Built6, leasedIaNa, statusIaNa } from './options.js';
@@ -343,8 +343,6 @@ export interface Dhcp6ServerOptions {
   perSecond?: number;
 }
 
-const RECV_MAX = 65536;
-
 export class Dhcp6Server {
   readonly stats: Dhcp6Stats = { advertises: 0, replies: 0, dropped: 0, ignored: 0, limited: 0 };
   readonly lease: Lease6;
@@ -371,12 +369,12 @@ export class Dhcp6Server {
     this.serverMac = opts.serverMac.toLowerCase();
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'dhcp6', tap: opts.tap, mac: opts.lease.mac });
-    const fd = this.io.packetSocketInNetns(opts.nsPath, opts.tap, bpfIpv6Filter({ udpPort: DHCP6_SERVER_PORT }));
-    this.watch = new SocketWatch(
+    this.watch = watchTapFrames(
       this.io,
-      fd,
-      (f) => this.io.recvFrame(f, RECV_MAX),
-      (r) => this.handle(r.data, r.csumNotReady),
+      opts.nsPath,
+      opts.tap,
+      bpfIpv6Filter({ udpPort: DHCP6_SERVER_PORT }),
+      (data, csumNotReady) => this.handle(data, csumNotReady),
       this.log,
       'dhcp6 server',
     );

@@ -1,5 +1,6 @@
-// What the RA and DHCPv6 servers need of a packet socket, and their flood guard.
+// What the RA and DHCPv6 servers need of a packet socket, their listening half, and their flood guard.
 import type { Poller, RecvFrameResult } from '../native.js';
+import { SocketWatch, type WatchLog } from './watch.js';
 
 /** The socket calls the servers make; native() by default, a recording fake in unit tests. */
 export interface PacketIo {
@@ -9,6 +10,33 @@ export interface PacketIo {
   recvFrame(fd: number, max: number): RecvFrameResult | null;
   writeAll(fd: number, data: Buffer): void;
   close(fd: number): void;
+}
+
+/** The most a frame read takes. */
+const RECV_MAX = 65536;
+
+/**
+ * A packet socket on `tap` inside the pod netns at nsPath, watched: each frame `filter` (classic BPF) passes goes to
+ * onFrame with whether its checksum is still to be filled in. `name` says which server in the watch's log lines.
+ */
+export function watchTapFrames(
+  io: PacketIo,
+  nsPath: string,
+  tap: string,
+  filter: Buffer,
+  onFrame: (data: Buffer, csumNotReady: boolean) => void,
+  log: WatchLog,
+  name: string,
+): SocketWatch<RecvFrameResult> {
+  const fd = io.packetSocketInNetns(nsPath, tap, filter);
+  return new SocketWatch(
+    io,
+    fd,
+    (f) => io.recvFrame(f, RECV_MAX),
+    (r) => onFrame(r.data, r.csumNotReady),
+    log,
+    name,
+  );
 }
 
 /** A token bucket: `burst` at once, then `perSecond`. */

@@ -8,7 +8,7 @@ export interface WatchIo {
   close(fd: number): void;
 }
 
-interface WatchLog {
+export interface WatchLog {
   warn(obj: object, msg: string): void;
   error(obj: object, msg: string): void;
 }

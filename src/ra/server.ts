@@ -22,10 +22,10 @@ import { errorChain } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
 import { native, type RecvFrameResult } from '../native.js';
-import { SocketWatch } from '../net/watch.js';
+import type { SocketWatch } from '../net/watch.js';
 import { bpfIpv6Filter, decodeFrame6, encodeIcmp6Frame, ETH_HLEN, IP6_HLEN, NH_ICMPV6 } from '../net/frame6.js';
 import { normaliseIpv6 } from '../net/ipv6.js';
-import { type PacketIo, RateLimit } from '../net/packetio.js';
+import { type PacketIo, RateLimit, watchTapFrames } from '../net/packetio.js';
 import {
   MAX_INITIAL_RTR_ADVERT_INTERVAL,
   MAX_INITIAL_RTR_ADVERTISEMENTS,
@@ -124,8 +124,6 @@ export function answerNs(frameBuf: Buffer, vmMac: string, routerIp: string, csum
   return { kind: 'answer', dst: f.src, dstMac: f.srcMac };
 }
 
-const RECV_MAX = 65536;
-
 export class RaServer {
   readonly stats: RaStats = { periodic: 0, solicited: 0, neighbour: 0, dropped: 0, ignored: 0, limited: 0 };
   private readonly watch: SocketWatch<RecvFrameResult>;
@@ -160,16 +158,12 @@ export class RaServer {
     };
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
     this.log = opts.log.child({ component: 'ra', tap: opts.tap, mac: this.vmMac });
-    const fd = this.io.packetSocketInNetns(
+    this.watch = watchTapFrames(
+      this.io,
       opts.nsPath,
       opts.tap,
       bpfIpv6Filter({ icmpTypes: this.na ? [ICMP6_RS, ICMP6_NS] : [ICMP6_RS] }),
-    );
-    this.watch = new SocketWatch(
-      this.io,
-      fd,
-      (f) => this.io.recvFrame(f, RECV_MAX),
-      (r) => this.handle(r.data, r.csumNotReady),
+      (data, csumNotReady) => this.handle(data, csumNotReady),
       this.log,
       'ra',
     );
