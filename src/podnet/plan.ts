@@ -9,9 +9,9 @@
 //                  and undo runs in reverse, so addresses are back before the routes that need them)
 //   veth-mac      a random locally administered MAC   undo: the original MAC (the VM's NIC takes it)
 //   bridge        br<i>, same MTU, ageing_time 0 (learning off: Flannel), 169.254.254.2/24   undo: delete it
-//   tap           tap<i>, persistent, vnet_hdr, same MTU                                      undo: delete it
-//   enslave       veth and tap into br<i>             undo: veth nomaster
-//   links-up      veth, tap, bridge up
+//   tap           tap<i>, persistent, vnet_hdr, down                                          undo: delete it
+//   enslave       veth (up) and tap into br<i>        undo: veth nomaster
+//   links-up      tap, bridge: same MTU, up           (a link's attributes and flags in one request each)
 //   dhcp-filter   nf_tables table vmpod-<veth> (bridge family) in the pod netns: no DHCP, DHCPv6, RS or RA across
 //                 the veth (the rules in ebtables' words, filter.ts)                         undo: delete the table
 // and when the CNI result gives the interface an IPv6 address (guestFromCni validates it first):
@@ -22,7 +22,8 @@
 //   ipv6-routes   <prefix> dev br<i>, each IPv6 route of the result via its gateway dev br<i>   undo: with the netns
 //
 // add makes lo up and interface 0's bridge, tap (its port) and filter while the plugins run (preparedSteps); the plan
-// given `prepared` then only finishes them, or deletes them first (drop-prepared) when interface 0 is another link.
+// given `prepared` then only finishes them (the bridge step only for IPv6; the MTUs come with links-up), or deletes
+// them first (drop-prepared) when interface 0 is another link.
 //
 // A CNI interface that is an SR-IOV VF (SR-IOV enabled) gets one step instead, host side, nothing moved:
 //   vf-setup      bind the VF to vfio-pci; `ip link set <pf> vf <n> mac <mac> vlan <v>`
@@ -308,12 +309,12 @@ function bridgeStep(br: string, mtu?: string, v6?: { mac: string; ip6: string })
   };
 }
 
-/** Interface i's tap (tapmake.ts), with the CNI link's MTU when it has one. */
-function tapStep(tap: string, mtu?: string): Step {
+/** Interface i's tap (tapmake.ts), down; its MTU comes with its link-up (linksUpStep). */
+function tapStep(tap: string): Step {
   return {
     name: StepName.Tap,
     target: tap,
-    do: [...makeTapOps(tap), ...(mtu === undefined ? [] : [ip('link', 'set', 'dev', tap, 'mtu', mtu)])],
+    do: makeTapOps(tap),
     undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
   };
 }
@@ -591,35 +592,39 @@ function vethMacSteps(link: ObservedLink, mac: string, v6: boolean): Step[] {
 }
 
 /**
- * The veth leaves the bridge when either goes (a bridge port's removal waits for an RCU grace period under rtnl_lock,
- * and the netns removal takes the bridge with all its ports at once): its undo is left to the netns removal.
+ * The veth joins the bridge, up (one request: the kernel sets the flags, then the master), and the tap too when it is
+ * new. The veth leaves the bridge when either goes (a bridge port's removal waits for an RCU grace period under
+ * rtnl_lock, and the netns removal takes the bridge with all its ports at once): its undo is left to the netns removal.
  */
 function enslaveStep(v: string, br: string, tap?: string): Step {
   return {
     name: StepName.Enslave,
     target: v,
     do: [
-      ip('link', 'set', 'dev', v, 'master', br),
+      ip('link', 'set', 'dev', v, 'master', br, 'up'),
       ...(tap === undefined ? [] : [ip('link', 'set', 'dev', tap, 'master', br)]),
     ],
     undo: [{ ...ip('link', 'set', 'dev', v, 'nomaster'), withNetns: true }],
   };
 }
 
-const linksUpStep = (v: string, br: string, tap: string): Step => ({
-  name: StepName.LinksUp,
-  target: br,
-  do: [v, tap, br].map((n) => ip('link', 'set', 'dev', n, 'up')),
-  undo: [],
-});
+/** The tap, then the bridge, up, each with the CNI link's MTU in the same request. */
+function linksUpStep(br: string, tap: string, mtu: string): Step {
+  return {
+    name: StepName.LinksUp,
+    target: br,
+    do: [tap, br].map((n) => ip('link', 'set', 'dev', n, 'mtu', mtu, 'up')),
+    undo: [],
+  };
+}
 
 /** br<i> and tap<i> made now, the veth and the tap its ports, all up, and the veth's DHCP filter. */
 function newLinkSteps(v: string, br: string, tap: string, mtu: string, v6?: { mac: string; ip6: string }): Step[] {
   return [
     bridgeStep(br, mtu, v6),
-    tapStep(tap, mtu),
+    tapStep(tap),
     enslaveStep(v, br, tap),
-    linksUpStep(v, br, tap),
+    linksUpStep(br, tap, mtu),
     dhcpFilterStep(v, tap),
   ];
 }
@@ -642,10 +647,9 @@ function finishPreparedSteps(
       ]
     : [];
   return [
-    { name: StepName.Bridge, target: br, do: [ip('link', 'set', 'dev', br, 'mtu', mtu), ...bridge6], undo: [] },
-    { name: StepName.Tap, target: tap, do: [ip('link', 'set', 'dev', tap, 'mtu', mtu)], undo: [] },
+    ...(v6 ? [{ name: StepName.Bridge, target: br, do: bridge6, undo: [] }] : []),
     enslaveStep(v, br),
-    linksUpStep(v, br, tap),
+    linksUpStep(br, tap, mtu),
   ];
 }
 

@@ -273,8 +273,6 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
       'strip-routes',
       'strip-addrs',
       'veth-mac',
-      'bridge',
-      'tap',
       'enslave',
       'links-up',
     ]);

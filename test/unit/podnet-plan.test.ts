@@ -127,21 +127,15 @@ describe('planContainerSide', () => {
       'addr add 169.254.254.2/24 dev br0',
     ]);
     expect(ipLines(by['bridge']!.undo)).toEqual(['link del dev br0']);
-    expect(ipLines(by['tap']!.do)).toEqual([
-      'tuntap add dev tap0 mode tap vnet_hdr multi_queue',
-      'link set dev tap0 mtu 1450',
-    ]);
+    expect(ipLines(by['tap']!.do)).toEqual(['tuntap add dev tap0 mode tap vnet_hdr multi_queue']);
     expect(ipLines(by['tap']!.undo)).toEqual(['link del dev tap0']);
+    // a link's attributes and its flags go in one request each
     expect(ipLines(by['enslave']!.do)).toEqual([
-      'link set dev virtlet-eth0 master br0',
+      'link set dev virtlet-eth0 master br0 up',
       'link set dev tap0 master br0',
     ]);
     expect(ipLines(by['enslave']!.undo)).toEqual(['link set dev virtlet-eth0 nomaster']);
-    expect(ipLines(by['links-up']!.do)).toEqual([
-      'link set dev virtlet-eth0 up',
-      'link set dev tap0 up',
-      'link set dev br0 up',
-    ]);
+    expect(ipLines(by['links-up']!.do)).toEqual(['link set dev tap0 mtu 1450 up', 'link set dev br0 mtu 1450 up']);
     // what lives only in the pod netns is left to the netns removal
     expect(by['bridge']!.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
     expect(by['tap']!.undo.every((o) => 'withNetns' in o && o.withNetns)).toBe(true);
@@ -323,15 +317,16 @@ describe('preparedSteps: what add makes while the CNI plugins run', () => {
       prepared: 'virtlet-eth0',
     });
     const ops = allOps(plan.steps);
-    expect(ops).toContain('bridge: link set dev br0 mtu 1450');
-    expect(ops).toContain('tap: link set dev tap0 mtu 1450');
-    // lo is up and the tap a port already: the veth alone joins the bridge
+    // each link's MTU comes with its link-up, one request each
+    expect(ops).toContain('links-up: link set dev br0 mtu 1450 up');
+    expect(ops).toContain('links-up: link set dev tap0 mtu 1450 up');
+    // lo is up and the tap a port already: the veth alone joins the bridge; without IPv6 the bridge has nothing to do
     expect(ops.filter((o) => o.startsWith('lo-up') || o.startsWith('enslave'))).toEqual([
-      'enslave: link set dev virtlet-eth0 master br0',
+      'enslave: link set dev virtlet-eth0 master br0 up',
     ]);
+    expect(plan.steps.map((s) => s.name)).not.toContain('bridge');
     expect(ops.filter((o) => / add name | tuntap add |: nft$/.test(o))).toEqual([]);
     expect(plan.steps.map((s) => s.name)).not.toContain('drop-prepared');
-    expect(plan.steps.find((s) => s.name === 'bridge')!.undo).toEqual([]);
     expect(plan.interfaces.map((i) => [i.tapName, i.bridgeName])).toEqual([['tap0', 'br0']]);
   });
 
@@ -349,7 +344,8 @@ describe('preparedSteps: what add makes while the CNI plugins run', () => {
     expect(at('bridge: link set dev br0 address 02:11:22:33:44:55')).toBeGreaterThan(-1);
     expect(at('bridge: link set dev br0 addrgenmode none')).toBeGreaterThan(-1);
     expect(at('bridge: addr add fe80::11:22ff:fe33:4455/64 dev br0 nodad')).toBeGreaterThan(-1);
-    expect(at('bridge: link set dev br0 addrgenmode none')).toBeLessThan(at('links-up: link set dev br0 up'));
+    expect(at('bridge: link set dev br0 addrgenmode none')).toBeLessThan(at('links-up: link set dev br0 mtu 1450 up'));
+    expect(plan.steps.find((s) => s.name === 'bridge')!.undo).toEqual([]);
   });
 
   it('deletes them first when interface 0 is not that link (a VF, or another name), and plans as without them', () => {
@@ -566,7 +562,7 @@ describe('runsOf (how the step engine spawns)', () => {
             ? `netns ${r.step.name}+${r.sysctl.name}`
             : `${r.op.op} ${r.step.name}`;
     // the netns with its sysctls one call; IPv6 off the first line of the links' batch
-    expect(runs.map(shown)).toEqual(['netns netns+rp-filter', 'ip x15', 'nft dhcp-filter']);
+    expect(runs.map(shown)).toEqual(['netns netns+rp-filter', 'ip x13', 'nft dhcp-filter']);
     const ip = runs[1]!;
     expect(ip.kind === 'ip' && ip.lines.map((l) => l.step.name).slice(0, 2)).toEqual(['ipv6-off', 'lo-up']);
     // ebtables rules of two steps (records of earlier versions) are two transactions
