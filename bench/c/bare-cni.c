@@ -5,8 +5,8 @@
 //        CNI_NETNS=/var/run/netns/NAME, the network config (file CONF) on stdin, its result (stdout) to file RESULT
 //        (libcni writes such a cache file too)
 //   del: PLUGIN with CNI_COMMAND=DEL (CONF carries prevResult, as libcni sends it), then `ip netns del NAME`
-// "%s" in CONF and RESULT stands for NAME. PAR worker processes share the NAMEs. Prints "op <us>" per NAME and
-// "total <us>" for the whole set. Exit 0 when every step succeeded; otherwise the failing step on stderr, exit 1.
+// "%s" in CONF and RESULT stands for NAME. PAR worker processes share the NAMEs. Prints "op <us>" per NAME (after a
+// "part netns <us> plugin <us>" line, or "part plugin <us> netns <us>" for del) and "total <us>" for the whole set. Exit 0 when every step succeeded; otherwise the failing step on stderr, exit 1.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -66,8 +66,21 @@ static int one(int add, const char *name, const char *conf_t, const char *result
   char *penv[] = {e_cmd, e_id, e_ns, e_if, e_path, "CNI_ARGS=IgnoreUnknown=1", path_var, NULL};
   char *ip[] = {"/usr/sbin/ip", "netns", add ? "add" : "del", (char *)name, NULL};
   char *plug[] = {plugin_path, NULL};
-  if (add) return run(ip, environ, NULL, NULL) || run(plug, penv, conf, result);
-  return run(plug, penv, conf, NULL) || run(ip, environ, NULL, NULL);
+  // each op's two parts on their own lines before its "op" line (bench/add-stages.mjs reads them with PAR 1)
+  double t = now_us(), m;
+  int r;
+  if (add) {
+    r = run(ip, environ, NULL, NULL);
+    m = now_us();
+    r = r || run(plug, penv, conf, result);
+    printf("part netns %.1f plugin %.1f\n", m - t, now_us() - m);
+  } else {
+    r = run(plug, penv, conf, NULL);
+    m = now_us();
+    r = r || run(ip, environ, NULL, NULL);
+    printf("part plugin %.1f netns %.1f\n", m - t, now_us() - m);
+  }
+  return r;
 }
 
 int main(int argc, char **argv) {

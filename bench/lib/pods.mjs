@@ -243,6 +243,13 @@ export async function podWorld(cleanup, { ipv6 } = {}) {
     return {
       totalMs: Number(lines.find((l) => l.startsWith('total ')).slice(6)) / 1000,
       opsMs: lines.filter((l) => l.startsWith('op ')).map((l) => Number(l.slice(3)) / 1000),
+      // each op's `ip netns` and plugin times, in the order the ops ran (with par 1, the order of names)
+      partsMs: lines
+        .filter((l) => l.startsWith('part '))
+        .map((l) => {
+          const [, a, x, b, y] = l.split(' ');
+          return { [a]: Number(x) / 1000, [b]: Number(y) / 1000 };
+        }),
     };
   }
   // cleanup, in this order (LIFO): whatever pods are left, then the daemon, then the bridge and the dir (above)
