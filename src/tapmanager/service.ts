@@ -221,7 +221,11 @@ export class TapmanagerService implements Handler {
             throw e;
           }
         }
-        this.offerGet(st);
+        // after the reply is out: no get comes before the VM starts. A release or recover that got in first has
+        // taken the pod (its state is another one, or gone) and is not undone by a late offer
+        setImmediate(() => {
+          if (this.pods.state(key) === st) this.offerGet(st);
+        });
         said.interfaces = describeInterfaces(st);
         return { payload: encodeCsn(st.csn), fds: [] };
       }),
