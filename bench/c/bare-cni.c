@@ -6,7 +6,8 @@
 //        (libcni writes such a cache file too)
 //   del: PLUGIN with CNI_COMMAND=DEL (CONF carries prevResult, as libcni sends it), then `ip netns del NAME`
 // "%s" in CONF and RESULT stands for NAME. PAR worker processes share the NAMEs. Prints "op <us>" per NAME (after a
-// "part netns <us> plugin <us>" line, or "part plugin <us> netns <us>" for del) and "total <us>" for the whole set. Exit 0 when every step succeeded; otherwise the failing step on stderr, exit 1.
+// "part netns <us> plugin <us>" line, or "part plugin <us> netns <us>" for del) and "total <us>" for the whole set.
+// Exit 0 when every step succeeded; otherwise the failing step on stderr, exit 1.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
