@@ -1,6 +1,7 @@
 // The add of one pod network, stage by stage, in the order they run (each a function below, in this order):
 //   checkKeyFree    nothing of the key is live or in the way; what an earlier failed operation left is finished first
-//   readNetwork     the CNI config list read and its plugins located: a failure here has made nothing
+//   readNetwork     the CNI config list read (or the one the caller admitted) and its plugins located: a failure
+//                   here has made nothing
 //   takeNetns       a spare netns made while idle (its links prepared already) or a fresh one: chosen once, here,
 //                   with the binding its links are prepared for
 //   recordAdd       the netns, its prepared links and the CNI ADD written to the record (durably), before any runs
@@ -65,6 +66,8 @@ export interface AddRequest {
    * the add (rolled back). Not called otherwise: the caller does that work after add.
    */
   whileApplying?: (st: PodNetworkState) => void;
+  /** the network to add to, when the caller read it already (the CNI STATUS admission); else it is read here */
+  list?: NetworkConfigList;
 }
 
 /** What a failed add must let go of besides its record: the spare it took, the CNI cache write, the fds. */
@@ -94,7 +97,7 @@ export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNe
   });
   const held: Held = { fds: [] };
   try {
-    const list = await readNetwork(env);
+    const list = await readNetwork(env, req.list);
     const netns = (held.netns = await takeNetns(env, list));
     const recorded = recordAdd(env, rec, list, netns.preparedFor);
     await makeNetns(env.deps, rec, netns, recorded, req.signal);
@@ -139,12 +142,12 @@ async function checkKeyFree(env: PodEnv, req: AddRequest, log: Logger): Promise<
 }
 
 /**
- * The network read and its plugins located before anything is made: a missing plugin or a broken config dir has run
- * nothing.
+ * The network read (unless the caller gives the one it admitted) and its plugins located before anything is made: a
+ * missing plugin or a broken config dir has run nothing.
  */
-async function readNetwork(env: PodEnv): Promise<NetworkConfigList> {
+async function readNetwork(env: PodEnv, given?: NetworkConfigList): Promise<NetworkConfigList> {
   try {
-    const list = await env.loadConfList();
+    const list = given ?? (await env.loadConfList());
     await env.cni.locate(list);
     return list;
   } catch (e) {

@@ -157,7 +157,7 @@ export class PodNetwork {
     key: string,
     desc: PodNetworkDesc,
     signal?: AbortSignal,
-    opts: Pick<AddRequest, 'whileApplying'> = {},
+    opts: Pick<AddRequest, 'whileApplying' | 'list'> = {},
   ): Promise<PodNetworkState> {
     validateKey(key);
     if (this.states.has(key)) {

@@ -34,13 +34,17 @@ export class CniStatusMonitor {
     return (await this.ask()).statuses;
   }
 
-  /** Before an add: throws, naming the plugin and its message, when the network cannot take adds. */
-  async admitAdd(): Promise<void> {
+  /**
+   * Before an add: throws, naming the plugin and its message, when the network cannot take adds. Returns the network
+   * it admitted, which the add then runs against (the config is read once per add), or undefined when the config
+   * cannot be read (the add fails on it with its own error).
+   */
+  async admitAdd(): Promise<NetworkConfigList | undefined> {
     let list: NetworkConfigList;
     try {
       list = await this.d.loadConfList();
     } catch {
-      return; // the add fails on the config itself, with its own error
+      return undefined;
     }
     const a =
       this.last !== undefined && this.last.list === list && Date.now() - this.last.at < this.d.intervalMs
@@ -53,6 +57,7 @@ export class CniStatusMonitor {
         `add refused: ${describe(a.list.name, bad)}; the network cannot take adds now`,
         { op: 'add' },
       );
+    return list;
   }
 
   /** For /readyz and status: one sentence per plugin that answered an error at the last STATUS. */

@@ -22,6 +22,7 @@ import { OpLock } from './oplock.js';
 import { PodChecker } from './checks.js';
 import { describeInterfaces, queueFds, type PodNetwork, type PodNetworkState } from '../podnet/index.js';
 import type { PodSummary, StatusReport } from '../protocol/status.js';
+import type { NetworkConfigList } from '../cni/index.js';
 import { DhcpServers } from './dhcp-servers.js';
 import { VmpodError, ErrorCode, errorChain } from '../errors.js';
 
@@ -43,7 +44,7 @@ export interface ServiceHooks {
   /** status (6): the readiness the daemon computes (socket, CNI config); without it, restored alone decides */
   readiness?: () => Promise<{ ready: boolean; reasons: string[] }>;
   /** before an add runs anything: throws when the network cannot take adds (CNI STATUS, cni-status.ts) */
-  admitAdd?: () => Promise<void>;
+  admitAdd?: () => Promise<NetworkConfigList | undefined>;
   /** gc (7): one CNI GC (gc.ts), holding `ops` alone */
   gc?: () => Promise<unknown>;
   /** a pod check failed, once per reason */
@@ -197,11 +198,12 @@ export class TapmanagerService implements Handler {
           return { payload: encodeCsn(existing.csn), fds: [] };
         }
         // a network whose plugin answers STATUS with an error: refused before anything is made or run
-        await this.hooks.admitAdd?.();
+        const list = await this.hooks.admitAdd?.();
         let dhcpEarly = false;
         let st: PodNetworkState;
         try {
           st = await this.pods.add(key, payload.podNetworkDesc, undefined, {
+            ...(list ? { list } : {}),
             whileApplying: (pre) => {
               this.dhcp.start(pre);
               dhcpEarly = true;
