@@ -1,14 +1,15 @@
 // Netlink in a netns: a batch of rtnetlink requests, persistent taps, nf_tables transactions and sysctls, run in
-// order on a pool thread inside the netns (netlinkInNetns).
+// order on a pool thread (or, with offLoop false, the event loop's thread) inside the netns (netlinkInNetns).
 
 #include "common.h"
 
 // ---------------------------------------------------------------------------------------------
 // rtnetlink in a netns
 //
-// netlinkInNetns(nsPath, requests, force) runs a batch of requests in the netns at nsPath on a libuv pool thread:
-// the thread enters the netns, opens a NETLINK_ROUTE socket there, runs the requests in order, and goes back to its
-// own netns. A request (integers in host order; src/net/rtnl.ts builds them):
+// netlinkInNetns(nsPath, requests, force, offLoop = true) runs a batch of requests in the netns at nsPath on a libuv
+// pool thread, or with offLoop false on the calling thread (the promise settled before the call returns: no pool
+// thread to wake, for a batch the caller would only wait for): the thread enters the netns, opens a NETLINK_ROUTE
+// socket there, runs the requests in order, and goes back to its own netns. A request (integers in host order; src/net/rtnl.ts builds them):
 //   u32 kind, u32 body length, body
 //   kind 0, a netlink message: u32 n; n x { u32 offset; char name[16] }: the ifindex of link `name` (in the netns)
 //           goes in as a u32 at `offset` of the message, which follows. Its answer: an ACK, or a dump's messages up
@@ -282,20 +283,29 @@ static void nl_batch_free(nl_batch_t *w) {
   free(w);
 }
 
-static void nl_batch_complete(napi_env env, napi_status status, void *data) {
-  nl_batch_t *w = data;
+// Settles the promise with the answers (or the error) and frees w; status: the pool work's (napi_ok on the loop).
+static void nl_batch_settle(napi_env env, napi_status status, nl_batch_t *w) {
   napi_value v = NULL;
   if (status != napi_ok && !w->err) w->err = ECANCELED, snprintf(w->what, sizeof(w->what), "netlinkInNetns %s: cancelled", w->ns_path);
   if (!w->err && napi_create_buffer_copy(env, w->out_len, w->out_len ? w->out : (const void *)"", NULL, &v) != napi_ok)
     w->err = ENOMEM, snprintf(w->what, sizeof(w->what), "netlinkInNetns %s: answer buffer", w->ns_path);
   settle_promise(env, w->deferred, w->err, w->what, v);
-  napi_delete_async_work(env, w->work);
   nl_batch_free(w);
 }
 
+static void nl_batch_complete(napi_env env, napi_status status, void *data) {
+  nl_batch_t *w = data;
+  napi_delete_async_work(env, w->work);
+  nl_batch_settle(env, status, w);
+}
+
 napi_value js_netlinkInNetns(napi_env env, napi_callback_info info) {
-  napi_value argv[3];
-  if (!get_args(env, info, 3, argv, "netlinkInNetns")) return NULL;
+  napi_value argv[4];
+  napi_valuetype t;
+  bool off_loop = true;
+  if (!get_args(env, info, 4, argv, "netlinkInNetns")) return NULL;
+  if (napi_typeof(env, argv[3], &t) != napi_ok) return throw_napi(env, "napi_typeof failed");
+  if (t != napi_undefined && !get_bool(env, argv[3], "netlinkInNetns", "offLoop", &off_loop)) return NULL;
   nl_batch_t *w = calloc(1, sizeof(*w));
   if (!w) return throw_errno(env, ENOMEM, "netlinkInNetns");
   const uint8_t *data;
@@ -316,8 +326,18 @@ napi_value js_netlinkInNetns(napi_env env, napi_callback_info info) {
   }
   memcpy(w->req, data, len);
   w->req_len = len;
-  promise = queue_promise(env, "vmpod.netlinkInNetns", nl_batch_execute, nl_batch_complete, w, &w->work, &w->deferred);
-  if (promise) return promise;
+  if (off_loop) {
+    promise = queue_promise(env, "vmpod.netlinkInNetns", nl_batch_execute, nl_batch_complete, w, &w->work, &w->deferred);
+    if (promise) return promise;
+    goto fail;
+  }
+  if (napi_create_promise(env, &w->deferred, &promise) != napi_ok) {
+    throw_napi(env, "napi_create_promise failed");
+    goto fail;
+  }
+  nl_batch_execute(env, w);
+  nl_batch_settle(env, napi_ok, w);
+  return promise;
 fail:
   nl_batch_free(w);
   return NULL;

@@ -203,12 +203,13 @@ export interface Native {
    */
   netnsDel(path: string): Promise<void>;
   /**
-   * rtnetlink in the netns at nsPath, on a libuv pool thread: the batch of requests (src/net/rtnl.ts encodeBatch:
-   * netlink messages with link names to resolve to ifindexes there, persistent taps, nf_tables transactions, sysctls)
-   * runs in order; resolves with the answers (decodeAnswers: per request run, errno, a dump's messages, the kernel's
-   * reason). Stops at the first failure unless force. Rejects only when the netns or the socket cannot be had.
+   * rtnetlink in the netns at nsPath, on a libuv pool thread (offLoop false: on the event loop's thread, settled
+   * before the call returns): the batch of requests (src/net/rtnl.ts encodeBatch: netlink messages with link names
+   * to resolve to ifindexes there, persistent taps, nf_tables transactions, sysctls) runs in order; resolves with the
+   * answers (decodeAnswers: per request run, errno, a dump's messages, the kernel's reason). Stops at the first
+   * failure unless force. Rejects only when the netns or the socket cannot be had.
    */
-  netlinkInNetns(nsPath: string, requests: Buffer, force: boolean): Promise<Buffer>;
+  netlinkInNetns(nsPath: string, requests: Buffer, force: boolean, offLoop?: boolean): Promise<Buffer>;
 
   // ---- netns-bound operations (each enters the netns, does its work and returns to the caller's netns) ----
   /**

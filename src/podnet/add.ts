@@ -301,7 +301,10 @@ async function observeAndPlan(
   signal?: AbortSignal,
 ): Promise<Planned> {
   try {
-    const observed = await observeNetns(rec.nsPath, signal);
+    // on the event loop when this add is alone: the loop is awake already (the plugin just exited), and a pool
+    // thread woken after the plugin's run costs more than the three dumps; with other adds and releases in flight,
+    // whose plugins and link changes hold rtnl_lock, the dumps may wait for it, and the loop must not
+    const observed = await observeNetns(rec.nsPath, signal, { offLoop: env.spares.inFlight > 1 });
     // the request's DNS goes into the result the runtime keeps (Virtlet's), and so to DHCP after a recover
     const result = withPodDns(completeResult(added, observed, rec.nsPath), rec.desc.DNS);
     const vfs = findVfs(env.deps.sysfs, observed, result);

@@ -114,11 +114,17 @@ export class NetExec {
   }
 }
 
-async function netlink(nsPath: string, reqs: NlRequest[], force: boolean, signal?: AbortSignal): Promise<NlAnswer[]> {
+async function netlink(
+  nsPath: string,
+  reqs: NlRequest[],
+  force: boolean,
+  signal?: AbortSignal,
+  offLoop = true,
+): Promise<NlAnswer[]> {
   if (signal?.aborted)
     throw new VmpodError(ErrorCode.Timeout, `netlink in ${nsPath}: aborted`, { cause: signal.reason });
   try {
-    return decodeAnswers(await native().netlinkInNetns(nsPath, encodeBatch(reqs), force));
+    return decodeAnswers(await native().netlinkInNetns(nsPath, encodeBatch(reqs), force, offLoop));
   } catch (e) {
     throw new VmpodError(ErrorCode.Netlink, `netlink in ${nsPath}: ${(e as Error).message}`, { cause: e });
   }
@@ -151,9 +157,16 @@ export async function runIpLines(
   );
 }
 
-/** The netns's links, addresses and main-table routes, from three rtnetlink dumps in one addon call. */
-export async function observeNetns(nsPath: string, signal?: AbortSignal): Promise<Observed> {
-  const answers = await netlink(nsPath, OBSERVE_REQUESTS, false, signal);
+/**
+ * The netns's links, addresses and main-table routes, from three rtnetlink dumps in one addon call; on a pool thread
+ * unless opts.offLoop is false.
+ */
+export async function observeNetns(
+  nsPath: string,
+  signal?: AbortSignal,
+  opts: { offLoop?: boolean } = {},
+): Promise<Observed> {
+  const answers = await netlink(nsPath, OBSERVE_REQUESTS, false, signal, opts.offLoop ?? true);
   const failed = answers.find((a) => a.errno !== 0);
   if (failed || answers.length !== 3)
     throw new VmpodError(ErrorCode.Netlink, `read links and routes of ${nsPath}: ${failed?.text ?? 'no answer'}`);

@@ -1,7 +1,7 @@
 // The pod netns through rtnetlink (the addon's netlinkInNetns): what observeNetns reads equals what `ip -j -d` shows,
 // and every kind of line the planner records does what `ip` would, fails as `ip -batch` would, and leaves nothing.
 import { describe, it, expect, afterEach } from 'vitest';
-import { existsSync } from 'node:fs';
+import { existsSync, readlinkSync } from 'node:fs';
 import { execa } from 'execa';
 import { addFilterTable, deleteFilterTable, observeNetns, runIpLines } from '../../src/podnet/exec.js';
 import { dhcp6FilterRules, dhcpFilterRules } from '../../src/podnet/plan.js';
@@ -104,6 +104,17 @@ describe('observeNetns (rtnetlink dumps)', () => {
     await expect(observeNetns('/var/run/netns/vmpnl-nosuch')).rejects.toThrow(
       /netlink in \/var\/run\/netns\/vmpnl-nosuch: .*open the netns.*ENOENT/,
     );
+  });
+
+  it('on the event loop (offLoop false, a lone add): the same reading, the same errors, and the loop back home', async () => {
+    const n = await furnished();
+    const home = readlinkSync('/proc/thread-self/ns/net');
+    expect(await observeNetns(n.path, undefined, { offLoop: false })).toEqual(await observeNetns(n.path));
+    expect(readlinkSync('/proc/thread-self/ns/net')).toBe(home);
+    await expect(observeNetns('/var/run/netns/vmpnl-nosuch', undefined, { offLoop: false })).rejects.toThrow(
+      /netlink in \/var\/run\/netns\/vmpnl-nosuch: .*open the netns.*ENOENT/,
+    );
+    expect(readlinkSync('/proc/thread-self/ns/net')).toBe(home);
   });
 
   it('runIpLines writes sysctls in their turn of the batch; a failing one is a line with its errno', async () => {
