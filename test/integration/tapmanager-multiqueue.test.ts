@@ -9,7 +9,7 @@ import { readFileSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { startDaemon, stopDaemonAndNet, removeDir, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
-import { exchange, type RawReply } from '../helpers/rawclient.js';
+import { connect, exchange, readReply, requestBytes, type RawReply } from '../helpers/rawclient.js';
 import { run } from '../helpers/netns.js';
 import { FdClient } from '../../src/client/fdclient.js';
 import { native } from '../../src/native.js';
@@ -123,6 +123,22 @@ describe('multiqueue taps', () => {
     closeAll(one.fds);
     expect(await fastGets()).toBe(before + 1);
     expect(await tapInfo(k)).toMatchObject({ numqueues: 1 });
+  });
+
+  it('an add and its release in one write: a get then finds no pod (the get reply the add offers after its reply is not left with the addon)', async () => {
+    const k = `vmpq-${randomBytes(3).toString('hex')}`;
+    const fd = connect(d.socket);
+    try {
+      native().writeAll(fd, Buffer.concat([requestBytes(0, k, { podNetworkDesc: desc(k) }), requestBytes(1, k)]));
+      expect([readReply(fd)?.command, readReply(fd)?.command]).toEqual([0x80, 0x81]);
+    } finally {
+      native().close(fd);
+    }
+    // the addon holds no reply for the released pod (it would answer with the closed pod's taps): the daemon says
+    const got = exchange(d.socket, GET, k);
+    expect(got.command).toBe(0xff);
+    expect(got.data.toString()).toMatch(/no pod network for key/);
+    expect(got.fds).toEqual([]);
   });
 
   it('a bad payload is refused with the reason and changes nothing', async () => {
