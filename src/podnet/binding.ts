@@ -17,23 +17,45 @@ export const BINDING_MODES: readonly BindingMode[] = ['auto', Binding.Bridge, Bi
 export const MAC_BOUND_KINDS: ReadonlySet<string> = new Set(['macvlan', 'macvtap', 'ipvlan', 'ipvtap']);
 
 /**
- * The binding of one interface: the mode's, or under auto tc-redirect for a link whose MAC must stay, bridge otherwise.
+ * The binding of one interface, which the CNI result gives IPv6 (`ipv6`) or not: the mode's, or under auto
+ * tc-redirect for a link whose MAC must stay and for a veth without IPv6, bridge otherwise. A veth's VM needs the
+ * bridge only for IPv6: the pod netns routes for it there (the bridge's link-local is the router its RAs name), and a
+ * bridge CNI sends no RAs of its own. Without a bridge a pod's release is cheaper: the netns's removal waits an RCU
+ * grace period under rtnl_lock for each bridge (docs/decisions.md).
  */
-export function chooseBinding(mode: BindingMode, link: Pick<ObservedLink, 'kind'>): Binding {
+export function chooseBinding(mode: BindingMode, link: Pick<ObservedLink, 'kind'>, ipv6: boolean): Binding {
   if (mode !== 'auto') return mode;
-  return link.kind !== undefined && MAC_BOUND_KINDS.has(link.kind) ? Binding.TcRedirect : Binding.Bridge;
+  if (link.kind !== undefined && MAC_BOUND_KINDS.has(link.kind)) return Binding.TcRedirect;
+  return link.kind === 'veth' && !ipv6 ? Binding.TcRedirect : Binding.Bridge;
 }
 
-/** CNI plugins that make a link of a MAC_BOUND_KIND for the pod. */
-const MAC_BOUND_PLUGINS: ReadonlySet<string> = new Set(['macvlan', 'ipvlan']);
+/** CNI plugins whose pod interface is no veth and may take the VM's MAC: they get the bridge binding. */
+const BRIDGED_PLUGINS: ReadonlySet<string> = new Set(['host-device', 'vlan']);
+
+/** The first plugin of a network list, as much as expectedBinding reads of it. */
+export interface FirstPlugin {
+  type: string;
+  ipam?: unknown;
+}
 
 /**
  * The binding interface 0 will most likely get, before the plugins ran: what add prepares while they run (plan.ts
- * preparedSteps). Under auto, tc-redirect when the list's first plugin makes a macvlan or an ipvlan. A wrong guess
- * costs the add the prepared links' deletion (plan.ts dropPreparedStep), never a wrong binding: the plan chooses
- * from the link the plugins made.
+ * preparedSteps). Under auto, bridge when the first plugin makes a NIC or VLAN link (host-device, vlan) or its IPAM
+ * names an IPv6 subnet or address; tc-redirect otherwise (macvlan, ipvlan, and the veths of bridge, ptp and most
+ * CNIs). A wrong guess costs the add the prepared links' deletion (plan.ts dropPreparedStep), never a wrong binding:
+ * the plan chooses from the link the plugins made and the result.
  */
-export function expectedBinding(mode: BindingMode, firstPluginType: string | undefined): Binding {
+export function expectedBinding(mode: BindingMode, first: FirstPlugin | undefined): Binding {
   if (mode !== 'auto') return mode;
-  return firstPluginType !== undefined && MAC_BOUND_PLUGINS.has(firstPluginType) ? Binding.TcRedirect : Binding.Bridge;
+  if (first === undefined) return Binding.Bridge;
+  if (MAC_BOUND_KINDS.has(first.type)) return Binding.TcRedirect;
+  return BRIDGED_PLUGINS.has(first.type) || namesIpv6(first.ipam) ? Binding.Bridge : Binding.TcRedirect;
+}
+
+/** Some string in an IPAM config (host-local's `subnet` and `ranges`, static's `addresses`...) is an IPv6 one. */
+function namesIpv6(v: unknown): boolean {
+  if (typeof v === 'string') return /^[0-9a-f]*:[0-9a-f:.]*(\/\d{1,3})?$/i.test(v);
+  if (Array.isArray(v)) return v.some(namesIpv6);
+  if (v !== null && typeof v === 'object') return Object.values(v).some(namesIpv6);
+  return false;
 }

@@ -4,4 +4,4 @@ export {
   type PodNetworkState,
 } from './podnetwork.js';
 export { queueFds } from './fds.js';
-export type { PodCheck } from './check.js';
+export { bindingOf, type PodCheck } from './check.js';

@@ -221,10 +221,13 @@ export function dhcp6FilterRules(veth: string, tap: string): string[][] {
 
 /** The IPv6 lease a tap interface serves, undefined when the result gives it no IPv6 (validated: throws Config). */
 export function lease6Of(result: CniResult, index: number, mac: string): Lease6 | undefined {
+  return hasIpv6(result, index) ? guestFromCni({ result, ifIndex: index, mac }).v6 : undefined;
+}
+
+/** The result gives interface `index` an IPv6 address (an ip without `interface` is the only interface's, else 0's). */
+export function hasIpv6(result: CniResult, index: number): boolean {
   const one = result.interfaces.length <= 1;
-  if (!result.ips.some((e) => e.address.includes(':') && (e.interface ?? (one ? index : 0)) === index))
-    return undefined;
-  return guestFromCni({ result, ifIndex: index, mac }).v6;
+  return result.ips.some((e) => e.address.includes(':') && (e.interface ?? (one ? index : 0)) === index);
 }
 
 export interface ContainerSidePlanInput {
@@ -241,8 +244,8 @@ export interface ContainerSidePlanInput {
   prepared?: string;
   /** the binding those links were prepared for (preparedSteps): default bridge */
   preparedFor?: Binding;
-  /** the binding of tap interface i (binding.ts); default: auto's choice */
-  bindingOf?: (i: number, link: ObservedLink) => Binding;
+  /** the binding of tap interface i, which the result gives IPv6 or not (binding.ts); default: auto's choice */
+  bindingOf?: (i: number, link: ObservedLink, ipv6: boolean) => Binding;
 }
 
 /** What to tell when a VF shows up and SR-IOV support is off. */
@@ -387,16 +390,18 @@ type LinksMade = 'prepared' | 'new';
 /** Steps for every CNI interface with a sandbox, in apply order (lo up first). */
 export function planContainerSide(input: ContainerSidePlanInput): ContainerSidePlan {
   const { observed, result } = input;
-  const first = result.interfaces.find(hasSandbox);
+  const firstIndex = result.interfaces.findIndex(hasSandbox);
+  const first = result.interfaces[firstIndex];
   const firstLink = observed.links.find((l) => l.name === first?.name);
-  const bindingOf = input.bindingOf ?? ((_i: number, link: ObservedLink) => chooseBinding('auto', link));
+  const bindingOf =
+    input.bindingOf ?? ((_i: number, link: ObservedLink, ipv6: boolean) => chooseBinding('auto', link, ipv6));
   // the prepared links fit interface 0 when it is the link they were made for and gets the binding they were made for
   const firstLinks: LinksMade =
     input.prepared !== undefined &&
     first?.name === input.prepared &&
     !input.vfs?.has(first.name) &&
     firstLink !== undefined &&
-    bindingOf(0, firstLink) === (input.preparedFor ?? Binding.Bridge)
+    bindingOf(0, firstLink, hasIpv6(result, firstIndex)) === (input.preparedFor ?? Binding.Bridge)
       ? 'prepared'
       : 'new';
   const steps = planStart(input, firstLinks);
@@ -419,7 +424,7 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     }
     const one = input.vfs?.has(link.name)
       ? planVf(input, link, index)
-      : planTap(input, link, index, i, i === 0 ? firstLinks : 'new', names, bindingOf(i, link));
+      : planTap(input, link, index, i, i === 0 ? firstLinks : 'new', names, bindingOf(i, link, hasIpv6(result, index)));
     steps.push(...one.steps);
     interfaces.push(one.iface);
   });

@@ -71,7 +71,7 @@ export interface PodNetworkOptions {
    * skips making its netns and its prepared links. Default 0 (tapmanager's --spare-netns sets 1).
    */
   spareNetns?: number;
-  /** how CNI interfaces are joined to their taps (binding.ts): default auto (tc-redirect for macvlan and ipvlan) */
+  /** how CNI interfaces are joined to their taps (binding.ts): default auto */
   binding?: BindingMode;
 }
 
@@ -122,7 +122,7 @@ export class PodNetwork {
    */
   private async makeSpare(): Promise<Spare> {
     const list = await this.env.loadConfList().catch(() => undefined);
-    const preparedFor = expectedBinding(this.env.binding, list?.plugins[0]?.type);
+    const preparedFor = expectedBinding(this.env.binding, list?.plugins[0]);
     const fd = await native().netnsMake(POD_NETNS_SYSCTLS);
     try {
       // a record of its own, never written: the add that takes the spare records these steps under its key

@@ -18,6 +18,9 @@ export interface PodSummary {
     type: 'tap' | 'vf';
     mac: string;
     tap: string;
+    /** how the interface meets its tap (docs/networking.md, "Bindings"): a VF has none */
+    binding: 'bridge' | 'tc-redirect' | 'vf';
+    /** the bridge joining them; empty under tc-redirect and for a VF */
     bridge: string;
     mtu: number;
     pciAddress: string;

@@ -20,7 +20,7 @@ import { InterfaceType } from '../protocol/payloads.js';
 import { KeyQueue } from './keyqueue.js';
 import { OpLock } from './oplock.js';
 import { PodChecker } from './checks.js';
-import { describeInterfaces, queueFds, type PodNetwork, type PodNetworkState } from '../podnet/index.js';
+import { bindingOf, describeInterfaces, queueFds, type PodNetwork, type PodNetworkState } from '../podnet/index.js';
 import type { PodSummary, StatusReport } from '../protocol/status.js';
 import type { NetworkConfigList } from '../cni/index.js';
 import { DhcpServers } from './dhcp-servers.js';
@@ -416,6 +416,7 @@ export class TapmanagerService implements Handler {
             type: i.type,
             mac: i.vmMac,
             tap: i.tapName,
+            binding: bindingOf(i),
             bridge: i.bridgeName,
             mtu: i.mtu,
             pciAddress: i.pciAddress ?? '',

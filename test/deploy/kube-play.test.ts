@@ -449,14 +449,17 @@ describe('deploy/ under podman kube play', () => {
     expect(Number(a.ip.split('.')[3])).toBeGreaterThanOrEqual(100);
     // dnsmasq leased it, to the pod's MAC (the dhcp daemon asked from inside the pod netns)
     expect(readFileSync(l.leases, 'utf8')).toMatch(new RegExp(` ${a.mac} ${a.ip.replace(/\./g, '\\.')} `, 'i'));
-    // the netns made in the container is a real netns on the host, with the pod's bridge and tap in it
+    // the netns made in the container is a real netns on the host, with the pod's veth and tap in it (an IPv4 veth:
+    // tc-redirect joins them, no bridge)
     expect(await listNetns()).toContain(key);
     expect(readFileSync('/proc/self/mountinfo', 'utf8')).toMatch(new RegExp(` /run/netns/${key} [^\\n]* - nsfs `));
     const links = JSON.parse(await run(['ip', '-n', key, '-d', '-j', 'link', 'show'])) as {
       ifname: string;
       linkinfo?: { info_kind?: string };
     }[];
-    expect(links.map((x) => x.linkinfo?.info_kind)).toEqual(expect.arrayContaining(['bridge', 'tun']));
+    const kinds = links.map((x) => x.linkinfo?.info_kind);
+    expect(kinds).toEqual(expect.arrayContaining(['veth', 'tun']));
+    expect(kinds).not.toContain('bridge');
 
     // a domain whose emulator is /vmwrapper, as Virtlet writes it: vmwrapper finds the socket at its default path, and
     // VMPOD_VM_CGROUP in the node's settings file (the ConfigMap), not in the domain's environment

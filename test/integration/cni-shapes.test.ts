@@ -1,7 +1,8 @@
 // Every network shape a cluster runs, with Debian's plugins and a VM stand-in whose frames go through the pod's tap fd
 // (test/helpers/taprelay.ts): bridge, ptp, macvlan, host-device, the meta-plugin chain (portmap with a hostPort, tuning,
 // firewall), and ipvlan/vlan where the kernel can make them. Each shows the guest's DHCP lease equal to the CNI IP,
-// traffic both ways, and nothing left after release. macvlan and ipvlan get the tc-redirect binding (their MAC stays).
+// traffic both ways, and nothing left after release. macvlan and ipvlan get the tc-redirect binding (their MAC stays),
+// and so does an IPv4 veth; the bridge binding is the NIC's and VLAN's, and a veth's with IPv6 or under --binding bridge.
 import { execFileSync } from 'node:child_process';
 import {
   chmodSync,
@@ -170,13 +171,21 @@ async function hostBridge(): Promise<{ name: string; subnet: string; gateway: st
 }
 
 describe('CNI shapes with a VM stand-in on the tap fd', () => {
-  it('bridge + host-local: the bridge binding; the host bridge reaches the VM and back', async () => {
+  it('bridge + host-local, IPv4: tc-redirect (no bridge in the pod netns); the veth shares its MAC with the VM; the host bridge reaches the VM and back', async () => {
     const br = await hostBridge();
     const p = await podOn(
       [{ type: 'bridge', bridge: br.name, isGateway: true, ipMasq: false, ipam: hostLocal(br.subnet, br.gateway) }],
       { ns: undefined, ip: br.gateway },
     );
-    expect(await listLinks(p.key)).toEqual(expect.arrayContaining(['br0', 'tap0', 'virtlet-eth0']));
+    const links = JSON.parse(await run(['ip', '-n', p.key, '-j', 'link', 'show'])) as {
+      ifname: string;
+      address: string;
+    }[];
+    expect(links.map((l) => l.ifname).sort()).toEqual(['lo', 'tap0', 'virtlet-eth0']);
+    expect(links.find((l) => l.ifname === 'virtlet-eth0')!.address).toBe(p.csn.Interfaces[0]!.mac);
+    expect(
+      (await tcFilters(p.key, 'virtlet-eth0')).flatMap((f) => f.options?.actions ?? []).map((a) => a.to_dev),
+    ).toEqual(['tap0']);
     await releaseAll(p);
     expect(JSON.parse(await run(['ip', '-j', 'link', 'show', 'master', br.name])) as unknown[]).toEqual([]);
   }, 90_000);
@@ -405,12 +414,12 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     );
   }, 90_000);
 
-  it('VMPOD_BINDING=tc-redirect: a bridge plugin veth keeps its MAC, shared with the VM, and carries its traffic both ways', async () => {
+  it('VMPOD_BINDING=bridge: a bridge plugin veth gives its MAC to the VM, and br0 joins it and the tap', async () => {
     const forced = await startDaemon({
       confDir,
       binDirs: ['/usr/lib/cni'],
       cacheDir: join(root, 'cache'),
-      env: { VMPOD_BINDING: 'tc-redirect' },
+      env: { VMPOD_BINDING: 'bridge' },
     });
     const saved = client;
     client = new FdClient(forced.socket, { timeoutMs: 60_000 });
@@ -423,12 +432,15 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
       const links = JSON.parse(await run(['ip', '-n', p.key, '-j', 'link', 'show'])) as {
         ifname: string;
         address: string;
+        master?: string;
       }[];
-      expect(links.map((l) => l.ifname)).not.toContain('br0');
-      expect(links.find((l) => l.ifname === 'virtlet-eth0')!.address).toBe(p.csn.Interfaces[0]!.mac);
-      expect(
-        (await tcFilters(p.key, 'virtlet-eth0')).flatMap((f) => f.options?.actions ?? []).map((a) => a.to_dev),
-      ).toEqual(['tap0']);
+      const veth = links.find((l) => l.ifname === 'virtlet-eth0')!;
+      expect(veth.master).toBe('br0');
+      expect(links.find((l) => l.ifname === 'tap0')!.master).toBe('br0');
+      expect(veth.address).not.toBe(p.csn.Interfaces[0]!.mac);
+      expect(await tcFilters(p.key, 'virtlet-eth0')).toEqual([]);
+      const listed = client.list() as { key: string; interfaces: { binding: string; bridge: string }[] }[];
+      expect(listed.find((x) => x.key === p.key)?.interfaces[0]).toMatchObject({ binding: 'bridge', bridge: 'br0' });
       await releaseAll(p, forced.stateDir);
     } finally {
       client = saved;

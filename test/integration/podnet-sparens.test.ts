@@ -37,7 +37,9 @@ async function until(what: string, ok: () => boolean, ms = 5000): Promise<void> 
   }
 }
 
-async function links(key: string): Promise<{ ifname: string; master?: string; operstate: string; flags: string[] }[]> {
+async function links(
+  key: string,
+): Promise<{ ifname: string; address: string; master?: string; operstate: string; flags: string[] }[]> {
   return JSON.parse((await execa('ip', ['-j', '-n', key, 'link', 'show'])).stdout);
 }
 
@@ -70,16 +72,21 @@ describe('spare pod netns', () => {
       // the pod's netns is the spare, and the spare is taken
       expect(statSync(join(NETNS_DIR, keys[1]!)).ino).toBe(spare);
       expect(heldNetns()).toEqual(before);
-      // as any pod: the veth and the tap are ports of br0, all up; the VM's MAC is the veth's original one
+      // as any IPv4 pod of a veth: the tap up and joined to the veth by tc-redirect, no bridge; the VM's MAC is the
+      // veth's own, which it keeps
       const ls = await links(keys[1]!);
       const by = (n: string) => ls.find((l) => l.ifname === n);
-      expect(by('br0')?.flags).toContain('UP');
-      expect(by('tap0')?.master).toBe('br0');
-      expect(by('virtlet-eth0')?.master).toBe('br0');
+      expect(ls.map((l) => l.ifname).sort()).toEqual(['lo', 'tap0', 'virtlet-eth0']);
+      expect(by('tap0')?.flags).toContain('UP');
+      expect(by('virtlet-eth0')?.master).toBeUndefined();
       expect(by('lo')?.flags).toContain('UP');
-      expect(st.interfaces.map((i) => [i.bridgeName, i.tapName])).toEqual([['br0', 'tap0']]);
-      const tables = (await execa('ip', ['netns', 'exec', keys[1]!, 'nft', 'list', 'tables'])).stdout;
-      expect(tables).toMatch(/table bridge \S+/);
+      expect(st.interfaces.map((i) => [i.binding, i.tapName, i.vmMac])).toEqual([
+        ['tc-redirect', 'tap0', by('virtlet-eth0')?.address],
+      ]);
+      const filters = (
+        await execa('ip', ['netns', 'exec', keys[1]!, 'tc', 'filter', 'show', 'dev', 'virtlet-eth0', 'ingress'])
+      ).stdout;
+      expect(filters).toMatch(/mirred \(Egress Redirect to device tap0\)/);
 
       await pn.release(keys[1]!);
       expect(existsSync(join(NETNS_DIR, keys[1]!))).toBe(false);

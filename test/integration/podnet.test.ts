@@ -1,4 +1,5 @@
-// The pod network against the real kernel and the real bridge + host-local plugins.
+// The pod network against the real kernel and the real bridge + host-local plugins, under the bridge binding (what a
+// dual-stack veth gets, and every link under --binding bridge) unless a test says auto (an IPv4 veth: tc-redirect).
 import { describe, it, expect, afterEach } from 'vitest';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,6 +17,7 @@ import { parseObserved } from '../helpers/ipjson.js';
 import { RECORD_KIND } from '../../src/state/record.js';
 import { native } from '../../src/native.js';
 import { makeCniConf, type CniTestNet } from '../helpers/cniconf.js';
+import { Binding, type BindingMode } from '../../src/podnet/binding.js';
 
 const NETNS_DIR = '/var/run/netns';
 
@@ -33,7 +35,7 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function setup(opts: { failingPlugin?: boolean; mtu?: number } = {}): Promise<Ctx> {
+async function setup(opts: { failingPlugin?: boolean; mtu?: number; binding?: BindingMode } = {}): Promise<Ctx> {
   const net = await makeCniConf(opts);
   const stateDir = mkdtempSync(join(tmpdir(), 'vmpod-podnet-state-'));
   const key = `vmpodt-${randomBytes(4).toString('hex')}`;
@@ -46,7 +48,13 @@ async function setup(opts: { failingPlugin?: boolean; mtu?: number } = {}): Prom
     make(wrap) {
       const real = new CniClient({ binDirs: net.binDirs, cacheDir: net.cacheDir });
       const cni = wrap ? wrap(real) : real;
-      const pn = new PodNetwork({ stateDir, cni, loadConfList: () => loadConfList(net.confDir), log: silentLogger() });
+      const pn = new PodNetwork({
+        stateDir,
+        cni,
+        loadConfList: () => loadConfList(net.confDir),
+        log: silentLogger(),
+        binding: opts.binding ?? Binding.Bridge,
+      });
       nets.push(pn);
       return pn;
     },
@@ -365,49 +373,54 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(pn.keys()).toEqual([]);
   });
 
-  it('a failure after the container side was built undoes it (veth restored), then CNI DEL and netns removal', async () => {
-    const ctx = await setup();
-    // make the tap's open fail: right after the CNI ADD, something else holds every queue the pod's tap can have, so
-    // add gives up once the whole container side is built
-    const nsPath = join(NETNS_DIR, ctx.key);
-    let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
-    let pluginMac: string | undefined;
-    let held: number[] = [];
-    const pn = ctx.make(
-      (real) =>
-        ({
-          addDeferred: async (...a: Parameters<CniClient['addDeferred']>) => {
-            const r = await real.addDeferred(...a);
-            pluginMac = r.result.interfaces?.find((i) => i.sandbox)?.mac;
-            held = await holdAllQueues(nsPath, 'tap0');
-            return r;
-          },
-          locate: real.locate.bind(real),
-          cachedNetworks: real.cachedNetworks.bind(real),
-          del: async (...a: Parameters<CniClient['del']>) => ((atDel = await netnsState(ctx.key)), real.del(...a)),
-        }) as unknown as CniClient,
-    );
-    let err: (Error & { op?: string }) | undefined;
-    try {
-      await pn.add(ctx.key, desc(ctx.key));
-    } catch (e) {
-      err = e as Error;
-    } finally {
-      for (const fd of held) native().close(fd);
-    }
-    expect(held).toHaveLength(256);
-    expect(err?.op).toBe('open-tap');
-    expect(err?.message).toMatch(
-      new RegExp(`^add ${ctx.key}: step "open-tap" failed: open tap tap0 in ${nsPath}: .*E2BIG`),
-    );
-    const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
-    // the MAC the plugin gave it is back (ours, swapped in by the container side, is gone)
-    expect(pluginMac).toMatch(/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
-    expect(veth.mac).toBe(pluginMac);
-    expect(veth.addrs4).toHaveLength(1);
-    expect(veth.master).toBe('br0');
-    await expectNothingLeft(ctx, []);
-  });
+  it.each([[Binding.Bridge], ['auto' as const]])(
+    '%s: a failure after the container side was built undoes it (veth restored), then CNI DEL and netns removal',
+    async (binding) => {
+      const ctx = await setup({ binding });
+      // make the tap's open fail: right after the CNI ADD, something else holds every queue the pod's tap can have, so
+      // add gives up once the whole container side is built
+      const nsPath = join(NETNS_DIR, ctx.key);
+      let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
+      let pluginMac: string | undefined;
+      let held: number[] = [];
+      const pn = ctx.make(
+        (real) =>
+          ({
+            addDeferred: async (...a: Parameters<CniClient['addDeferred']>) => {
+              const r = await real.addDeferred(...a);
+              pluginMac = r.result.interfaces?.find((i) => i.sandbox)?.mac;
+              held = await holdAllQueues(nsPath, 'tap0');
+              return r;
+            },
+            locate: real.locate.bind(real),
+            cachedNetworks: real.cachedNetworks.bind(real),
+            del: async (...a: Parameters<CniClient['del']>) => ((atDel = await netnsState(ctx.key)), real.del(...a)),
+          }) as unknown as CniClient,
+      );
+      let err: (Error & { op?: string }) | undefined;
+      try {
+        await pn.add(ctx.key, desc(ctx.key));
+      } catch (e) {
+        err = e as Error;
+      } finally {
+        for (const fd of held) native().close(fd);
+      }
+      expect(held).toHaveLength(256);
+      expect(err?.op).toBe('open-tap');
+      expect(err?.message).toMatch(
+        new RegExp(`^add ${ctx.key}: step "open-tap" failed: open tap tap0 in ${nsPath}: .*E2BIG`),
+      );
+      const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
+      // the MAC the plugin gave it is back (ours, swapped in by the container side, is gone)
+      expect(pluginMac).toMatch(/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
+      expect(veth.mac).toBe(pluginMac);
+      expect(veth.addrs4).toHaveLength(1);
+      expect(atDel!.routes4.filter((r) => r.dev === 'virtlet-eth0' && r.dst === 'default')).toHaveLength(1);
+      // the bridge binding's veth leaves the bridge with the netns; tc-redirect's qdisc goes before the DEL
+      expect(veth.master).toBe(binding === Binding.Bridge ? 'br0' : undefined);
+      await expectNothingLeft(ctx, []);
+    },
+  );
 
   it('restore() undoes a record left in phase adding by a crash halfway', async () => {
     const ctx = await setup();
@@ -429,7 +442,12 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
         ['K8S_POD_INFRA_CONTAINER_ID', ctx.key],
       ],
     });
-    const plan = planContainerSide({ observed: await netnsState(ctx.key), result, newMac: () => randomLaaMac() });
+    const plan = planContainerSide({
+      observed: await netnsState(ctx.key),
+      result,
+      newMac: () => randomLaaMac(),
+      bindingOf: () => Binding.Bridge,
+    });
     const upTo = plan.steps.findIndex((s) => s.name === 'tap');
     const applied = plan.steps.slice(0, upTo);
     const lines = applied.flatMap((s) =>

@@ -66,16 +66,25 @@ const lines = (ops: Op[]) =>
 const names = (steps: Step[]) => steps.map((s) => s.name);
 
 describe('chooseBinding', () => {
-  it('auto: tc-redirect for the kinds whose MAC must stay, bridge for the rest', () => {
+  it('auto: tc-redirect for the kinds whose MAC must stay, with IPv6 or without', () => {
     for (const kind of ['macvlan', 'macvtap', 'ipvlan', 'ipvtap'])
-      expect(chooseBinding('auto', { kind })).toBe(Binding.TcRedirect);
-    for (const kind of ['veth', 'vlan', 'bridge', undefined])
-      expect(chooseBinding('auto', kind ? { kind } : {})).toBe(Binding.Bridge);
+      for (const ipv6 of [false, true]) expect(chooseBinding('auto', { kind }, ipv6)).toBe(Binding.TcRedirect);
+  });
+
+  it('auto: a veth gets tc-redirect without IPv6 and the bridge (which routes IPv6 for the VM) with it', () => {
+    expect(chooseBinding('auto', { kind: 'veth' }, false)).toBe(Binding.TcRedirect);
+    expect(chooseBinding('auto', { kind: 'veth' }, true)).toBe(Binding.Bridge);
+  });
+
+  it('auto: the bridge for every other link (a NIC, a VLAN, a kind not shown)', () => {
+    for (const kind of ['vlan', 'bridge', 'dummy', undefined])
+      for (const ipv6 of [false, true]) expect(chooseBinding('auto', kind ? { kind } : {}, ipv6)).toBe(Binding.Bridge);
   });
 
   it('a mode that names a binding is that binding for every link', () => {
-    expect(chooseBinding('bridge', { kind: 'macvlan' })).toBe(Binding.Bridge);
-    expect(chooseBinding('tc-redirect', { kind: 'veth' })).toBe(Binding.TcRedirect);
+    expect(chooseBinding('bridge', { kind: 'macvlan' }, false)).toBe(Binding.Bridge);
+    expect(chooseBinding('bridge', { kind: 'veth' }, false)).toBe(Binding.Bridge);
+    expect(chooseBinding('tc-redirect', { kind: 'veth' }, true)).toBe(Binding.TcRedirect);
   });
 });
 
@@ -229,10 +238,10 @@ describe('the tc-redirect plan', () => {
     expect(plan.dhcpEarly).toBe(true);
   });
 
-  it('links prepared for tc-redirect that a veth does not fit: the tap deleted, the bridge binding made anew', () => {
+  it('links prepared for tc-redirect that a dual-stack veth does not fit: the tap deleted, the bridge made anew', () => {
     const plan = planContainerSide({
-      observed: observed('veth'),
-      result: result(),
+      observed: observed('veth', { v6: true }),
+      result: result({ v6: true }),
       newMac: () => TAP_MAC,
       prepared: 'virtlet-eth0',
       preparedFor: Binding.TcRedirect,
@@ -242,13 +251,24 @@ describe('the tc-redirect plan', () => {
     expect(plan.steps.flatMap((s) => lines(s.do))).toContain('ip tuntap add dev tap0 mode tap vnet_hdr multi_queue');
   });
 
-  it('what add prepares for: the mode, or under auto tc-redirect when the first plugin makes a macvlan or an ipvlan', () => {
-    expect(expectedBinding('auto', 'macvlan')).toBe(Binding.TcRedirect);
-    expect(expectedBinding('auto', 'ipvlan')).toBe(Binding.TcRedirect);
-    for (const t of ['bridge', 'ptp', 'host-device', 'multus', undefined])
-      expect(expectedBinding('auto', t)).toBe(Binding.Bridge);
-    expect(expectedBinding(Binding.TcRedirect, 'bridge')).toBe(Binding.TcRedirect);
-    expect(expectedBinding(Binding.Bridge, 'macvlan')).toBe(Binding.Bridge);
+  it("what add prepares for: the mode, or under auto the binding the first plugin's link most likely gets", () => {
+    const v4 = { type: 'host-local', subnet: '10.22.0.0/16' };
+    const dual = { type: 'host-local', ranges: [[{ subnet: '10.22.0.0/16' }], [{ subnet: 'fd22::/64' }]] };
+    for (const type of ['macvlan', 'ipvlan']) expect(expectedBinding('auto', { type, ipam: dual })).toBe('tc-redirect');
+    // veths: tc-redirect unless the IPAM names IPv6 (host-local's ranges or subnet, static's addresses)
+    for (const type of ['bridge', 'ptp', 'flannel', 'calico']) {
+      expect(expectedBinding('auto', { type, ipam: v4 })).toBe(Binding.TcRedirect);
+      expect(expectedBinding('auto', { type })).toBe(Binding.TcRedirect);
+      expect(expectedBinding('auto', { type, ipam: dual })).toBe(Binding.Bridge);
+      expect(expectedBinding('auto', { type, ipam: { type: 'static', addresses: [{ address: 'fd22::5/64' }] } })).toBe(
+        Binding.Bridge,
+      );
+    }
+    // a NIC or a VLAN keeps the bridge; so does a node without a network list
+    for (const type of ['host-device', 'vlan']) expect(expectedBinding('auto', { type, ipam: v4 })).toBe('bridge');
+    expect(expectedBinding('auto', undefined)).toBe(Binding.Bridge);
+    expect(expectedBinding(Binding.TcRedirect, { type: 'bridge', ipam: dual })).toBe(Binding.TcRedirect);
+    expect(expectedBinding(Binding.Bridge, { type: 'macvlan' })).toBe(Binding.Bridge);
     expect(names(preparedSteps('virtlet-eth0', Binding.TcRedirect))).toEqual(['lo-up', 'tap']);
   });
 

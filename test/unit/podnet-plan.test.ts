@@ -1,6 +1,6 @@
 import { describe, it, expect } from 'vitest';
 import {
-  planContainerSide,
+  planContainerSide as planAnyBinding,
   buildCsn,
   randomLaaMac,
   observedBeforeFromCsn,
@@ -17,6 +17,12 @@ import type { Observed } from '../../src/podnet/types.js';
 import type { CniResult } from '../../src/cni/types.js';
 import { resultForRecover } from '../../src/podnet/podnetwork.js';
 import { isVmpodError } from '../../src/errors.js';
+import { Binding } from '../../src/podnet/binding.js';
+import type { ContainerSidePlanInput } from '../../src/podnet/plan.js';
+
+/** The bridge binding's plan: what `--binding bridge` gives every link, and auto a veth with IPv6. */
+const planContainerSide = (input: ContainerSidePlanInput) =>
+  planAnyBinding({ bindingOf: () => Binding.Bridge, ...input });
 
 const NS = '/var/run/netns/pod1';
 

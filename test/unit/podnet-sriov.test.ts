@@ -2,13 +2,19 @@
 // the conflist, the csn, and the record's validation of the vf ops; describeVfAt on a fake tree.
 import * as fs from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { buildCsn, planContainerSide, vfSetupStep, vlanFromConf } from '../../src/podnet/plan.js';
+import { buildCsn, planContainerSide as planAnyBinding, vfSetupStep, vlanFromConf } from '../../src/podnet/plan.js';
 import type { Observed } from '../../src/podnet/types.js';
 import type { CniResult } from '../../src/cni/types.js';
 import { planVfSetup, describeVfAt, type VfSetupRecord } from '../../src/devices/vf.js';
 import { RECORD_KIND, recordProblems } from '../../src/state/record.js';
 import { ErrorCode } from '../../src/errors.js';
 import { FakeSysfs, makeFakeSysfs, type FakeSysfsTree } from '../helpers/fakesysfs.js';
+import { Binding } from '../../src/podnet/binding.js';
+import type { ContainerSidePlanInput } from '../../src/podnet/plan.js';
+
+/** The bridge binding's plan: what `--binding bridge` gives every link, and auto a veth with IPv6. */
+const planContainerSide = (input: ContainerSidePlanInput) =>
+  planAnyBinding({ bindingOf: () => Binding.Bridge, ...input });
 
 const NS = '/var/run/netns/pod1';
 

@@ -158,6 +158,7 @@ describe('tapctl list table', () => {
         type: 'tap',
         mac: '02:aa:bb:cc:dd:ee',
         tap: 'tap0',
+        binding: 'bridge',
         bridge: 'br0',
         mtu: 1500,
         pciAddress: '',
