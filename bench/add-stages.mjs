@@ -86,6 +86,9 @@ try {
     parts: {
       observeAndPlan: part((k) => s(k).planned - s(k).cni),
       apply: part((k) => s(k).applied - s(k).planned),
+      // within it: the plan's record; the requests' start and, when the plan allows, the DHCP servers' meanwhile
+      applyRecord: part((k) => s(k).recorded - s(k).planned),
+      applyDhcp: part((k) => (s(k).dhcp ?? s(k).recorded) - s(k).recorded),
       taps: part((k) => s(k).taps - s(k).applied),
       ready: part((k) => s(k).ready - s(k).taps),
       // the service around the pipeline (its queue, the reply's encoding) and the socket both ways

@@ -106,7 +106,7 @@ export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNe
     mark('cni');
     const planned = await observeAndPlan(env, rec, list, result, netns.preparedFor, log, req.signal);
     mark('planned');
-    const applied = await applyPlan(env.deps, rec, planned, req);
+    const applied = await applyPlan(env.deps, rec, planned, req, mark);
     mark('applied');
     held.fds = await openTaps(env, rec.nsPath, applied.interfaces);
     mark('taps');
@@ -343,9 +343,16 @@ interface Applied {
  * The plan recorded, then applied on a pool thread; meanwhile the reply's csn is built and, when the plan says so,
  * the caller's whileApplying runs (should either throw, the steps end first).
  */
-async function applyPlan(deps: StepDeps, rec: PodRecord, planned: Planned, req: AddRequest): Promise<Applied> {
+async function applyPlan(
+  deps: StepDeps,
+  rec: PodRecord,
+  planned: Planned,
+  req: AddRequest,
+  mark: (stage: string) => void,
+): Promise<Applied> {
   const { plan } = planned;
   recordSteps(deps.store, rec, plan.steps);
+  mark('recorded');
   const applying = runSteps(deps, rec, plan.steps, req.signal);
   try {
     const result = toV031(planned.result);
@@ -363,6 +370,7 @@ async function applyPlan(deps: StepDeps, rec: PodRecord, planned: Planned, req: 
       } catch (e) {
         throw stepError('dhcp', undefined, e);
       }
+      mark('dhcp');
     }
     await applying;
     return { result, csn, interfaces: plan.interfaces };

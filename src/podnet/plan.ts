@@ -53,7 +53,7 @@ import { guestFromCni, type Lease6 } from '../dhcp/lease.js';
 import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
 import { filterTable } from './filter.js';
 import { Binding, chooseBinding } from './binding.js';
-import { planTcRedirect } from './tcredirect.js';
+import { planTcRedirect, preparedTapOps } from './tcredirect.js';
 import { makeTapOps } from './tapmake.js';
 
 /** Linux IFNAMSIZ is 16 including the NUL. */
@@ -339,14 +339,18 @@ function dhcpFilterStep(veth: string, tap: string): Step {
 
 /**
  * What add makes in the new pod netns while the CNI plugins run, as none of it depends on their result: lo up and
- * interface 0's tap (down, without MTU); for the bridge binding also its bridge (down, without MTU, the tap its port)
- * and the DHCP filter of the link the plugins make as CNI_IFNAME `veth`.
+ * interface 0's tap (down, without MTU); for tc-redirect also the tap's side of it (tcredirect.ts preparedTapOps);
+ * for the bridge binding its bridge (down, without MTU, the tap its port) and the DHCP filter of the link the plugins
+ * make as CNI_IFNAME `veth`.
  * The plan (input `prepared`, `preparedFor`) finishes them when its first interface is that link and gets that
  * binding, and deletes them first otherwise (dropPreparedStep).
  */
 export function preparedSteps(veth: string, binding: Binding = Binding.Bridge): Step[] {
   const tap = tapStep(tapName(0));
-  if (binding === Binding.TcRedirect) return [loUpStep(), tap];
+  if (binding === Binding.TcRedirect) {
+    tap.do.push(...preparedTapOps(tapName(0)));
+    return [loUpStep(), tap];
+  }
   // the tap is a port of the bridge from the start (the veth joins it once the plugins made it)
   tap.do.push(ip('link', 'set', 'dev', tapName(0), 'master', bridgeName(0)));
   return [loUpStep(), bridgeStep(bridgeName(0)), tap, dhcpFilterStep(veth, tapName(0))];

@@ -65,12 +65,15 @@ export const KEPT_FROM_VM: readonly Match[] = [
 
 /** The tc lines of one direction: the ingress qdisc of `dev`, its keep filters, then the redirect to `to`. */
 export function redirectLines(dev: string, to: string, kept: readonly Match[]): string[][] {
-  const head = ['filter', 'add', 'dev', dev, 'parent', 'ffff:'];
+  return [...keepLines(dev, kept), redirectLine(dev, to)];
+}
+
+/** The ingress qdisc of `dev` and its keep filters: what needs no other link. */
+function keepLines(dev: string, kept: readonly Match[]): string[][] {
   return [
     ['qdisc', 'add', 'dev', dev, 'ingress'],
     ...kept.map(([proto, words], n) => [
-      ...head,
-      'prio',
+      ...filterHead(dev),
       String(n + 1),
       'protocol',
       proto,
@@ -79,28 +82,34 @@ export function redirectLines(dev: string, to: string, kept: readonly Match[]): 
       'classid',
       KEEP_CLASSID,
     ]),
-    [
-      ...head,
-      'prio',
-      String(REDIRECT_PRIO),
-      'protocol',
-      'all',
-      'u32',
-      'match',
-      'u8',
-      '0',
-      '0',
-      'at',
-      '0',
-      'action',
-      'mirred',
-      'egress',
-      'redirect',
-      'dev',
-      to,
-    ],
   ];
 }
+
+const filterHead = (dev: string): string[] => ['filter', 'add', 'dev', dev, 'parent', 'ffff:', 'prio'];
+
+/** Every frame that came in on `dev` and no keep filter took, out of `to`. */
+function redirectLine(dev: string, to: string): string[] {
+  return [
+    ...filterHead(dev),
+    String(REDIRECT_PRIO),
+    'protocol',
+    'all',
+    'u32',
+    ...['match', 'u8', '0', '0', 'at', '0'],
+    ...['action', 'mirred', 'egress', 'redirect', 'dev', to],
+  ];
+}
+
+/**
+ * What of the tap's side needs neither the CNI link nor the result, so add makes it while the plugins run (plan.ts
+ * preparedSteps), after the tap itself: the DHCP server's address, the tap's ingress qdisc and its keep filters.
+ */
+export function preparedTapOps(tap: string): Op[] {
+  return [tapAddr(tap), ...keepLines(tap, KEPT_FROM_VM).map((l) => tc(...l))];
+}
+
+/** The DHCP server's address, on the tap: the guest's unicast renewals and its ARP for the server end there. */
+const tapAddr = (tap: string): Op => ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', tap);
 
 export interface TcRedirectInput {
   /** the interface's ordinal among the taps (tap<i>) */
@@ -112,7 +121,7 @@ export interface TcRedirectInput {
   tapMac: string;
   /** the result gives the interface IPv6 */
   v6: boolean;
-  /** the tap exists already (made while the plugins ran: plan.ts preparedTapOutStep) */
+  /** the tap exists already, with preparedTapOps done (made while the plugins ran: plan.ts preparedSteps) */
   tapMade?: boolean;
 }
 
@@ -141,26 +150,24 @@ export function planTcRedirect({ i, index, link, tapMac, v6, tapMade }: TcRedire
       ],
     });
   }
+  // IPv6: the tap comes up once it makes no link-local (a request applies the flags before addrgenmode); without, up
+  // in the same request
+  const tapLink = ip('link', 'set', 'dev', tap, 'mtu', mtu, 'address', mac, ...(v6 ? ['addrgenmode', 'none'] : ['up']));
   steps.push({
     name: StepName.Tap,
     target: tap,
-    do: [
-      ...(tapMade === true ? [] : makeTapOps(tap)),
-      ip('link', 'set', 'dev', tap, 'mtu', mtu, 'address', mac, ...(v6 ? ['addrgenmode', 'none'] : [])),
-      ip('addr', 'add', `${BRIDGE_IP}/${BRIDGE_PREFIX}`, 'dev', tap),
-    ],
+    do: tapMade === true ? [tapLink] : [...makeTapOps(tap), tapLink, tapAddr(tap)],
     undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
   });
-  steps.push({
-    name: StepName.LinksUp,
-    target: tap,
-    do: [v, tap].map((n) => ip('link', 'set', 'dev', n, 'up')),
-    undo: [],
-  });
+  // the CNI link is up as its plugin left it, usually
+  const up = [...(link.up ? [] : [v]), ...(v6 ? [tap] : [])];
+  if (up.length > 0)
+    steps.push({ name: StepName.LinksUp, target: tap, do: up.map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
+  const tapSide = tapMade === true ? [redirectLine(tap, v)] : redirectLines(tap, v, KEPT_FROM_VM);
   steps.push({
     name: StepName.TcRedirect,
     target: v,
-    do: [...redirectLines(v, tap, KEPT_FROM_NETWORK), ...redirectLines(tap, v, KEPT_FROM_VM)].map((l) => tc(...l)),
+    do: [...redirectLines(v, tap, KEPT_FROM_NETWORK), ...tapSide].map((l) => tc(...l)),
     // the interface's qdisc goes before its CNI DEL (host-device would take it back to the host);
     // the tap's goes with the netns
     undo: [tc('qdisc', 'del', 'dev', v, 'ingress'), { ...tc('qdisc', 'del', 'dev', tap, 'ingress'), withNetns: true }],

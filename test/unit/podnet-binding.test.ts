@@ -93,15 +93,8 @@ describe('the tc-redirect plan', () => {
     '%s: no bridge, the MAC kept, the tap with the DHCP server address, redirects both ways',
     (kind) => {
       const plan = planContainerSide({ observed: observed(kind), result: result(), newMac: () => TAP_MAC });
-      expect(names(plan.steps)).toEqual([
-        'ipv6-off',
-        'lo-up',
-        'strip-routes',
-        'strip-addrs',
-        'tap',
-        'links-up',
-        'tc-redirect',
-      ]);
+      // the interface is up as its plugin left it, and the tap comes up with its MTU and MAC: no links-up step
+      expect(names(plan.steps)).toEqual(['ipv6-off', 'lo-up', 'strip-routes', 'strip-addrs', 'tap', 'tc-redirect']);
       expect(plan.interfaces).toEqual([
         {
           index: 0,
@@ -125,7 +118,7 @@ describe('the tc-redirect plan', () => {
       expect(lines(step('tap').do)).toEqual([
         'ip tuntap add dev tap0 mode tap vnet_hdr multi_queue',
         'tc qdisc replace dev tap0 root noqueue',
-        `ip link set dev tap0 mtu 1500 address ${TAP_MAC}`,
+        `ip link set dev tap0 mtu 1500 address ${TAP_MAC} up`,
         'ip addr add 169.254.254.2/24 dev tap0',
       ]);
       const tc = lines(step('tc-redirect').do);
@@ -215,7 +208,6 @@ describe('the tc-redirect plan', () => {
       'strip-routes',
       'strip-addrs',
       'tap',
-      'links-up',
       'tc-redirect',
     ]);
   });
@@ -228,14 +220,48 @@ describe('the tc-redirect plan', () => {
       prepared: 'virtlet-eth0',
       preparedFor: Binding.TcRedirect,
     });
-    expect(names(plan.steps)).toEqual(['ipv6-off', 'strip-routes', 'strip-addrs', 'tap', 'links-up', 'tc-redirect']);
+    expect(names(plan.steps)).toEqual(['ipv6-off', 'strip-routes', 'strip-addrs', 'tap', 'tc-redirect']);
     expect(lines(plan.steps.find((s) => s.name === 'tap')!.do)).toEqual([
-      `ip link set dev tap0 mtu 1500 address ${TAP_MAC}`,
-      'ip addr add 169.254.254.2/24 dev tap0',
+      `ip link set dev tap0 mtu 1500 address ${TAP_MAC} up`,
+    ]);
+    // the tap's address, ingress qdisc and keep filters were made with it: only its redirect is left
+    expect(lines(plan.steps.find((s) => s.name === 'tc-redirect')!.do).filter((l) => l.includes('dev tap0 '))).toEqual([
+      `tc filter add dev tap0 parent ffff: prio ${REDIRECT_PRIO} protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev virtlet-eth0`,
     ]);
     expect(plan.steps.flatMap((s) => lines(s.do)).filter((l) => /^ip link del |^ip tuntap /.test(l))).toEqual([]);
     // its DHCP server binds to the tap, which exists already: it starts while the plan is applied
     expect(plan.dhcpEarly).toBe(true);
+  });
+
+  it('prepared and finished, tc-redirect makes exactly what its plan makes without preparing', () => {
+    const input = { observed: observed('veth'), result: result(), newMac: () => TAP_MAC };
+    const whole = planContainerSide(input);
+    const finished = planContainerSide({ ...input, prepared: 'virtlet-eth0', preparedFor: Binding.TcRedirect });
+    const made = (steps: Step[]) =>
+      steps.flatMap((s) => lines(s.do)).filter((l) => !l.startsWith('ip link set dev lo'));
+    const prepared = preparedSteps('virtlet-eth0', Binding.TcRedirect);
+    expect([...made(prepared), ...made(finished.steps)].sort()).toEqual(made(whole.steps).sort());
+    // the tap comes up with its MTU and MAC, after its address and keep filters were made while it was down
+    expect(made(prepared).slice(2)).toEqual([
+      'ip addr add 169.254.254.2/24 dev tap0',
+      'tc qdisc add dev tap0 ingress',
+      ...KEPT_FROM_VM.map((_, n) =>
+        expect.stringMatching(new RegExp(`^tc filter add dev tap0 parent ffff: prio ${n + 1} `)),
+      ),
+    ]);
+  });
+
+  it('an interface its plugin left down is brought up; with IPv6 the tap too, once it makes no link-local', () => {
+    const down = observed('macvlan');
+    down.links[1]!.up = false;
+    const plan = planContainerSide({ observed: down, result: result(), newMac: () => TAP_MAC });
+    expect(lines(plan.steps.find((s) => s.name === 'links-up')!.do)).toEqual(['ip link set dev virtlet-eth0 up']);
+    const v6 = planContainerSide({
+      observed: observed('macvlan', { v6: true }),
+      result: result({ v6: true }),
+      newMac: () => TAP_MAC,
+    });
+    expect(lines(v6.steps.find((s) => s.name === 'links-up')!.do)).toEqual(['ip link set dev tap0 up']);
   });
 
   it('links prepared for tc-redirect that a dual-stack veth does not fit: the tap deleted, the bridge made anew', () => {
