@@ -290,6 +290,10 @@ describe('the tc-redirect plan', () => {
         Binding.Bridge,
       );
     }
+    // what only looks like IPv6 is not: a MAC, a time of day
+    expect(
+      expectedBinding('auto', { type: 'bridge', ipam: { type: 'x', mac: '02:11:22:33:44:55', at: '12:30' } }),
+    ).toBe(Binding.TcRedirect);
     // a NIC or a VLAN keeps the bridge; so does a node without a network list
     for (const type of ['host-device', 'vlan']) expect(expectedBinding('auto', { type, ipam: v4 })).toBe('bridge');
     expect(expectedBinding('auto', undefined)).toBe(Binding.Bridge);
