@@ -1,7 +1,7 @@
 // How a CNI interface is joined to the VM's tap (docs/networking.md, "Bindings"): bridge (the interface's MAC moves to
 // the VM, a bridge joins interface and tap) or tc-redirect (no bridge, the interface keeps its MAC and shares it with
 // the VM, tc redirects frames both ways: tcredirect.ts). Pure.
-import { isIPv6 } from 'node:net';
+import { isIpv6 } from '../net/ipv6.js';
 import type { ObservedLink } from './types.js';
 
 export const Binding = { Bridge: 'bridge', TcRedirect: 'tc-redirect' } as const;
@@ -55,7 +55,7 @@ export function expectedBinding(mode: BindingMode, first: FirstPlugin | undefine
 
 /** Some string in an IPAM config (host-local's `subnet` and `ranges`, static's `addresses`...) is an IPv6 one. */
 function namesIpv6(v: unknown): boolean {
-  if (typeof v === 'string') return isIPv6(v.replace(/\/\d{1,3}$/, ''));
+  if (typeof v === 'string') return isIpv6(v.replace(/\/\d{1,3}$/, ''));
   if (Array.isArray(v)) return v.some(namesIpv6);
   if (v !== null && typeof v === 'object') return Object.values(v).some(namesIpv6);
   return false;
