@@ -178,7 +178,7 @@ interface NetnsSource {
  */
 async function takeNetns(env: PodEnv, list: NetworkConfigList): Promise<NetnsSource> {
   const spare = await env.spares.take();
-  return spare === undefined ? freshNetns(expectedBinding(env.binding, list.plugins[0])) : spareNetns(spare);
+  return spare === undefined ? freshNetns(expectedBinding(env.binding, list.plugins[0]?.type)) : spareNetns(spare);
 }
 
 function freshNetns(preparedFor: Binding): NetnsSource {
@@ -311,8 +311,7 @@ async function observeAndPlan(
     const vfSetups = env.enableSriov
       ? await planVfs(env.deps.sysfs, env.deps.vfLink, observed, vfs, list, log, signal)
       : undefined;
-    const bindingOf = (_i: number, link: ObservedLink, ipv6: boolean): Binding =>
-      chooseBinding(env.binding, link, ipv6);
+    const bindingOf = (_i: number, link: ObservedLink): Binding => chooseBinding(env.binding, link);
     const plan = planContainerSide({
       observed,
       result,

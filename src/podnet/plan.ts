@@ -52,7 +52,7 @@ import { hasSandbox, nonKernelRoutes } from './result.js';
 import { guestFromCni, type Lease6 } from '../dhcp/lease.js';
 import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
 import { filterTable } from './filter.js';
-import { Binding, chooseBinding } from './binding.js';
+import { Binding, chooseBinding, MAC_BOUND_KINDS } from './binding.js';
 import { planTcRedirect, preparedTapOps } from './tcredirect.js';
 import { makeTapOps } from './tapmake.js';
 
@@ -221,13 +221,10 @@ export function dhcp6FilterRules(veth: string, tap: string): string[][] {
 
 /** The IPv6 lease a tap interface serves, undefined when the result gives it no IPv6 (validated: throws Config). */
 export function lease6Of(result: CniResult, index: number, mac: string): Lease6 | undefined {
-  return hasIpv6(result, index) ? guestFromCni({ result, ifIndex: index, mac }).v6 : undefined;
-}
-
-/** The result gives interface `index` an IPv6 address (an ip without `interface` is the only interface's, else 0's). */
-export function hasIpv6(result: CniResult, index: number): boolean {
   const one = result.interfaces.length <= 1;
-  return result.ips.some((e) => e.address.includes(':') && (e.interface ?? (one ? index : 0)) === index);
+  if (!result.ips.some((e) => e.address.includes(':') && (e.interface ?? (one ? index : 0)) === index))
+    return undefined;
+  return guestFromCni({ result, ifIndex: index, mac }).v6;
 }
 
 export interface ContainerSidePlanInput {
@@ -244,8 +241,8 @@ export interface ContainerSidePlanInput {
   prepared?: string;
   /** the binding those links were prepared for (preparedSteps): default bridge */
   preparedFor?: Binding;
-  /** the binding of tap interface i, which the result gives IPv6 or not (binding.ts); default: auto's choice */
-  bindingOf?: (i: number, link: ObservedLink, ipv6: boolean) => Binding;
+  /** the binding of tap interface i (binding.ts); default: auto's choice */
+  bindingOf?: (i: number, link: ObservedLink) => Binding;
 }
 
 /** What to tell when a VF shows up and SR-IOV support is off. */
@@ -394,18 +391,16 @@ type LinksMade = 'prepared' | 'new';
 /** Steps for every CNI interface with a sandbox, in apply order (lo up first). */
 export function planContainerSide(input: ContainerSidePlanInput): ContainerSidePlan {
   const { observed, result } = input;
-  const firstIndex = result.interfaces.findIndex(hasSandbox);
-  const first = result.interfaces[firstIndex];
+  const first = result.interfaces.find(hasSandbox);
   const firstLink = observed.links.find((l) => l.name === first?.name);
-  const bindingOf =
-    input.bindingOf ?? ((_i: number, link: ObservedLink, ipv6: boolean) => chooseBinding('auto', link, ipv6));
+  const bindingOf = input.bindingOf ?? ((_i: number, link: ObservedLink) => chooseBinding('auto', link));
   // the prepared links fit interface 0 when it is the link they were made for and gets the binding they were made for
   const firstLinks: LinksMade =
     input.prepared !== undefined &&
     first?.name === input.prepared &&
     !input.vfs?.has(first.name) &&
     firstLink !== undefined &&
-    bindingOf(0, firstLink, hasIpv6(result, firstIndex)) === (input.preparedFor ?? Binding.Bridge)
+    bindingOf(0, firstLink) === (input.preparedFor ?? Binding.Bridge)
       ? 'prepared'
       : 'new';
   const steps = planStart(input, firstLinks);
@@ -428,7 +423,7 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
     }
     const one = input.vfs?.has(link.name)
       ? planVf(input, link, index)
-      : planTap(input, link, index, i, i === 0 ? firstLinks : 'new', names, bindingOf(i, link, hasIpv6(result, index)));
+      : planTap(input, link, index, i, i === 0 ? firstLinks : 'new', names, bindingOf(i, link));
     steps.push(...one.steps);
     interfaces.push(one.iface);
   });
@@ -519,8 +514,19 @@ function planTap(
   const bridgeIp6 = v6 ? formatIpv6(linkLocalFromMac(bridgeMac)) : undefined;
   const strip = stripSteps(input.observed, link, v6 !== undefined);
   if (binding === Binding.TcRedirect) {
-    const tc = planTcRedirect({ i, index, link, tapMac: mac, v6: v6 !== undefined, tapMade: made === 'prepared' });
-    return { steps: [...strip, ...tc.steps], iface: tc.iface };
+    // a veth's network (a bridge CNI, ptp) sends no RAs: the pod netns routes the VM's IPv6, as the bridge binding's
+    // does; a macvlan's or ipvlan's VM is on a LAN whose routers advertise themselves
+    const routed = v6 !== undefined && !MAC_BOUND_KINDS.has(link.kind ?? '');
+    const tc = planTcRedirect({
+      i,
+      index,
+      link,
+      tapMac: mac,
+      v6: v6 !== undefined,
+      routed,
+      tapMade: made === 'prepared',
+    });
+    return { steps: [...strip, ...tc.steps, ...(routed ? ipv6Steps(v, v6) : [])], iface: tc.iface };
   }
   const steps = [...strip, ...vethMacSteps(link, mac, v6 !== undefined)];
   const ip6 = bridgeIp6 === undefined ? undefined : { mac: bridgeMac, ip6: bridgeIp6 };
@@ -662,24 +668,27 @@ function finishPreparedSteps(
   ];
 }
 
-/** IPv6 forwarding on (the bridge answers NS as a router), the result's prefix and routes through the bridge. */
-function ipv6Steps(br: string, v6: Lease6): Step[] {
+/**
+ * IPv6 forwarding on (the bridge answers NS as a router; under tc-redirect the RA server does), the result's prefix
+ * and routes through `dev` (the bridge, or under tc-redirect the interface itself).
+ */
+function ipv6Steps(dev: string, v6: Lease6): Step[] {
   const routeOps = [
-    ip('route', 'replace', `${v6.prefix}/${v6.prefixLength}`, 'dev', br),
+    ip('route', 'replace', `${v6.prefix}/${v6.prefixLength}`, 'dev', dev),
     ...v6.routes
       .filter((r) => r.dst !== `${v6.prefix}/${v6.prefixLength}`)
-      .map((r) => ip('route', 'replace', r.dst, ...(r.gw ? ['via', r.gw] : []), 'dev', br)),
+      .map((r) => ip('route', 'replace', r.dst, ...(r.gw ? ['via', r.gw] : []), 'dev', dev)),
   ];
   return [
     {
       name: StepName.Ipv6Forwarding,
-      target: br,
+      target: dev,
       do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=1'] }],
       undo: [],
     },
     {
       name: StepName.Ipv6Routes,
-      target: br,
+      target: dev,
       do: routeOps,
       undo: routeOps.map((o) => ({ ...ip('route', 'del', ...o.args.slice(2)), withNetns: true as const })),
     },

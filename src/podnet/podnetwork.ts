@@ -122,7 +122,7 @@ export class PodNetwork {
    */
   private async makeSpare(): Promise<Spare> {
     const list = await this.env.loadConfList().catch(() => undefined);
-    const preparedFor = expectedBinding(this.env.binding, list?.plugins[0]);
+    const preparedFor = expectedBinding(this.env.binding, list?.plugins[0]?.type);
     const fd = await native().netnsMake(POD_NETNS_SYSCTLS);
     try {
       // a record of its own, never written: the add that takes the spare records these steps under its key

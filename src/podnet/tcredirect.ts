@@ -14,7 +14,7 @@
 // it up and makes none (addrgenmode none), so the pod netns never answers for it (DAD, NS).
 import { StepName, type Op, type Step } from '../state/record.js';
 import type { PodInterface } from '../state/types.js';
-import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
+import { formatIpv6, linkLocalFromMac, macBytes } from '../net/ipv6.js';
 import { Binding } from './binding.js';
 import { makeTapOps } from './tapmake.js';
 import { BRIDGE_IP, BRIDGE_PREFIX, tapName, type ObservedLink } from './types.js';
@@ -70,19 +70,45 @@ export function redirectLines(dev: string, to: string, kept: readonly Match[]): 
 
 /** The ingress qdisc of `dev` and its keep filters: what needs no other link. */
 function keepLines(dev: string, kept: readonly Match[]): string[][] {
+  return [['qdisc', 'add', 'dev', dev, 'ingress'], ...kept.map((m, n) => keepLine(dev, n + 1, m))];
+}
+
+function keepLine(dev: string, prio: number, [proto, words]: Match): string[] {
+  return [...filterHead(dev), String(prio), 'protocol', proto, 'u32', ...words, 'classid', KEEP_CLASSID];
+}
+
+/** IPv6 to one address (the destination: offset 24 of the IPv6 header) */
+const ip6To = (addr: Uint8Array): Match => [
+  'ipv6',
+  [0, 4, 8, 12].flatMap((o) => [
+    'match',
+    'u32',
+    `0x${Buffer.from(addr.subarray(o, o + 4)).toString('hex')}`,
+    '0xffffffff',
+    'at',
+    String(24 + o),
+  ]),
+];
+
+/** IPv6 in frames to one MAC (the Ethernet destination, 14 bytes before the network header) */
+const ip6ToMac = (mac: string): Match => {
+  const m = macBytes(mac);
+  const hex = (from: number, to: number): string => `0x${m.subarray(from, to).toString('hex')}`;
   return [
-    ['qdisc', 'add', 'dev', dev, 'ingress'],
-    ...kept.map(([proto, words], n) => [
-      ...filterHead(dev),
-      String(n + 1),
-      'protocol',
-      proto,
-      'u32',
-      ...words,
-      'classid',
-      KEEP_CLASSID,
-    ]),
+    'ipv6',
+    ['match', 'u16', hex(0, 2), '0xffff', 'at', '-14', 'match', 'u32', hex(2, 6), '0xffffffff', 'at', '-12'],
   ];
+};
+
+/**
+ * The pod netns's own link-local address on a routed interface (it needs one to resolve the gateway), made from the
+ * MAC it shares with the VM as the VM's EUI-64 one is, with ff:fd in the middle instead of ff:fe: distinct from the
+ * VM's, unique on the link as the MAC is, and the same after a restart or a recover.
+ */
+export function netnsLinkLocal(mac: string): Buffer {
+  const b = linkLocalFromMac(mac);
+  b[12] = 0xfd;
+  return b;
 }
 
 const filterHead = (dev: string): string[] => ['filter', 'add', 'dev', dev, 'parent', 'ffff:', 'prio'];
@@ -121,12 +147,17 @@ export interface TcRedirectInput {
   tapMac: string;
   /** the result gives the interface IPv6 */
   v6: boolean;
+  /**
+   * the pod netns routes the VM's IPv6 (a veth: its network sends no RAs, so the router our RA names is the pod netns,
+   * as under the bridge binding); not for a macvlan or ipvlan, whose network's routers advertise themselves
+   */
+  routed?: boolean;
   /** the tap exists already, with preparedTapOps done (made while the plugins ran: plan.ts preparedSteps) */
   tapMade?: boolean;
 }
 
 /** The steps after strip-routes/strip-addrs, and the interface the record keeps. */
-export function planTcRedirect({ i, index, link, tapMac, v6, tapMade }: TcRedirectInput): {
+export function planTcRedirect({ i, index, link, tapMac, v6, routed, tapMade }: TcRedirectInput): {
   steps: Step[];
   iface: PodInterface;
 } {
@@ -136,6 +167,8 @@ export function planTcRedirect({ i, index, link, tapMac, v6, tapMade }: TcRedire
   const mac = tapMac.toLowerCase();
   const tapIp6 = formatIpv6(linkLocalFromMac(mac));
   const steps: Step[] = [];
+  // routed: the pod netns's own link-local on the interface, to reach the gateway from
+  const own = routed === true && v6 ? `${formatIpv6(netnsLinkLocal(link.mac.toLowerCase()))}/64` : undefined;
   if (v6) {
     steps.push({
       name: StepName.LinkLocalOff,
@@ -143,8 +176,10 @@ export function planTcRedirect({ i, index, link, tapMac, v6, tapMade }: TcRedire
       do: [
         ip('link', 'set', 'dev', v, 'addrgenmode', 'none'),
         ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
+        ...(own ? [ip('addr', 'add', own, 'dev', v, 'nodad')] : []),
       ],
       undo: [
+        ...(own ? [ip('addr', 'del', own, 'dev', v)] : []),
         ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'),
         ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad'),
       ],
@@ -163,11 +198,18 @@ export function planTcRedirect({ i, index, link, tapMac, v6, tapMade }: TcRedire
   const up = [...(link.up ? [] : [v]), ...(v6 ? [tap] : [])];
   if (up.length > 0)
     steps.push({ name: StepName.LinksUp, target: tap, do: up.map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
-  const tapSide = tapMade === true ? [redirectLine(tap, v)] : redirectLines(tap, v, KEPT_FROM_VM);
+  // routed: what the network sends to the pod netns's own address, and what the VM sends to its router (the tap's MAC:
+  // off-link IPv6 for the pod netns to forward) stay in the pod netns
+  const fromNetwork = own ? [...KEPT_FROM_NETWORK, ip6To(netnsLinkLocal(link.mac.toLowerCase()))] : KEPT_FROM_NETWORK;
+  const toRouter = own ? [ip6ToMac(mac)] : [];
+  const tapSide =
+    tapMade === true
+      ? [...toRouter.map((m, n) => keepLine(tap, KEPT_FROM_VM.length + n + 1, m)), redirectLine(tap, v)]
+      : redirectLines(tap, v, [...KEPT_FROM_VM, ...toRouter]);
   steps.push({
     name: StepName.TcRedirect,
     target: v,
-    do: [...redirectLines(v, tap, KEPT_FROM_NETWORK), ...tapSide].map((l) => tc(...l)),
+    do: [...redirectLines(v, tap, fromNetwork), ...tapSide].map((l) => tc(...l)),
     // the interface's qdisc goes before its CNI DEL (host-device would take it back to the host);
     // the tap's goes with the netns
     undo: [tc('qdisc', 'del', 'dev', v, 'ingress'), { ...tc('qdisc', 'del', 'dev', tap, 'ingress'), withNetns: true }],
@@ -184,6 +226,7 @@ export function planTcRedirect({ i, index, link, tapMac, v6, tapMade }: TcRedire
     bridgeName: '',
     bridgeIp: BRIDGE_IP,
     ...(v6 ? { bridgeMac: mac, bridgeIp6: tapIp6 } : {}),
+    ...(own ? { routed6: true } : {}),
     vlanId: 0,
   };
   return { steps, iface };

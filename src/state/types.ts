@@ -35,6 +35,11 @@ export interface PodInterface {
    */
   bridgeMac?: string;
   bridgeIp6?: string;
+  /**
+   * tc-redirect IPv6: the pod netns routes the VM's IPv6 (its RA names a default router), as under the bridge binding
+   * (absent: it does not; a macvlan's or ipvlan's network advertises its own routers)
+   */
+  routed6?: boolean;
   /** a VF's full PCI address (0000:bb:dd.f), as Virtlet's csn PCIAddress */
   pciAddress?: string;
   /** 802.1Q VLAN the PF tags the VF's traffic with (0 = none); always 0 for a tap */

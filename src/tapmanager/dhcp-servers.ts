@@ -132,9 +132,9 @@ function startIpv6(
       { key: st.key, op: 'dhcp6' },
     );
   const ip6 = iface.bridgeIp6 ?? formatIpv6(linkLocalFromMac(mac));
-  // tc-redirect: the pod netns routes nothing for the VM, which is on the CNI network's link: our RA gives the
-  // prefix, DNS and the DHCPv6 flag but no default route (that network's own routers advertise theirs)
-  const ra = tcRedirect ? { ...lease6, defaultRoute: false } : lease6;
+  // tc-redirect on a macvlan or ipvlan: the pod netns routes nothing for the VM, which is on the CNI network's link:
+  // our RA gives the prefix, DNS and the DHCPv6 flag but no default route (that network's routers advertise theirs)
+  const ra = tcRedirect && iface.routed6 !== true ? { ...lease6, defaultRoute: false } : lease6;
   // tc-redirect: no link of the pod netns holds the servers' link-local, so the RA server answers the guest's
   // neighbour solicitations for it (else no unicast to the DHCPv6 server: renewals, releases)
   servers.push(

@@ -2,8 +2,8 @@
 // host-local), qemu is started THROUGH vmwrapper, and the tiny guest (its kernel takes the RA, busybox udhcpc6 the
 // DHCPv6 lease) ends with exactly the CNI IPv6 address (and on dual-stack its IPv4 lease as before); from the guest it
 // pings the pod's IPv6 gateway and fetches over IPv6 from a server in the host-side netns on an address outside the
-// pod's /64 (reachable only along the RA's default route: the pod bridge, forwarded by the pod netns to the CNI
-// gateway); the host fetches the guest's page and status over IPv6; release leaves nothing behind.
+// pod's /64 (reachable only along the RA's default route: the router the pod netns answers for on the tap, which
+// forwards to the CNI gateway); the host fetches the guest's page and status over IPv6; release leaves nothing behind.
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -118,9 +118,10 @@ describe.each([['dual'], ['only']] as const)('the real guest on an IPv6 (%s-stac
     expect(a6.prefixLen).toBe(64);
     expect(csn.Result?.ips?.some((i) => i.version === '4')).toBe(mode === 'dual');
     const a4 = mode === 'dual' ? podAddress(csn) : undefined;
-    // the router the guest learns from the RA: the pod bridge's link-local, made from its MAC
+    // the router the guest learns from the RA: the tap's link-local, made from its MAC (the bridge plugin's veth gets
+    // tc-redirect; the pod netns routes for the VM)
     const brMac = (
-      JSON.parse(await run(['ip', '-n', key, '-j', 'link', 'show', 'dev', 'br0'])) as { address: string }[]
+      JSON.parse(await run(['ip', '-n', key, '-j', 'link', 'show', 'dev', 'tap0'])) as { address: string }[]
     )[0]!.address;
     const router = formatIpv6(linkLocalFromMac(brMac));
 
@@ -178,7 +179,7 @@ describe.each([['dual'], ['only']] as const)('the real guest on an IPv6 (%s-stac
     });
 
     // The guest's IPv6 view: the /128 from DHCPv6 beside its link-local (from the pod's MAC, which the VM owns; no
-    // SLAAC address: the RA's prefix has A=0), the RA's default route via the pod bridge.
+    // SLAAC address: the RA's prefix has A=0), the RA's default route via the tap's link-local.
     const view = parseNet6((await getFromHost(`${base}/cgi-bin/net6`)).body).fields;
     const vmLinkLocal = formatIpv6(linkLocalFromMac(csn.Interfaces[0]!.mac!));
     expect(view['addr6']?.split(',').sort()).toEqual([`${a6.ip}/128`, `${vmLinkLocal}/64`].sort());

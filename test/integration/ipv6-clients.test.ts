@@ -97,7 +97,12 @@ beforeAll(async () => {
 }, UDHCPC6_BUILD_TIMEOUT_MS);
 const SEARCH = ['default.svc.cluster.local', 'svc.cluster.local'];
 
-describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clients', (mode) => {
+// auto gives the bridge plugin's veth tc-redirect, the pod netns routing for the VM; the bridge binding routes as well
+describe.each([
+  ['dual', 'auto'],
+  ['only', 'auto'],
+  ['dual', 'bridge'],
+] as const)('IPv6 pod (%s-stack, binding %s) with real clients', (mode, binding) => {
   let net: CniTestNet;
   let d: Daemon;
   let client: FdClient;
@@ -111,7 +116,12 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
 
   beforeAll(async () => {
     net = await makeCniConf({ ipv6: mode });
-    d = await startDaemon({ confDir: net.confDir, binDirs: net.binDirs, cacheDir: net.cacheDir });
+    d = await startDaemon({
+      confDir: net.confDir,
+      binDirs: net.binDirs,
+      cacheDir: net.cacheDir,
+      env: { VMPOD_BINDING: binding },
+    });
     client = new FdClient(d.socket, { timeoutMs: 60_000 });
     work = mkdtempSync(join(tmpdir(), 'vmpod-v6-'));
   }, 60_000);
@@ -134,6 +144,8 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     removeDir(d.dir);
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
+
+  const routerDev = binding === 'bridge' ? 'br0' : 'tap0';
 
   async function pod(): Promise<{
     key: string;
@@ -160,8 +172,9 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     fds.push(...got);
     const guest = await guestOnTap(got[0]!, vmMac);
     guests.push(guest);
-    // the router the guest sees: the pod bridge's link-local, from its MAC (the veth's new MAC)
-    const br = (await ipJson<{ address: string }[]>(key, 'link', 'show', 'dev', 'br0'))[0]!;
+    // the router the guest sees: the link-local of the pod bridge (the bridge binding) or of the tap (tc-redirect),
+    // from its MAC
+    const br = (await ipJson<{ address: string }[]>(key, 'link', 'show', 'dev', routerDev))[0]!;
     return {
       key,
       ip6: v6!.address.split('/')[0]!,
@@ -176,21 +189,37 @@ describe.each([['dual'], ['only']] as const)('IPv6 pod (%s-stack) with real clie
     const p = await pod();
     const veth = await addrs(p.key, 'virtlet-eth0');
     expect(veth.filter((a) => a.scope === 'global')).toEqual([]);
-    // nor a link-local: the one made from the VM's MAC is the VM's own (the veth has a new MAC and makes none)
-    expect(veth.filter((a) => a.family === 'inet6')).toEqual([]);
-    const br = await addrs(p.key, 'br0');
-    const ll = br.find((a) => a.family === 'inet6');
-    expect(ll).toMatchObject({ local: p.router, prefixlen: 64, scope: 'link' });
-    expect(ll!.tentative).toBeUndefined();
+    const vmLinkLocal = formatIpv6(linkLocalFromMac(p.vmMac));
+    if (binding === 'bridge') {
+      // nor a link-local: the one made from the VM's MAC is the VM's own (the veth has a new MAC and makes none)
+      expect(veth.filter((a) => a.family === 'inet6')).toEqual([]);
+      const ll = (await addrs(p.key, 'br0')).find((a) => a.family === 'inet6');
+      expect(ll).toMatchObject({ local: p.router, prefixlen: 64, scope: 'link' });
+      expect(ll!.tentative).toBeUndefined();
+    } else {
+      // the veth shares the VM's MAC: not the VM's link-local but one of the pod netns's own, to reach the gateway
+      // from; the tap holds none (the RA server answers for the router's)
+      const own = veth.filter((a) => a.family === 'inet6');
+      expect(own).toHaveLength(1);
+      expect(own[0]).toMatchObject({ prefixlen: 64, scope: 'link' });
+      expect(own[0]!.local).not.toBe(vmLinkLocal);
+      expect(own[0]!.tentative).toBeUndefined();
+      expect((await addrs(p.key, 'tap0')).filter((a) => a.family === 'inet6')).toEqual([]);
+    }
     const sysctl = async (name: string) =>
       (await execa('ip', ['netns', 'exec', p.key, 'sysctl', '-n', name])).stdout.trim();
     expect(await sysctl('net.ipv6.conf.all.accept_ra')).toBe('0');
     expect(await sysctl('net.ipv6.conf.virtlet-eth0.accept_ra')).toBe('0');
     expect(await sysctl('net.ipv6.conf.all.forwarding')).toBe('1');
     const routes = (await execa('ip', ['-n', p.key, '-6', 'route', 'show'])).stdout;
-    expect(routes).toMatch(new RegExp(`^default via ${net.gateway6} dev br0`, 'm'));
-    // the result's routes left the pod interface: none goes through it any more ("default via <gw> dev virtlet-eth0")
-    expect(routes).not.toMatch(/via \S+ dev virtlet-eth0/);
+    if (binding === 'bridge') {
+      expect(routes).toMatch(new RegExp(`^default via ${net.gateway6} dev br0`, 'm'));
+      // the result's routes left the pod interface: none goes through it any more ("default via <gw> dev virtlet-eth0")
+      expect(routes).not.toMatch(/via \S+ dev virtlet-eth0/);
+    } else {
+      expect(routes).toMatch(new RegExp(`^default via ${net.gateway6} dev virtlet-eth0`, 'm'));
+      expect(routes).not.toMatch(/br0/);
+    }
   });
 
   it('ISC dhclient -6 gets the address, lifetimes, DNS and search list; the RA gives the route and MTU', async () => {

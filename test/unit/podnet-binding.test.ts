@@ -66,25 +66,20 @@ const lines = (ops: Op[]) =>
 const names = (steps: Step[]) => steps.map((s) => s.name);
 
 describe('chooseBinding', () => {
-  it('auto: tc-redirect for the kinds whose MAC must stay, with IPv6 or without', () => {
-    for (const kind of ['macvlan', 'macvtap', 'ipvlan', 'ipvtap'])
-      for (const ipv6 of [false, true]) expect(chooseBinding('auto', { kind }, ipv6)).toBe(Binding.TcRedirect);
-  });
-
-  it('auto: a veth gets tc-redirect without IPv6 and the bridge (which routes IPv6 for the VM) with it', () => {
-    expect(chooseBinding('auto', { kind: 'veth' }, false)).toBe(Binding.TcRedirect);
-    expect(chooseBinding('auto', { kind: 'veth' }, true)).toBe(Binding.Bridge);
+  it('auto: tc-redirect for the kinds whose MAC must stay, and for a veth', () => {
+    for (const kind of ['macvlan', 'macvtap', 'ipvlan', 'ipvtap', 'veth'])
+      expect(chooseBinding('auto', { kind })).toBe(Binding.TcRedirect);
   });
 
   it('auto: the bridge for every other link (a NIC, a VLAN, a kind not shown)', () => {
     for (const kind of ['vlan', 'bridge', 'dummy', undefined])
-      for (const ipv6 of [false, true]) expect(chooseBinding('auto', kind ? { kind } : {}, ipv6)).toBe(Binding.Bridge);
+      expect(chooseBinding('auto', kind ? { kind } : {})).toBe(Binding.Bridge);
   });
 
   it('a mode that names a binding is that binding for every link', () => {
-    expect(chooseBinding('bridge', { kind: 'macvlan' }, false)).toBe(Binding.Bridge);
-    expect(chooseBinding('bridge', { kind: 'veth' }, false)).toBe(Binding.Bridge);
-    expect(chooseBinding('tc-redirect', { kind: 'veth' }, true)).toBe(Binding.TcRedirect);
+    expect(chooseBinding('bridge', { kind: 'macvlan' })).toBe(Binding.Bridge);
+    expect(chooseBinding('bridge', { kind: 'veth' })).toBe(Binding.Bridge);
+    expect(chooseBinding('tc-redirect', { kind: 'vlan' })).toBe(Binding.TcRedirect);
   });
 });
 
@@ -161,6 +156,71 @@ describe('the tc-redirect plan', () => {
         for (const { op } of r.lines)
           if (op.op !== 'sysctl')
             expect(() => lineRequest(op.op === 'tc' ? ['tc', ...op.args] : op.args)).not.toThrow();
+  });
+
+  it('IPv6 on a veth: the pod netns routes for the VM from a link-local of its own; frames to the router stay in it', () => {
+    const plan = planContainerSide({
+      observed: observed('veth', { v6: true }),
+      result: {
+        ...result({ v6: true }),
+        routes: [
+          { dst: '0.0.0.0/0', gw: '192.168.77.1' },
+          { dst: '::/0', gw: 'fd77::1' },
+        ],
+      },
+      newMac: () => TAP_MAC,
+    });
+    expect(names(plan.steps)).toEqual([
+      'lo-up',
+      'strip-routes',
+      'strip-addrs',
+      'link-local-off',
+      'tap',
+      'links-up',
+      'tc-redirect',
+      'ipv6-forwarding',
+      'ipv6-routes',
+    ]);
+    const step = (n: string) => plan.steps.find((s) => s.name === n)!;
+    // its own link-local: the MAC's EUI-64 with ff:fd for ff:fe (the VM has the ff:fe one)
+    expect(lines(step('link-local-off').do)).toEqual([
+      'ip link set dev virtlet-eth0 addrgenmode none',
+      'ip addr del fe80::5c1f:aff:fe11:2233/64 dev virtlet-eth0',
+      'ip addr add fe80::5c1f:aff:fd11:2233/64 dev virtlet-eth0 nodad',
+    ]);
+    expect(lines(step('link-local-off').undo)[0]).toBe('ip addr del fe80::5c1f:aff:fd11:2233/64 dev virtlet-eth0');
+    const tc = lines(step('tc-redirect').do);
+    // from the network: IPv6 to that address stays; from the VM: IPv6 to the tap's MAC (its router) stays
+    expect(tc).toContain(
+      'tc filter add dev virtlet-eth0 parent ffff: prio 5 protocol ipv6 u32 match u32 0xfe800000 0xffffffff at 24 match u32 0x00000000 0xffffffff at 28 match u32 0x5c1f0aff 0xffffffff at 32 match u32 0xfd112233 0xffffffff at 36 classid ffff:1',
+    );
+    expect(tc).toContain(
+      'tc filter add dev tap0 parent ffff: prio 8 protocol ipv6 u32 match u16 0x02aa 0xffff at -14 match u32 0xbbccddee 0xffffffff at -12 classid ffff:1',
+    );
+    expect(lines(step('ipv6-routes').do)).toEqual([
+      'ip route replace fd77::/64 dev virtlet-eth0',
+      'ip route replace ::/0 via fd77::1 dev virtlet-eth0',
+    ]);
+    expect(plan.interfaces[0]).toMatchObject({ binding: 'tc-redirect', routed6: true, bridgeMac: TAP_MAC });
+    // every line is one the codecs turn into a request
+    for (const s of plan.steps)
+      for (const op of [...s.do, ...s.undo])
+        if (op.op === 'ip' || op.op === 'tc')
+          expect(() => lineRequest(op.op === 'tc' ? ['tc', ...op.args] : op.args)).not.toThrow();
+  });
+
+  it('IPv6 on a veth, its tap prepared: the keep filter for the router MAC comes with the redirect', () => {
+    const plan = planContainerSide({
+      observed: observed('veth', { v6: true }),
+      result: result({ v6: true }),
+      newMac: () => TAP_MAC,
+      prepared: 'virtlet-eth0',
+      preparedFor: Binding.TcRedirect,
+    });
+    expect(lines(plan.steps.find((s) => s.name === 'tc-redirect')!.do).filter((l) => l.includes('dev tap0 '))).toEqual([
+      'tc filter add dev tap0 parent ffff: prio 8 protocol ipv6 u32 match u16 0x02aa 0xffff at -14 match u32 0xbbccddee 0xffffffff at -12 classid ffff:1',
+      `tc filter add dev tap0 parent ffff: prio ${REDIRECT_PRIO} protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev virtlet-eth0`,
+    ]);
   });
 
   it('IPv6: the interface gives up the link-local it shares with the VM; the tap is the router the guest sees', () => {
@@ -264,10 +324,10 @@ describe('the tc-redirect plan', () => {
     expect(lines(v6.steps.find((s) => s.name === 'links-up')!.do)).toEqual(['ip link set dev tap0 up']);
   });
 
-  it('links prepared for tc-redirect that a dual-stack veth does not fit: the tap deleted, the bridge made anew', () => {
+  it('links prepared for tc-redirect that a VLAN does not fit: the tap deleted, the bridge binding made anew', () => {
     const plan = planContainerSide({
-      observed: observed('veth', { v6: true }),
-      result: result({ v6: true }),
+      observed: observed('vlan'),
+      result: result(),
       newMac: () => TAP_MAC,
       prepared: 'virtlet-eth0',
       preparedFor: Binding.TcRedirect,
@@ -278,27 +338,12 @@ describe('the tc-redirect plan', () => {
   });
 
   it("what add prepares for: the mode, or under auto the binding the first plugin's link most likely gets", () => {
-    const v4 = { type: 'host-local', subnet: '10.22.0.0/16' };
-    const dual = { type: 'host-local', ranges: [[{ subnet: '10.22.0.0/16' }], [{ subnet: 'fd22::/64' }]] };
-    for (const type of ['macvlan', 'ipvlan']) expect(expectedBinding('auto', { type, ipam: dual })).toBe('tc-redirect');
-    // veths: tc-redirect unless the IPAM names IPv6 (host-local's ranges or subnet, static's addresses)
-    for (const type of ['bridge', 'ptp', 'flannel', 'calico']) {
-      expect(expectedBinding('auto', { type, ipam: v4 })).toBe(Binding.TcRedirect);
-      expect(expectedBinding('auto', { type })).toBe(Binding.TcRedirect);
-      expect(expectedBinding('auto', { type, ipam: dual })).toBe(Binding.Bridge);
-      expect(expectedBinding('auto', { type, ipam: { type: 'static', addresses: [{ address: 'fd22::5/64' }] } })).toBe(
-        Binding.Bridge,
-      );
-    }
-    // what only looks like IPv6 is not: a MAC, a time of day
-    expect(
-      expectedBinding('auto', { type: 'bridge', ipam: { type: 'x', mac: '02:11:22:33:44:55', at: '12:30' } }),
-    ).toBe(Binding.TcRedirect);
+    for (const type of ['macvlan', 'ipvlan', 'bridge', 'ptp', 'flannel', 'calico', 'sriov'])
+      expect(expectedBinding('auto', type)).toBe(Binding.TcRedirect);
     // a NIC or a VLAN keeps the bridge; so does a node without a network list
-    for (const type of ['host-device', 'vlan']) expect(expectedBinding('auto', { type, ipam: v4 })).toBe('bridge');
-    expect(expectedBinding('auto', undefined)).toBe(Binding.Bridge);
-    expect(expectedBinding(Binding.TcRedirect, { type: 'bridge', ipam: dual })).toBe(Binding.TcRedirect);
-    expect(expectedBinding(Binding.Bridge, { type: 'macvlan' })).toBe(Binding.Bridge);
+    for (const type of ['host-device', 'vlan', undefined]) expect(expectedBinding('auto', type)).toBe(Binding.Bridge);
+    expect(expectedBinding(Binding.TcRedirect, 'host-device')).toBe(Binding.TcRedirect);
+    expect(expectedBinding(Binding.Bridge, 'macvlan')).toBe(Binding.Bridge);
     expect(names(preparedSteps('virtlet-eth0', Binding.TcRedirect))).toEqual(['lo-up', 'tap']);
   });
 
