@@ -182,7 +182,7 @@ export const FLAGS = {
     kind: 'string',
     help:
       "how a CNI interface is joined to the VM's tap: bridge, tc-redirect, or auto (tc-redirect for macvlan and " +
-      'ipvlan, whose MAC cannot move to the VM, and for a veth without IPv6; bridge otherwise)',
+      'ipvlan, whose MAC cannot move to the VM, and for a veth; bridge otherwise)',
   },
   cniStatusIntervalMs: {
     flag: '--cni-status-interval',

@@ -449,7 +449,7 @@ describe('deploy/ under podman kube play', () => {
     expect(Number(a.ip.split('.')[3])).toBeGreaterThanOrEqual(100);
     // dnsmasq leased it, to the pod's MAC (the dhcp daemon asked from inside the pod netns)
     expect(readFileSync(l.leases, 'utf8')).toMatch(new RegExp(` ${a.mac} ${a.ip.replace(/\./g, '\\.')} `, 'i'));
-    // the netns made in the container is a real netns on the host, with the pod's veth and tap in it (an IPv4 veth:
+    // the netns made in the container is a real netns on the host, with the pod's veth and tap in it (a veth:
     // tc-redirect joins them, no bridge)
     expect(await listNetns()).toContain(key);
     expect(readFileSync('/proc/self/mountinfo', 'utf8')).toMatch(new RegExp(` /run/netns/${key} [^\\n]* - nsfs `));

@@ -2,7 +2,7 @@
 // (test/helpers/taprelay.ts): bridge, ptp, macvlan, host-device, the meta-plugin chain (portmap with a hostPort, tuning,
 // firewall), and ipvlan/vlan where the kernel can make them. Each shows the guest's DHCP lease equal to the CNI IP,
 // traffic both ways, and nothing left after release. macvlan and ipvlan get the tc-redirect binding (their MAC stays),
-// and so does an IPv4 veth; the bridge binding is the NIC's and VLAN's, and a veth's with IPv6 or under --binding bridge.
+// and so does a veth; the bridge binding is the NIC's and VLAN's, and any link's under --binding bridge.
 import { execFileSync } from 'node:child_process';
 import {
   chmodSync,

@@ -1,5 +1,5 @@
 // The pod network against the real kernel and the real bridge + host-local plugins, under the bridge binding (what a
-// dual-stack veth gets, and every link under --binding bridge) unless a test says auto (an IPv4 veth: tc-redirect).
+// NIC or VLAN gets, and every link under --binding bridge) unless a test says auto (a veth: tc-redirect).
 import { describe, it, expect, afterEach } from 'vitest';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';

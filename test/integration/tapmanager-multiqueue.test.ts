@@ -90,7 +90,7 @@ describe('multiqueue taps', () => {
     const tunFlags = (await run(['ip', 'netns', 'exec', k, 'cat', '/sys/class/net/tap0/tun_flags'])).trim();
     expect(Number(tunFlags) & 0x100).toBe(0x100); // IFF_MULTI_QUEUE
     // no root qdisc: not the mq with a child for each of the tap's 256 possible queues the kernel would give it (the
-    // ingress qdisc is tc-redirect's, which an IPv4 veth gets)
+    // ingress qdisc is tc-redirect's, which a veth gets)
     const qdiscs = JSON.parse(await run(['tc', '-n', k, '-j', 'qdisc', 'show', 'dev', 'tap0'])) as { kind: string }[];
     expect(qdiscs.map((q) => q.kind)).toEqual(['noqueue', 'ingress']);
 

@@ -128,7 +128,7 @@ describe('tapmanager with bridge + host-local', () => {
     expect(ip.address.startsWith(net.subnet.replace(/\.0\/24$/, '.'))).toBe(true);
     expect(ip.gateway).toBe(net.gateway);
 
-    // the kernel: netns, tap, the veth stripped and sharing its MAC with the VM (an IPv4 veth: tc-redirect, no bridge)
+    // the kernel: netns, tap, the veth stripped and sharing its MAC with the VM (a veth: tc-redirect, no bridge)
     expect(await netnsExists(key)).toBe(true);
     const l = await links(key);
     expect([...l.keys()].sort()).toEqual(['lo', 'tap0', 'virtlet-eth0']);
