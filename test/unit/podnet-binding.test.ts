@@ -64,6 +64,8 @@ function result(opts: { v6?: boolean } = {}): CniResult {
 const lines = (ops: Op[]) =>
   ops.flatMap((o) => (o.op === 'ip' || o.op === 'tc' ? [`${o.op} ${o.args.join(' ')}`] : []));
 const names = (steps: Step[]) => steps.map((s) => s.name);
+/** An IPv6 interface's steps under tc-redirect (the tap comes up after its addrgenmode: links-up) */
+const V6_REDIRECT_STEPS = ['lo-up', 'strip-routes', 'strip-addrs', 'link-local-off', 'tap', 'links-up', 'tc-redirect'];
 
 describe('chooseBinding', () => {
   it('auto: tc-redirect for the kinds whose MAC must stay, and for a veth', () => {
@@ -170,17 +172,8 @@ describe('the tc-redirect plan', () => {
       },
       newMac: () => TAP_MAC,
     });
-    expect(names(plan.steps)).toEqual([
-      'lo-up',
-      'strip-routes',
-      'strip-addrs',
-      'link-local-off',
-      'tap',
-      'links-up',
-      'tc-redirect',
-      'ipv6-forwarding',
-      'ipv6-routes',
-    ]);
+    // the macvlan's steps, then the routing
+    expect(names(plan.steps)).toEqual([...V6_REDIRECT_STEPS, 'ipv6-forwarding', 'ipv6-routes']);
     const step = (n: string) => plan.steps.find((s) => s.name === n)!;
     // its own link-local: the MAC's EUI-64 with ff:fd for ff:fe (the VM has the ff:fe one)
     expect(lines(step('link-local-off').do)).toEqual([
@@ -229,15 +222,7 @@ describe('the tc-redirect plan', () => {
       result: result({ v6: true }),
       newMac: () => TAP_MAC,
     });
-    expect(names(plan.steps)).toEqual([
-      'lo-up',
-      'strip-routes',
-      'strip-addrs',
-      'link-local-off',
-      'tap',
-      'links-up',
-      'tc-redirect',
-    ]);
+    expect(names(plan.steps)).toEqual(V6_REDIRECT_STEPS);
     const ll = plan.steps.find((s) => s.name === 'link-local-off')!;
     expect(lines(ll.do)).toEqual([
       'ip link set dev virtlet-eth0 addrgenmode none',
