@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Pod network figures against their bare baselines, interleaved in one run (root; after `npm run build`):
 //   node bench/pods.mjs [--runs 30] [--warmup 5] [--counts 10,100,250,500] [--burst 250] [--gets 200] [--rounds 5]
-//                       [--figures add,burst,scale] [--strace]
+//                       [--figures add,burst,scale] [--strace] [--stack v4|dual|only]
 // add       one add / one release through tapmanager (the C client, bench/c/vmpod-client.c) vs bare-cni
 //           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`);
 //           the sides take turns going first, and rounds are 150 ms apart (the kernel's netns removal settled);
@@ -13,6 +13,8 @@
 //           minimal C server answering the same bytes and fd (bench/c/fd-echo-server.c; --rounds rounds, the sides
 //           taking turns going first, after 3 s for the kernel), and restart: spawn ->
 //           first answer and -> every pod answered get, vs an empty tapmanager's spawn -> first answer
+// --stack     the network both sides use: IPv4 (default), dual-stack or IPv6-only host-local ranges; the figures of
+//             dual and only get a suffix (add-v6dual, ...)
 // Prints one JSON line per figure ({"figure": ...}, see lib/figure.mjs). Reported, never asserted.
 import { parseArgs } from 'node:util';
 import { spawn } from 'node:child_process';
@@ -20,7 +22,7 @@ import { readFileSync, readdirSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Cleanup, run } from './lib/cleanup.mjs';
 import { podWorld, procMem, procCpuS } from './lib/pods.mjs';
-import { figure, measure } from './lib/figure.mjs';
+import { figure as plainFigure, measure as plainMeasure } from './lib/figure.mjs';
 import { helper } from './lib/cc.mjs';
 
 const { values: o } = parseArgs({
@@ -33,6 +35,7 @@ const { values: o } = parseArgs({
     rounds: { type: 'string', default: '5' },
     figures: { type: 'string', default: 'add,burst,scale' },
     strace: { type: 'boolean', default: false },
+    stack: { type: 'string', default: 'v4' },
   },
 });
 const runs = Number(o.runs);
@@ -42,6 +45,11 @@ const burstN = Number(o.burst);
 const gets = Number(o.gets);
 const rounds = Number(o.rounds);
 const want = new Set(o.figures.split(','));
+if (!['v4', 'dual', 'only'].includes(o.stack)) throw new Error(`--stack ${o.stack}: v4, dual or only`);
+// figures of an IPv6 network are named apart: add-v6dual, release-burst-250x16-v6only, ...
+const suffix = o.stack === 'v4' ? '' : `-v6${o.stack}`;
+const figure = (name, ...rest) => plainFigure(`${name}${suffix}`, ...rest);
+const measure = (name, ...rest) => plainMeasure(`${name}${suffix}`, ...rest);
 const CLIENTS = 8;
 const PAR = 16;
 
@@ -359,7 +367,7 @@ async function restartFigure(w, n) {
 }
 
 async function main() {
-  const w = await podWorld(cleanup);
+  const w = await podWorld(cleanup, o.stack === 'v4' ? {} : { ipv6: o.stack });
   await w.start();
   const t0 = performance.now();
   if (want.has('add')) await addRelease(w, '', runs);
