@@ -1,6 +1,7 @@
 // The tc-redirect binding's steps for one CNI interface (Kata's tcfilter, firecracker's tc-redirect-tap): no bridge; an
 // ingress qdisc on the interface and on tap<i>, and on each a u32 filter that redirects every frame to the other's
-// egress (mirred). The VM uses the interface's MAC, and the interface keeps it: the only way for macvlan and ipvlan.
+// egress (mirred). The VM uses the interface's MAC, and the interface keeps it: the only way for macvlan and ipvlan,
+// and for a veth the way without a bridge, whose removal costs the pod's release an RCU grace period under rtnl_lock.
 // Pure. plan.ts strips the interface's addresses and routes first, as for the bridge binding.
 //
 // Before the redirect, at a lower prio, filters keep in the pod netns what is not the VM's or the network's to see
@@ -11,7 +12,9 @@
 //     and its ARP for the DHCP server's address (169.254.254.2, on the tap), which the pod netns answers.
 // u32 offsets count from the network header: IPv4 without options, IPv6 without extension headers (DHCP has neither).
 // IPv6: the VM and the interface share the MAC, so they would share its EUI-64 link-local address; the interface gives
-// it up and makes none (addrgenmode none), so the pod netns never answers for it (DAD, NS).
+// it up and makes none (addrgenmode none), so the pod netns never answers for it (DAD, NS). Routed IPv6 (a veth, whose
+// network sends no RAs): the pod netns routes for the VM, from a link-local of its own on the interface, and keeps what
+// comes to that address and what the VM sends to the tap's MAC, the router its RA names.
 import { StepName, type Op, type Step } from '../state/record.js';
 import type { PodInterface } from '../state/types.js';
 import { formatIpv6, linkLocalFromMac, macBytes } from '../net/ipv6.js';
@@ -105,7 +108,7 @@ const ip6ToMac = (mac: string): Match => {
  * MAC it shares with the VM as the VM's EUI-64 one is, with ff:fd in the middle instead of ff:fe: distinct from the
  * VM's, unique on the link as the MAC is, and the same after a restart or a recover.
  */
-export function netnsLinkLocal(mac: string): Buffer {
+function netnsLinkLocal(mac: string): Buffer {
   const b = linkLocalFromMac(mac);
   b[12] = 0xfd;
   return b;
