@@ -14,7 +14,7 @@
 // IPv6: the VM and the interface share the MAC, so they would share its EUI-64 link-local address; the interface gives
 // it up and makes none (addrgenmode none), so the pod netns never answers for it (DAD, NS). Routed IPv6 (a veth, whose
 // network sends no RAs): the pod netns routes for the VM, from a link-local of its own on the interface, and keeps what
-// comes to that address and what the VM sends to the tap's MAC, the router its RA names.
+// comes to that address (and the solicitations for it) and what the VM sends to the tap's MAC, the router its RA names.
 import { StepName, type Op, type Step } from '../state/record.js';
 import type { PodInterface } from '../state/types.js';
 import { formatIpv6, linkLocalFromMac, macBytes } from '../net/ipv6.js';
@@ -32,6 +32,7 @@ export const REDIRECT_PRIO = 100;
 
 const UDP = 17;
 const ICMPV6 = 58;
+const NEIGHBOR_SOLICIT = 135;
 
 /** u32 matches of one kind of frame: [protocol, matches]. */
 type Match = [protocol: 'ip' | 'ipv6' | 'arp', words: string[]];
@@ -91,6 +92,25 @@ const ip6To = (addr: Uint8Array): Match => [
     'at',
     String(24 + o),
   ]),
+];
+
+/**
+ * A neighbour solicitation for one address (ICMPv6 type 135, its target at offset 48): multicast to a solicited-node
+ * group, which the pod netns's own link-local shares with the VM's (both end in the MAC's last three bytes)
+ */
+const nsFor = (addr: Uint8Array): Match => [
+  'ipv6',
+  [
+    ...icmp6(NEIGHBOR_SOLICIT)[1],
+    ...[0, 4, 8, 12].flatMap((o) => [
+      'match',
+      'u32',
+      `0x${Buffer.from(addr.subarray(o, o + 4)).toString('hex')}`,
+      '0xffffffff',
+      'at',
+      String(48 + o),
+    ]),
+  ],
 ];
 
 /** IPv6 in frames to one MAC (the Ethernet destination, 14 bytes before the network header) */
@@ -201,9 +221,11 @@ export function planTcRedirect({ i, index, link, tapMac, v6, routed, tapMade }: 
   const up = [...(link.up ? [] : [v]), ...(v6 ? [tap] : [])];
   if (up.length > 0)
     steps.push({ name: StepName.LinksUp, target: tap, do: up.map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
-  // routed: what the network sends to the pod netns's own address, and what the VM sends to its router (the tap's MAC:
-  // off-link IPv6 for the pod netns to forward) stay in the pod netns
-  const fromNetwork = own ? [...KEPT_FROM_NETWORK, ip6To(netnsLinkLocal(link.mac.toLowerCase()))] : KEPT_FROM_NETWORK;
+  // routed: what the network sends to the pod netns's own address (unicast, and the solicitations for it: a router
+  // whose neighbour cache lost the address asks for it by multicast), and what the VM sends to its router (the tap's
+  // MAC: off-link IPv6 for the pod netns to forward) stay in the pod netns
+  const ownAddr = netnsLinkLocal(link.mac.toLowerCase());
+  const fromNetwork = own ? [...KEPT_FROM_NETWORK, ip6To(ownAddr), nsFor(ownAddr)] : KEPT_FROM_NETWORK;
   const toRouter = own ? [ip6ToMac(mac)] : [];
   const tapSide =
     tapMade === true

@@ -26,8 +26,10 @@ async function waitFor(what: string, cond: () => boolean | Promise<boolean>, tim
   }
 }
 
+/** `ip -j` in netns `ns` ('': the host's) */
 async function ipJson<T>(ns: string, ...args: string[]): Promise<T> {
-  return JSON.parse((await execa('ip', ['-n', ns, '-j', ...args], { timeout: 10_000 })).stdout || '[]') as T;
+  const where = ns === '' ? [] : ['-n', ns];
+  return JSON.parse((await execa('ip', [...where, '-j', ...args], { timeout: 10_000 })).stdout || '[]') as T;
 }
 
 interface Addr {
@@ -221,6 +223,24 @@ describe.each([
       expect(routes).not.toMatch(/br0/);
     }
   });
+
+  it("the network's router finds the pod netns's link-local by solicitation after forgetting it", async () => {
+    const p = await pod();
+    // the address the pod netns routes the VM's IPv6 from: its own on the veth (tc-redirect), the bridge's (bridge)
+    const dev = binding === 'bridge' ? 'br0' : 'virtlet-eth0';
+    const own = (await addrs(p.key, dev)).find((a) => a.family === 'inet6' && a.scope === 'link')!.local;
+    // the host bridge (made by the first pod's ADD) pings from its link-local, once that is out of DAD
+    await waitFor(
+      'the host bridge link-local out of DAD',
+      async () => (await addrs('', net.bridge)).some((a) => a.scope === 'link' && !a.tentative),
+      20_000,
+    );
+    // the host's neighbour cache forgets it: its next packet there starts with a multicast solicitation, sent to the
+    // solicited-node group that address shares with the VM's under tc-redirect (the same MAC)
+    await execa('ip', ['-6', 'neigh', 'flush', 'dev', net.bridge]);
+    const r = await execa('ping', ['-6', '-c', '1', '-W', '3', `${own}%${net.bridge}`], { reject: false });
+    expect(r.exitCode, r.stdout + r.stderr).toBe(0);
+  }, 30_000);
 
   it('ISC dhclient -6 gets the address, lifetimes, DNS and search list; the RA gives the route and MTU', async () => {
     const p = await pod();

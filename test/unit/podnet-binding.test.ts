@@ -187,6 +187,10 @@ describe('the tc-redirect plan', () => {
     expect(tc).toContain(
       'tc filter add dev virtlet-eth0 parent ffff: prio 5 protocol ipv6 u32 match u32 0xfe800000 0xffffffff at 24 match u32 0x00000000 0xffffffff at 28 match u32 0x5c1f0aff 0xffffffff at 32 match u32 0xfd112233 0xffffffff at 36 classid ffff:1',
     );
+    // and the solicitations for it, multicast to the solicited-node group it shares with the VM's
+    expect(tc).toContain(
+      'tc filter add dev virtlet-eth0 parent ffff: prio 6 protocol ipv6 u32 match u8 58 0xff at 6 match u8 135 0xff at 40 match u32 0xfe800000 0xffffffff at 48 match u32 0x00000000 0xffffffff at 52 match u32 0x5c1f0aff 0xffffffff at 56 match u32 0xfd112233 0xffffffff at 60 classid ffff:1',
+    );
     expect(tc).toContain(
       'tc filter add dev tap0 parent ffff: prio 8 protocol ipv6 u32 match u16 0x02aa 0xffff at -14 match u32 0xbbccddee 0xffffffff at -12 classid ffff:1',
     );
