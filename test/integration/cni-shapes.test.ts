@@ -318,16 +318,28 @@ describe('CNI shapes with a VM stand-in on the tap fd', () => {
     await releaseAll(p);
   }, 90_000);
 
-  it('host-device + host-local: the NIC moves into the pod and back on release', async () => {
+  it('host-device + host-local: the NIC moves into the pod and back on release, as it was', async () => {
     const lan = await makeLan('h');
     lans.push(lan);
+    const linkOf = async () =>
+      (JSON.parse((await execa('ip', ['-j', 'link', 'show', 'dev', lan.parent])).stdout) as { address: string }[])[0]!;
+    const mac = (await linkOf()).address;
     const p = await podOn([{ type: 'host-device', device: lan.parent, ipam: hostLocal(lan.subnet, lan.gateway) }], {
       ns: lan.ns,
       ip: lan.gateway,
     });
     expect(await listLinks()).not.toContain(lan.parent);
+    const ingress = async (netns: string[], dev: string) =>
+      (
+        JSON.parse((await execa('tc', [...netns, '-j', 'qdisc', 'show', 'dev', dev])).stdout) as { kind: string }[]
+      ).some((q) => q.kind === 'ingress');
+    // a veth here: the tc-redirect binding, its ingress qdisc on the NIC in the pod
+    expect(await ingress(['-n', p.key], 'virtlet-eth0')).toBe(true);
     await releaseAll(p);
     expect(await listLinks()).toContain(lan.parent);
+    // nothing of the binding came back with it: its MAC, and no ingress qdisc redirecting its frames to a tap gone
+    expect((await linkOf()).address).toBe(mac);
+    expect(await ingress([], lan.parent)).toBe(false);
   }, 90_000);
 
   it('bridge chained with portmap, tuning, bandwidth and firewall: a TCP connection to the node hostPort reaches a listener in the VM', async () => {
