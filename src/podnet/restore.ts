@@ -20,12 +20,13 @@ export type RestoreOutcome = 'restored' | 'rolledBack' | 'netnsMissing' | 'quara
  * attached is held by a running VM (openFds exclusive: EBUSY; a single-queue tap takes one open file at a time anyway,
  * and on a multi-queue tap ours would be one more queue, which nobody reads and which takes its share of the VM's
  * packets): the pod is attached without fds if `tolerateBusy` (restore, recover: DHCP and release work, get says the
- * tap is in use).
+ * tap is in use). The taps open on a pool thread: a restore attaches every pod at once, its parallel slots then open
+ * taps while the loop reads the next records and answers gets.
  */
 export async function attach(env: PodEnv, rec: PodRecord, tolerateBusy = false): Promise<PodNetworkState> {
   let fds: number[] = [];
   try {
-    fds = await openFds(rec.nsPath, rec.interfaces, env.log, { exclusive: true });
+    fds = await openFds(rec.nsPath, rec.interfaces, env.log, { exclusive: true, offLoop: true });
   } catch (e) {
     if (!(tolerateBusy && isBusy(e))) throw e;
     env.log.warn(
