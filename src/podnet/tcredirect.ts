@@ -82,36 +82,24 @@ function keepLine(dev: string, prio: number, [proto, words]: Match): string[] {
 }
 
 /** IPv6 to one address (the destination: offset 24 of the IPv6 header) */
-const ip6To = (addr: Uint8Array): Match => [
-  'ipv6',
+const ip6To = (addr: Uint8Array): Match => ['ipv6', addressWords(addr, 24)];
+
+/**
+ * A neighbour solicitation for one address (ICMPv6 type 135, its target at offset 48): multicast to a solicited-node
+ * group, which the pod netns's own link-local shares with the VM's (both end in the MAC's last three bytes)
+ */
+const nsFor = (addr: Uint8Array): Match => ['ipv6', [...icmp6(NEIGHBOR_SOLICIT)[1], ...addressWords(addr, 48)]];
+
+/** u32 matches of a whole IPv6 address at offset `at`, a word at a time */
+const addressWords = (addr: Uint8Array, at: number): string[] =>
   [0, 4, 8, 12].flatMap((o) => [
     'match',
     'u32',
     `0x${Buffer.from(addr.subarray(o, o + 4)).toString('hex')}`,
     '0xffffffff',
     'at',
-    String(24 + o),
-  ]),
-];
-
-/**
- * A neighbour solicitation for one address (ICMPv6 type 135, its target at offset 48): multicast to a solicited-node
- * group, which the pod netns's own link-local shares with the VM's (both end in the MAC's last three bytes)
- */
-const nsFor = (addr: Uint8Array): Match => [
-  'ipv6',
-  [
-    ...icmp6(NEIGHBOR_SOLICIT)[1],
-    ...[0, 4, 8, 12].flatMap((o) => [
-      'match',
-      'u32',
-      `0x${Buffer.from(addr.subarray(o, o + 4)).toString('hex')}`,
-      '0xffffffff',
-      'at',
-      String(48 + o),
-    ]),
-  ],
-];
+    String(at + o),
+  ]);
 
 /** IPv6 in frames to one MAC (the Ethernet destination, 14 bytes before the network header) */
 const ip6ToMac = (mac: string): Match => {
