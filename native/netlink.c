@@ -9,7 +9,8 @@
 // netlinkInNetns(nsPath, requests, force, offLoop = true) runs a batch of requests in the netns at nsPath on a libuv
 // pool thread, or with offLoop false on the calling thread (the promise settled before the call returns: no pool
 // thread to wake, for a batch the caller would only wait for): the thread enters the netns, opens a NETLINK_ROUTE
-// socket there, runs the requests in order, and goes back to its own netns. A request (integers in host order; src/net/rtnl.ts builds them):
+// socket there, runs the requests in order, and goes back to its own netns. A request (integers in host order;
+// src/net/rtnl.ts builds them):
 //   u32 kind, u32 body length, body
 //   kind 0, a netlink message: u32 n; n x { u32 offset; char name[16] }: the ifindex of link `name` (in the netns)
 //           goes in as a u32 at `offset` of the message, which follows. Its answer: an ACK, or a dump's messages up

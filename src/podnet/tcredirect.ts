@@ -179,7 +179,8 @@ export function planTcRedirect({ i, index, link, tapMac, v6, routed, tapMade }: 
   const tapIp6 = formatIpv6(linkLocalFromMac(mac));
   const steps: Step[] = [];
   // routed: the pod netns's own link-local on the interface, to reach the gateway from
-  const own = routed === true && v6 ? `${formatIpv6(netnsLinkLocal(link.mac.toLowerCase()))}/64` : undefined;
+  const ownAddr = routed === true && v6 ? netnsLinkLocal(link.mac.toLowerCase()) : undefined;
+  const own = ownAddr ? `${formatIpv6(ownAddr)}/64` : undefined;
   if (v6) {
     steps.push({
       name: StepName.LinkLocalOff,
@@ -212,9 +213,8 @@ export function planTcRedirect({ i, index, link, tapMac, v6, routed, tapMade }: 
   // routed: what the network sends to the pod netns's own address (unicast, and the solicitations for it: a router
   // whose neighbour cache lost the address asks for it by multicast), and what the VM sends to its router (the tap's
   // MAC: off-link IPv6 for the pod netns to forward) stay in the pod netns
-  const ownAddr = netnsLinkLocal(link.mac.toLowerCase());
-  const fromNetwork = own ? [...KEPT_FROM_NETWORK, ip6To(ownAddr), nsFor(ownAddr)] : KEPT_FROM_NETWORK;
-  const toRouter = own ? [ip6ToMac(mac)] : [];
+  const fromNetwork = ownAddr ? [...KEPT_FROM_NETWORK, ip6To(ownAddr), nsFor(ownAddr)] : KEPT_FROM_NETWORK;
+  const toRouter = ownAddr ? [ip6ToMac(mac)] : [];
   const tapSide =
     tapMade === true
       ? [...toRouter.map((m, n) => keepLine(tap, KEPT_FROM_VM.length + n + 1, m)), redirectLine(tap, v)]
