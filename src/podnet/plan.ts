@@ -21,8 +21,9 @@
 //   ipv6-forwarding  net.ipv6.conf.all.forwarding=1: the bridge answers NS as a router (R=1) and forwards
 //   ipv6-routes   <prefix> dev br<i>, each IPv6 route of the result via its gateway dev br<i>   undo: with the netns
 //
-// add makes lo up and interface 0's bridge, tap (its port) and filter while the plugins run (preparedSteps); the plan
-// given `prepared` then only finishes them (the bridge step only for IPv6; the MTUs come with links-up), or deletes
+// add makes lo up and interface 0's bridge, tap (its port) and filter while the plugins run (preparedSteps; for
+// tc-redirect the tap alone, up, with its side of the binding); the plan given `prepared` then only finishes them (the
+// bridge step only for IPv6; the MTUs come with links-up; a tc-redirect tap gets its MTU when it differs), or deletes
 // them first (drop-prepared) when interface 0 is another link.
 //
 // A CNI interface that is an SR-IOV VF (SR-IOV enabled) gets one step instead, host side, nothing moved:
@@ -336,7 +337,8 @@ function dhcpFilterStep(veth: string, tap: string): Step {
 
 /**
  * What add makes in the new pod netns while the CNI plugins run, as none of it depends on their result: lo up and
- * interface 0's tap (down, without MTU); for tc-redirect also the tap's side of it (tcredirect.ts preparedTapOps);
+ * interface 0's tap (without MTU; down, but for tc-redirect, which also makes the tap's side of it and brings it up:
+ * tcredirect.ts preparedTapOps);
  * for the bridge binding its bridge (down, without MTU, the tap its port) and the DHCP filter of the link the plugins
  * make as CNI_IFNAME `veth`.
  * The plan (input `prepared`, `preparedFor`) finishes them when its first interface is that link and gets that
@@ -379,8 +381,9 @@ export interface ContainerSidePlan {
   steps: Step[];
   /**
    * The DHCP servers can start while the steps are applied (add's whileApplying): every bridge and tap they bind to
-   * exists before it runs (made while the plugins ran), and no interface has IPv6, whose RA and DHCPv6 servers read the
-   * tap through a packet socket that a link still down fails (ENETDOWN).
+   * exists before it runs (made while the plugins ran), and every tap that RA and DHCPv6 servers read is up (they read
+   * it through a packet socket, which a link still down fails: ENETDOWN): a prepared tc-redirect tap is, a prepared
+   * bridge binding's is not.
    */
   dhcpEarly: boolean;
 }
@@ -434,10 +437,10 @@ export function planContainerSide(input: ContainerSidePlanInput): ContainerSideP
   // a tc-redirect interface's DHCP server binds to its tap, the bridge binding's to its bridge
   const dhcpEarly =
     firstLinks === 'prepared' &&
-    taps.every(
-      (i) =>
-        (i.binding === Binding.TcRedirect ? i.tapName === tapName(0) : i.bridgeName === bridgeName(0)) &&
-        i.bridgeIp6 === undefined,
+    taps.every((i) =>
+      i.binding === Binding.TcRedirect
+        ? i.tapName === tapName(0)
+        : i.bridgeName === bridgeName(0) && i.bridgeIp6 === undefined,
     );
   return { interfaces, steps, dhcpEarly };
 }
@@ -453,6 +456,16 @@ function planStart(input: ContainerSidePlanInput, firstLinks: LinksMade): Step[]
   if (input.prepared === undefined) steps.push(loUpStep());
   else if (firstLinks === 'new') steps.push(dropPreparedStep(input.prepared, input.preparedFor));
   return steps;
+}
+
+/** The tap made while the plugins ran, as observed: the plan takes its MAC and MTU. */
+function preparedTap(observed: Observed, tap: string): ObservedLink {
+  const link = observed.links.find((l) => l.name === tap);
+  if (!link)
+    throw new VmpodError(ErrorCode.Netlink, `the tap ${tap} made while the plugins ran is not in the pod netns`, {
+      op: 'plan',
+    });
+  return link;
 }
 
 /** A VF gets no bridge or tap: it is bound to vfio-pci and passed through to the VM by its PCI address. */
@@ -517,14 +530,16 @@ function planTap(
     // a veth's network (a bridge CNI, ptp) sends no RAs: the pod netns routes the VM's IPv6, as the bridge binding's
     // does; a macvlan's or ipvlan's VM is on a LAN whose routers advertise themselves
     const routed = v6 !== undefined && !MAC_BOUND_KINDS.has(link.kind ?? '');
+    // the tap made while the plugins ran keeps the MAC the kernel gave it
+    const madeTap = made === 'prepared' ? preparedTap(input.observed, tap) : undefined;
     const tc = planTcRedirect({
       i,
       index,
       link,
-      tapMac: mac,
+      tapMac: madeTap?.mac ?? mac,
       v6: v6 !== undefined,
       routed,
-      tapMade: made === 'prepared',
+      ...(madeTap ? { madeTap } : {}),
     });
     return { steps: [...strip, ...tc.steps, ...(routed ? ipv6Steps(v, v6) : [])], iface: tc.iface };
   }

@@ -139,10 +139,18 @@ function redirectLine(dev: string, to: string): string[] {
 
 /**
  * What of the tap's side needs neither the CNI link nor the result, so add makes it while the plugins run (plan.ts
- * preparedSteps), after the tap itself: the DHCP server's address, the tap's ingress qdisc and its keep filters.
+ * preparedSteps), after the tap itself: the DHCP server's address, the tap's ingress qdisc and its keep filters, and
+ * the tap up, making no link-local (a request applies the up flag before addrgenmode, hence two). It keeps the MAC
+ * the kernel gave it (random, locally administered, as the plan's own) and gets its MTU from the plan when the CNI
+ * link's differs.
  */
 export function preparedTapOps(tap: string): Op[] {
-  return [tapAddr(tap), ...keepLines(tap, KEPT_FROM_VM).map((l) => tc(...l))];
+  return [
+    tapAddr(tap),
+    ...keepLines(tap, KEPT_FROM_VM).map((l) => tc(...l)),
+    ip('link', 'set', 'dev', tap, 'addrgenmode', 'none'),
+    ip('link', 'set', 'dev', tap, 'up'),
+  ];
 }
 
 /** The DHCP server's address, on the tap: the guest's unicast renewals and its ARP for the server end there. */
@@ -163,12 +171,15 @@ export interface TcRedirectInput {
    * as under the bridge binding); not for a macvlan or ipvlan, whose network's routers advertise themselves
    */
   routed?: boolean;
-  /** the tap exists already, with preparedTapOps done (made while the plugins ran: plan.ts preparedSteps) */
-  tapMade?: boolean;
+  /**
+   * the tap as the plan observed it when it exists already, with preparedTapOps done (made while the plugins ran:
+   * plan.ts preparedSteps); tapMac is then its MAC
+   */
+  madeTap?: ObservedLink;
 }
 
 /** The steps after strip-routes/strip-addrs, and the interface the record keeps. */
-export function planTcRedirect({ i, index, link, tapMac, v6, routed, tapMade }: TcRedirectInput): {
+export function planTcRedirect({ i, index, link, tapMac, v6, routed, madeTap }: TcRedirectInput): {
   steps: Step[];
   iface: PodInterface;
 } {
@@ -198,16 +209,30 @@ export function planTcRedirect({ i, index, link, tapMac, v6, routed, tapMade }: 
     });
   }
   // IPv6: the tap comes up once it makes no link-local (a request applies the flags before addrgenmode); without, up
-  // in the same request
-  const tapLink = ip('link', 'set', 'dev', tap, 'mtu', mtu, 'address', mac, ...(v6 ? ['addrgenmode', 'none'] : ['up']));
-  steps.push({
-    name: StepName.Tap,
-    target: tap,
-    do: tapMade === true ? [tapLink] : [...makeTapOps(tap), tapLink, tapAddr(tap)],
-    undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
-  });
+  // in the same request. A tap made already is up, and gets the MTU when it differs.
+  if (madeTap === undefined) {
+    const tapLink = ip(
+      'link',
+      'set',
+      'dev',
+      tap,
+      'mtu',
+      mtu,
+      'address',
+      mac,
+      ...(v6 ? ['addrgenmode', 'none'] : ['up']),
+    );
+    steps.push({
+      name: StepName.Tap,
+      target: tap,
+      do: [...makeTapOps(tap), tapLink, tapAddr(tap)],
+      undo: [{ ...ip('link', 'del', 'dev', tap), withNetns: true }],
+    });
+  } else if (madeTap.mtu !== link.mtu) {
+    steps.push({ name: StepName.Tap, target: tap, do: [ip('link', 'set', 'dev', tap, 'mtu', mtu)], undo: [] });
+  }
   // the CNI link is up as its plugin left it, usually
-  const up = [...(link.up ? [] : [v]), ...(v6 ? [tap] : [])];
+  const up = [...(link.up ? [] : [v]), ...(v6 && madeTap === undefined ? [tap] : [])];
   if (up.length > 0)
     steps.push({ name: StepName.LinksUp, target: tap, do: up.map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
   // routed: what the network sends to the pod netns's own address (unicast, and the solicitations for it: a router
@@ -216,7 +241,7 @@ export function planTcRedirect({ i, index, link, tapMac, v6, routed, tapMade }: 
   const fromNetwork = ownAddr ? [...KEPT_FROM_NETWORK, ip6To(ownAddr), nsFor(ownAddr)] : KEPT_FROM_NETWORK;
   const toRouter = ownAddr ? [ip6ToMac(mac)] : [];
   const tapSide =
-    tapMade === true
+    madeTap !== undefined
       ? [...toRouter.map((m, n) => keepLine(tap, KEPT_FROM_VM.length + n + 1, m)), redirectLine(tap, v)]
       : redirectLines(tap, v, [...KEPT_FROM_VM, ...toRouter]);
   steps.push({

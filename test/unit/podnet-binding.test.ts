@@ -15,7 +15,11 @@ const NS = '/var/run/netns/podm';
 const MAC = '5e:1f:0a:11:22:33';
 const TAP_MAC = '02:aa:bb:cc:dd:ee';
 
-function observed(kind: string | undefined, opts: { v6?: boolean } = {}): Observed {
+/** The pod netns as the plugins left it; `tap`: with the tap add made while they ran (tc-redirect's, up). */
+function observed(
+  kind: string | undefined,
+  opts: { v6?: boolean; tap?: { mac: string; mtu?: number } } = {},
+): Observed {
   const link: ObservedLink = {
     name: 'virtlet-eth0',
     index: 4,
@@ -31,8 +35,11 @@ function observed(kind: string | undefined, opts: { v6?: boolean } = {}): Observ
         }
       : {}),
   };
+  const tap: ObservedLink[] = opts.tap
+    ? [{ name: 'tap0', index: 3, kind: 'tun', mac: opts.tap.mac, mtu: opts.tap.mtu ?? 1500, up: true, addrs4: [] }]
+    : [];
   return {
-    links: [{ name: 'lo', index: 1, mac: '00:00:00:00:00:00', mtu: 65536, up: true, addrs4: [] }, link],
+    links: [{ name: 'lo', index: 1, mac: '00:00:00:00:00:00', mtu: 65536, up: true, addrs4: [] }, ...tap, link],
     routes4: [
       { dst: 'default', gateway: '192.168.77.1', dev: 'virtlet-eth0', protocol: 'boot', scope: 'global', flags: [] },
       {
@@ -208,12 +215,17 @@ describe('the tc-redirect plan', () => {
 
   it('IPv6 on a veth, its tap prepared: the keep filter for the router MAC comes with the redirect', () => {
     const plan = planContainerSide({
-      observed: observed('veth', { v6: true }),
+      observed: observed('veth', { v6: true, tap: { mac: TAP_MAC } }),
       result: result({ v6: true }),
-      newMac: () => TAP_MAC,
+      newMac: () => '02:99:99:99:99:99',
       prepared: 'virtlet-eth0',
       preparedFor: Binding.TcRedirect,
     });
+    // the router the guest sees is the tap, with the MAC the kernel gave it; it is up already, so the RA and DHCPv6
+    // servers can start while the plan is applied
+    expect(plan.interfaces[0]).toMatchObject({ bridgeMac: TAP_MAC, bridgeIp6: 'fe80::aa:bbff:fecc:ddee' });
+    expect(names(plan.steps)).not.toContain('links-up');
+    expect(plan.dhcpEarly).toBe(true);
     expect(lines(plan.steps.find((s) => s.name === 'tc-redirect')!.do).filter((l) => l.includes('dev tap0 '))).toEqual([
       'tc filter add dev tap0 parent ffff: prio 8 protocol ipv6 u32 match u16 0x02aa 0xffff at -14 match u32 0xbbccddee 0xffffffff at -12 classid ffff:1',
       `tc filter add dev tap0 parent ffff: prio ${REDIRECT_PRIO} protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev virtlet-eth0`,
@@ -263,16 +275,14 @@ describe('the tc-redirect plan', () => {
 
   it('links prepared for tc-redirect (the tap alone) are finished, not deleted: no link is deleted or made again', () => {
     const plan = planContainerSide({
-      observed: observed('macvlan'),
+      observed: observed('macvlan', { tap: { mac: TAP_MAC } }),
       result: result(),
-      newMac: () => TAP_MAC,
+      newMac: () => '02:99:99:99:99:99',
       prepared: 'virtlet-eth0',
       preparedFor: Binding.TcRedirect,
     });
-    expect(names(plan.steps)).toEqual(['ipv6-off', 'strip-routes', 'strip-addrs', 'tap', 'tc-redirect']);
-    expect(lines(plan.steps.find((s) => s.name === 'tap')!.do)).toEqual([
-      `ip link set dev tap0 mtu 1500 address ${TAP_MAC} up`,
-    ]);
+    // the tap is up already, with the MAC the kernel gave it and the CNI link's MTU: nothing to set
+    expect(names(plan.steps)).toEqual(['ipv6-off', 'strip-routes', 'strip-addrs', 'tc-redirect']);
     // the tap's address, ingress qdisc and keep filters were made with it: only its redirect is left
     expect(lines(plan.steps.find((s) => s.name === 'tc-redirect')!.do).filter((l) => l.includes('dev tap0 '))).toEqual([
       `tc filter add dev tap0 parent ffff: prio ${REDIRECT_PRIO} protocol all u32 match u8 0 0 at 0 action mirred egress redirect dev virtlet-eth0`,
@@ -282,21 +292,61 @@ describe('the tc-redirect plan', () => {
     expect(plan.dhcpEarly).toBe(true);
   });
 
-  it('prepared and finished, tc-redirect makes exactly what its plan makes without preparing', () => {
+  it('a prepared tc-redirect tap gets the MTU of a CNI link whose MTU is not the default, and that alone', () => {
+    const jumbo = observed('veth', { tap: { mac: TAP_MAC } });
+    jumbo.links.find((l) => l.name === 'virtlet-eth0')!.mtu = 9000;
+    const plan = planContainerSide({
+      observed: jumbo,
+      result: result(),
+      newMac: () => TAP_MAC,
+      prepared: 'virtlet-eth0',
+      preparedFor: Binding.TcRedirect,
+    });
+    expect(lines(plan.steps.find((s) => s.name === 'tap')!.do)).toEqual(['ip link set dev tap0 mtu 9000']);
+    expect(plan.interfaces[0]!.mtu).toBe(9000);
+  });
+
+  it('a prepared tc-redirect tap that is not in the pod netns fails the plan, saying so', () => {
+    expect(() =>
+      planContainerSide({
+        observed: observed('veth'),
+        result: result(),
+        newMac: () => TAP_MAC,
+        prepared: 'virtlet-eth0',
+        preparedFor: Binding.TcRedirect,
+      }),
+    ).toThrow(/the tap tap0 made while the plugins ran is not in the pod netns/);
+  });
+
+  it('prepared and finished, tc-redirect makes what its plan makes without preparing, but for the tap up early', () => {
     const input = { observed: observed('veth'), result: result(), newMac: () => TAP_MAC };
     const whole = planContainerSide(input);
-    const finished = planContainerSide({ ...input, prepared: 'virtlet-eth0', preparedFor: Binding.TcRedirect });
+    const finished = planContainerSide({
+      ...input,
+      observed: observed('veth', { tap: { mac: TAP_MAC } }),
+      prepared: 'virtlet-eth0',
+      preparedFor: Binding.TcRedirect,
+    });
     const made = (steps: Step[]) =>
       steps.flatMap((s) => lines(s.do)).filter((l) => !l.startsWith('ip link set dev lo'));
+    const tapLink = (l: string) => l.startsWith('ip link set dev tap0 ');
     const prepared = preparedSteps('virtlet-eth0', Binding.TcRedirect);
-    expect([...made(prepared), ...made(finished.steps)].sort()).toEqual(made(whole.steps).sort());
-    // the tap comes up with its MTU and MAC, after its address and keep filters were made while it was down
+    expect([...made(prepared), ...made(finished.steps)].filter((l) => !tapLink(l)).sort()).toEqual(
+      made(whole.steps)
+        .filter((l) => !tapLink(l))
+        .sort(),
+    );
+    // made whole, the tap comes up with its MTU and the plan's MAC; prepared, it comes up once its address and keep
+    // filters are made, keeping the kernel's MAC
+    expect(made(whole.steps).filter(tapLink)).toEqual([`ip link set dev tap0 mtu 1500 address ${TAP_MAC} up`]);
     expect(made(prepared).slice(2)).toEqual([
       'ip addr add 169.254.254.2/24 dev tap0',
       'tc qdisc add dev tap0 ingress',
       ...KEPT_FROM_VM.map((_, n) =>
         expect.stringMatching(new RegExp(`^tc filter add dev tap0 parent ffff: prio ${n + 1} `)),
       ),
+      'ip link set dev tap0 addrgenmode none',
+      'ip link set dev tap0 up',
     ]);
   });
 
