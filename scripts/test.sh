@@ -12,8 +12,8 @@ if ! npm run typecheck --silent; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-# one formatter and linter (Biome; functions of src/ within 80 lines), the shape check (src/ within 120 columns, C
-# files within 700 lines), no unused files, exports or dependencies (knip)
+# one formatter and linter (Biome; functions of src/ within 80 lines), src/ within 120 columns, no unused files,
+# exports or dependencies (knip)
 if ! npm run lint --silent; then
   echo "0 passed, 1 failed"
   exit 1
