@@ -355,6 +355,11 @@ export class DhcpServer {
     this.log.info({ stats: this.stats }, 'dhcp server stopped');
   }
 
+  /** settled: its UDP socket closes at once on stop */
+  get closed(): Promise<void> {
+    return this.watch.closed;
+  }
+
   /** A DECLINE: back off (doubling), and warn with the address and who else answers for it (looked up async). */
   private onDecline(from: string, address: string): void {
     this.stats.declines++;

@@ -29,9 +29,9 @@
 import { errorChain, tryDecode } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
-import { native, type RecvFrameResult } from '../native.js';
+import type { RecvFrameResult } from '../native.js';
 import type { SocketWatch } from '../net/watch.js';
-import { type PacketIo, RateLimit, watchTapFrames } from '../net/packetio.js';
+import { nativePacketIo, type PacketIo, RateLimit, watchTapFrames } from '../net/packetio.js';
 import { bpfIpv6Filter, decodeFrame6, decodeUdp6, encodeUdp6Frame, NH_UDP } from '../net/frame6.js';
 import { formatIpv6, inSubnet6, linkLocalFromMac, normaliseIpv6 } from '../net/ipv6.js';
 import { buildOptions6, type Built6, leasedIaNa, statusIaNa } from './options.js';
@@ -362,7 +362,7 @@ export class Dhcp6Server {
   }
 
   private constructor(opts: Dhcp6ServerOptions, built: Built6) {
-    this.io = opts.io ?? native();
+    this.io = opts.io ?? nativePacketIo();
     this.lease = opts.lease;
     this.ctx = { lease: opts.lease, built };
     this.serverIp = normaliseIpv6(opts.serverIp) ?? opts.serverIp;
@@ -396,6 +396,11 @@ export class Dhcp6Server {
   stop(): void {
     if (!this.watch.stop()) return;
     this.log.info({ stats: this.stats }, 'dhcp6 server stopped');
+  }
+
+  /** settles once its socket is closed after stop (off the event loop) */
+  get closed(): Promise<void> {
+    return this.watch.closed;
   }
 
   /** One frame (csumNotReady: its UDP checksum is still to be filled in, see decodeFrame6); never throws. */

@@ -1,5 +1,6 @@
 // What the RA and DHCPv6 servers need of a packet socket, their listening half, and their flood guard.
-import type { Poller, RecvFrameResult } from '../native.js';
+import { closeOffLoop } from '../files.js';
+import { native, type Poller, type RecvFrameResult } from '../native.js';
 import { SocketWatch, type WatchLog } from './watch.js';
 
 /** The socket calls the servers make; native() by default, a recording fake in unit tests. */
@@ -10,6 +11,21 @@ export interface PacketIo {
   recvFrame(fd: number, max: number): RecvFrameResult | null;
   writeAll(fd: number, data: Buffer): void;
   close(fd: number): void;
+  /** close(fd) on a pool thread: a packet socket's close waits for an RCU grace period (watch.ts WatchIo) */
+  closeOffLoop(fd: number): Promise<void>;
+}
+
+/** The addon's packet socket calls, and close on libuv's pool (node:fs close). */
+export function nativePacketIo(): PacketIo {
+  const n = native();
+  return {
+    packetSocketInNetns: (nsPath, ifname, filter) => n.packetSocketInNetns(nsPath, ifname, filter),
+    pollReadable: (fd, cb) => n.pollReadable(fd, cb),
+    recvFrame: (fd, max) => n.recvFrame(fd, max),
+    writeAll: (fd, data) => n.writeAll(fd, data),
+    close: (fd) => n.close(fd),
+    closeOffLoop,
+  };
 }
 
 /** The most a frame read takes. */

@@ -6,6 +6,11 @@ import type { Poller } from '../native.js';
 export interface WatchIo {
   pollReadable(fd: number, cb: (err: Error | null) => void): Poller;
   close(fd: number): void;
+  /**
+   * close(fd) on a pool thread, for a socket whose close waits: a packet socket's waits for an RCU grace period
+   * (packet_release's synchronize_net), milliseconds that would stall the event loop. Without it, stop closes at once.
+   */
+  closeOffLoop?(fd: number): Promise<void>;
 }
 
 export interface WatchLog {
@@ -19,6 +24,8 @@ const BURST = 64;
 export class SocketWatch<T> {
   #fd: number;
   #poller: Poller | undefined;
+  /** settles once the socket is closed after stop (never rejects: a failed close is logged) */
+  closed: Promise<void> = Promise.resolve();
 
   /**
    * Watches `fd` (already open): on each wake-up, `read` packets (null: none left) and `handle` each. When the
@@ -47,17 +54,26 @@ export class SocketWatch<T> {
     return this.#fd;
   }
 
-  /** Stops watching and closes the socket. Idempotent: true only for the call that stopped it. */
+  /**
+   * Stops watching and closes the socket, off the event loop when the io can (`closed` settles then). Idempotent: true
+   * only for the call that stopped it.
+   */
   stop(): boolean {
     if (this.#fd < 0) return false;
     const fd = this.#fd;
     this.#fd = -1;
     this.#poller?.stop();
     this.#poller = undefined;
+    const failed = (e: unknown): void =>
+      this.log.warn({ err: errorChain(e), fd }, `${this.name}: closing the socket failed`);
+    if (this.io.closeOffLoop) {
+      this.closed = this.io.closeOffLoop(fd).catch(failed);
+      return true;
+    }
     try {
       this.io.close(fd);
     } catch (e) {
-      this.log.warn({ err: errorChain(e), fd }, `${this.name}: closing the socket failed`);
+      failed(e);
     }
     return true;
   }

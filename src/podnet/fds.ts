@@ -1,6 +1,7 @@
 // The fds a pod hands to its VM (get): our own one per interface (openFds), and the queues a get asks for (queueFds),
 // opened through the addon (a tap must be opened inside the pod netns: openTap, openTapQueues), closed through it.
-import { close, openSync } from 'node:fs';
+import { openSync } from 'node:fs';
+import { closeOffLoop } from '../files.js';
 import { ErrorCode, VmpodError } from '../errors.js';
 import { MAX_FDS } from '../protocol/commands.js';
 import type { Logger } from '../log.js';
@@ -182,9 +183,7 @@ export async function closeFds(fds: number[], log: Logger, opts: { offLoop?: boo
     }
     return;
   }
-  await Promise.all(
-    all.map((fd) => new Promise<void>((resolve) => close(fd, (e) => (e ? failed(e, fd) : undefined, resolve())))),
-  );
+  await Promise.all(all.map((fd) => closeOffLoop(fd).catch((e: unknown) => failed(e, fd))));
 }
 
 /**

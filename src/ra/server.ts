@@ -21,11 +21,11 @@
 import { errorChain } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
-import { native, type RecvFrameResult } from '../native.js';
+import type { RecvFrameResult } from '../native.js';
 import type { SocketWatch } from '../net/watch.js';
 import { bpfIpv6Filter, decodeFrame6, encodeIcmp6Frame, ETH_HLEN, IP6_HLEN, NH_ICMPV6 } from '../net/frame6.js';
 import { normaliseIpv6 } from '../net/ipv6.js';
-import { type PacketIo, RateLimit, watchTapFrames } from '../net/packetio.js';
+import { nativePacketIo, type PacketIo, RateLimit, watchTapFrames } from '../net/packetio.js';
 import {
   MAX_INITIAL_RTR_ADVERT_INTERVAL,
   MAX_INITIAL_RTR_ADVERTISEMENTS,
@@ -150,7 +150,7 @@ export class RaServer {
     this.vmMac = opts.lease.mac;
     this.ra = encodeRa(raFromLease(opts.lease, this.routerMac));
     this.na = opts.answerNs === true ? encodeNa(this.routerIp, this.routerMac) : undefined;
-    this.io = opts.io ?? native();
+    this.io = opts.io ?? nativePacketIo();
     this.intervals = opts.intervals ?? {
       min: MIN_RTR_ADV_INTERVAL,
       max: MAX_RTR_ADV_INTERVAL,
@@ -181,6 +181,11 @@ export class RaServer {
 
   get running(): boolean {
     return this.watch.fd >= 0;
+  }
+
+  /** settles once its socket is closed after stop (off the event loop) */
+  get closed(): Promise<void> {
+    return this.watch.closed;
   }
 
   stop(): void {

@@ -28,7 +28,8 @@ export class DhcpServers {
    * start lines at debug (a restart's; its summary line names the pods).
    */
   start(st: PodNetworkState, opts: { quiet?: boolean } = {}): void {
-    this.stop(st.key);
+    // a restart of the servers: new packet sockets need not wait for the old ones' close
+    void this.stop(st.key);
     const result = st.csn.Result ? fromV031(st.csn.Result) : undefined;
     if (!result)
       throw new VmpodError(ErrorCode.State, `pod ${st.key} has no CNI result to serve over DHCP`, {
@@ -79,9 +80,16 @@ export class DhcpServers {
     this.byKey.set(st.key, servers);
   }
 
-  stop(key: string): void {
-    for (const s of this.byKey.get(key) ?? []) s.stop();
+  /**
+   * Stops the servers of a pod. Their packet sockets (RA, DHCPv6) close on pool threads, each waiting for an RCU grace
+   * period: the promise settles once they are closed (never rejects), so that a release can overlap that wait with its
+   * CNI DEL and still reply with nothing of the pod left open.
+   */
+  stop(key: string): Promise<void> {
+    const servers = this.byKey.get(key) ?? [];
     this.byKey.delete(key);
+    for (const s of servers) s.stop();
+    return settledAll(servers.map((s) => s.closed));
   }
 
   /** The latest DHCPv4 lease granted on any interface of the pod, undefined when none since this process started. */
@@ -106,10 +114,13 @@ export class DhcpServers {
     return this.byKey.has(key);
   }
 
-  stopAll(): void {
-    for (const key of [...this.byKey.keys()]) this.stop(key);
+  /** Every pod's servers stopped; settles once their sockets are closed (in parallel on the pool threads). */
+  stopAll(): Promise<void> {
+    return settledAll([...this.byKey.keys()].map((key) => this.stop(key)));
   }
 }
+
+const settledAll = (ps: Promise<void>[]): Promise<void> => Promise.all(ps).then(() => undefined);
 
 /**
  * The RA and DHCPv6 servers of one tap interface, pushed onto `servers` as each starts (so a failure stops those

@@ -210,7 +210,7 @@ export class TapmanagerService implements Handler {
             },
           });
         } catch (e) {
-          if (dhcpEarly) this.dhcp.stop(key);
+          if (dhcpEarly) await this.dhcp.stop(key);
           throw e;
         }
         if (!dhcpEarly) {
@@ -240,9 +240,10 @@ export class TapmanagerService implements Handler {
       this.ops.runShared(async () => {
         this.replies?.forgetGetReply(key);
         this.dhcpPending.delete(key);
-        this.dhcp.stop(key);
+        // the servers' packet sockets close on the pool while the release runs (each waits for an RCU grace period)
+        const closed = this.dhcp.stop(key);
         this.checks.forget(key);
-        const { leftovers } = await this.pods.release(key, { force });
+        const { leftovers } = await this.pods.release(key, { force }).finally(() => closed);
         return { payload: force ? Buffer.from(JSON.stringify({ key, leftovers })) : null, fds: [] };
       }),
     );
@@ -389,7 +390,7 @@ export class TapmanagerService implements Handler {
     await this.queue.drain();
     // a CNI GC running (it is in no key's queue) ends its DELs first
     await this.ops.runExclusive(async () => {});
-    this.dhcp.stopAll();
+    await this.dhcp.stopAll();
     this.pods.closeAll();
   }
 

@@ -368,6 +368,7 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
         recvFrame: () => null,
         writeAll: (_fd: number, b: Buffer) => void sent.push(b),
         close: () => {},
+        closeOffLoop: async () => {},
       };
       const s = RaServer.start({
         nsPath: '/x',
@@ -449,6 +450,7 @@ describe('checksum offload: frames whose checksum the guest left to be filled in
       recvFrame: () => null,
       writeAll: (_fd: number, b: Buffer) => void sent.push(b),
       close: () => {},
+      closeOffLoop: async () => {},
     };
     const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
     const s = Dhcp6Server.start({
@@ -499,6 +501,7 @@ describe('fuzz: random and mutated messages never throw and are never answered w
       recvFrame: () => null,
       writeAll: (_fd: number, b: Buffer) => void sent.push(b),
       close: () => {},
+      closeOffLoop: async () => {},
     };
     const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
     const s = Dhcp6Server.start({
@@ -540,6 +543,7 @@ describe('fuzz: random and mutated messages never throw and are never answered w
       recvFrame: () => null,
       writeAll: (_fd: number, b: Buffer) => void sent.push(b),
       close: () => {},
+      closeOffLoop: async () => {},
     };
     const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
     const s = RaServer.start({
