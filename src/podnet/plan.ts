@@ -699,7 +699,9 @@ function ipv6Steps(dev: string, v6: Lease6): Step[] {
       name: StepName.Ipv6Forwarding,
       target: dev,
       do: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=1'] }],
-      undo: [],
+      // off again before the interface's addresses are put back for the DEL: a global address added while forwarding
+      // is on joins its subnet-router anycast address, and the link's deletion in the DEL then waits an RCU barrier
+      undo: [{ op: 'sysctl', settings: ['net.ipv6.conf.all.forwarding=0'] }],
     },
     {
       name: StepName.Ipv6Routes,

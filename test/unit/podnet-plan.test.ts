@@ -83,6 +83,28 @@ describe('planContainerSide', () => {
     expect(sysctls(dual)).toEqual(['ipv6-forwarding: net.ipv6.conf.all.forwarding=1']);
   });
 
+  it("turns IPv6 forwarding off again before the undo puts the veth's IPv6 address back for the DEL", () => {
+    const dual = bridgeResult();
+    dual.ips.push({ address: 'fd00:10:1::5/64', gateway: 'fd00:10:1::1', interface: 2 });
+    const { steps } = planContainerSide({
+      observed: observedAfterBridge(),
+      result: dual,
+      newMac: () => '02:11:22:33:44:55',
+    });
+    // the undo runs the steps in reverse: forwarding off comes before the addresses come back
+    const undo = [...steps]
+      .reverse()
+      .flatMap((st) =>
+        st.undo.map(
+          (o) => `${st.name}: ${o.op === 'sysctl' ? o.settings.join(' ') : o.op === 'ip' ? o.args.join(' ') : o.op}`,
+        ),
+      );
+    const off = undo.indexOf('ipv6-forwarding: net.ipv6.conf.all.forwarding=0');
+    const back = undo.findIndex((l) => l.startsWith('strip-addrs: '));
+    expect(off).toBeGreaterThanOrEqual(0);
+    expect(back).toBeGreaterThan(off);
+  });
+
   it('turns the sandboxed veth into veth + bridge + tap, every step with its undo', () => {
     const plan = planContainerSide({
       observed: observedAfterBridge(),
