@@ -189,9 +189,11 @@ export function planTcRedirect({ i, index, link, tapMac, v6, routed, madeTap }: 
   const mac = tapMac.toLowerCase();
   const tapIp6 = formatIpv6(linkLocalFromMac(mac));
   const steps: Step[] = [];
-  // routed: the pod netns's own link-local on the interface, to reach the gateway from
+  // routed: the pod netns's own link-local on the interface, to reach the gateway from. A /128 with the link-local
+  // route beside it, not a /64: an address whose prefix is shorter joins its subnet-router anycast address once
+  // forwarding is on (ipv6-forwarding), and the link's deletion in the plugin's DEL then waits for an RCU barrier
   const ownAddr = routed === true && v6 ? netnsLinkLocal(link.mac.toLowerCase()) : undefined;
-  const own = ownAddr ? `${formatIpv6(ownAddr)}/64` : undefined;
+  const own = ownAddr ? `${formatIpv6(ownAddr)}/128` : undefined;
   if (v6) {
     steps.push({
       name: StepName.LinkLocalOff,
@@ -199,10 +201,10 @@ export function planTcRedirect({ i, index, link, tapMac, v6, routed, madeTap }: 
       do: [
         ip('link', 'set', 'dev', v, 'addrgenmode', 'none'),
         ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
-        ...(own ? [ip('addr', 'add', own, 'dev', v, 'nodad')] : []),
+        ...(own ? [ip('addr', 'add', own, 'dev', v, 'nodad'), ip('route', 'replace', 'fe80::/64', 'dev', v)] : []),
       ],
       undo: [
-        ...(own ? [ip('addr', 'del', own, 'dev', v)] : []),
+        ...(own ? [ip('route', 'del', 'fe80::/64', 'dev', v), ip('addr', 'del', own, 'dev', v)] : []),
         ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'),
         ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad'),
       ],

@@ -200,10 +200,13 @@ describe.each([
       expect(ll!.tentative).toBeUndefined();
     } else {
       // the veth shares the VM's MAC: not the VM's link-local but one of the pod netns's own, to reach the gateway
-      // from; the tap holds none (the RA server answers for the router's)
+      // from (a /128 and the link-local route: no subnet-router anycast address once forwarding is on); the tap holds
+      // none (the RA server answers for the router's)
       const own = veth.filter((a) => a.family === 'inet6');
       expect(own).toHaveLength(1);
-      expect(own[0]).toMatchObject({ prefixlen: 64, scope: 'link' });
+      expect(own[0]).toMatchObject({ prefixlen: 128, scope: 'link' });
+      const routes = (await execa('ip', ['-n', p.key, '-6', 'route', 'show', 'dev', 'virtlet-eth0'])).stdout;
+      expect(routes).toMatch(/^fe80::\/64 /m);
       expect(own[0]!.local).not.toBe(vmLinkLocal);
       expect(own[0]!.tentative).toBeUndefined();
       expect((await addrs(p.key, 'tap0')).filter((a) => a.family === 'inet6')).toEqual([]);

@@ -182,13 +182,18 @@ describe('the tc-redirect plan', () => {
     // the macvlan's steps, then the routing
     expect(names(plan.steps)).toEqual([...V6_REDIRECT_STEPS, 'ipv6-forwarding', 'ipv6-routes']);
     const step = (n: string) => plan.steps.find((s) => s.name === n)!;
-    // its own link-local: the MAC's EUI-64 with ff:fd for ff:fe (the VM has the ff:fe one)
+    // its own link-local: the MAC's EUI-64 with ff:fd for ff:fe (the VM has the ff:fe one), a /128 with the link-local
+    // route beside it (a /64 would join the subnet-router anycast address once forwarding is on)
     expect(lines(step('link-local-off').do)).toEqual([
       'ip link set dev virtlet-eth0 addrgenmode none',
       'ip addr del fe80::5c1f:aff:fe11:2233/64 dev virtlet-eth0',
-      'ip addr add fe80::5c1f:aff:fd11:2233/64 dev virtlet-eth0 nodad',
+      'ip addr add fe80::5c1f:aff:fd11:2233/128 dev virtlet-eth0 nodad',
+      'ip route replace fe80::/64 dev virtlet-eth0',
     ]);
-    expect(lines(step('link-local-off').undo)[0]).toBe('ip addr del fe80::5c1f:aff:fd11:2233/64 dev virtlet-eth0');
+    expect(lines(step('link-local-off').undo).slice(0, 2)).toEqual([
+      'ip route del fe80::/64 dev virtlet-eth0',
+      'ip addr del fe80::5c1f:aff:fd11:2233/128 dev virtlet-eth0',
+    ]);
     const tc = lines(step('tc-redirect').do);
     // from the network: IPv6 to that address stays; from the VM: IPv6 to the tap's MAC (its router) stays
     expect(tc).toContain(
