@@ -19,6 +19,7 @@
 //   veth-mac      also: no link-local on the veth (the one made from the VM's MAC is the VM's), none made again
 //   bridge        also: MAC = the veth's new MAC, no automatic link-local, fe80::<EUI-64 of that MAC>/64 nodad
 //   ipv6-forwarding  net.ipv6.conf.all.forwarding=1: the bridge answers NS as a router (R=1) and forwards
+//                 undo: forwarding 0, before the veth's addresses come back for the DEL
 //   ipv6-routes   <prefix> dev br<i>, each IPv6 route of the result via its gateway dev br<i>   undo: with the netns
 //
 // add makes lo up and interface 0's bridge, tap (its port) and filter while the plugins run (preparedSteps; for
