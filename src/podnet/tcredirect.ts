@@ -185,33 +185,65 @@ export function planTcRedirect({ i, index, link, tapMac, v6, routed, madeTap }: 
 } {
   const v = link.name;
   const tap = tapName(i);
-  const mtu = String(link.mtu);
   const mac = tapMac.toLowerCase();
-  const tapIp6 = formatIpv6(linkLocalFromMac(mac));
-  const steps: Step[] = [];
-  // routed: the pod netns's own link-local on the interface, to reach the gateway from. A /128 with the link-local
-  // route beside it, not a /64: an address whose prefix is shorter joins its subnet-router anycast address once
-  // forwarding is on (ipv6-forwarding), and the link's deletion in the plugin's DEL then waits for an RCU barrier
+  // routed: the pod netns's own link-local on the interface, to reach the gateway from
   const ownAddr = routed === true && v6 ? netnsLinkLocal(link.mac.toLowerCase()) : undefined;
+  const steps: Step[] = [
+    ...(v6 ? [linkLocalOffStep(link, ownAddr)] : []),
+    ...tapSteps(tap, link, mac, v6, madeTap),
+    tcRedirectStep(tap, v, mac, ownAddr, madeTap !== undefined),
+  ];
+  const iface: PodInterface = {
+    index,
+    cniName: v,
+    type: 'tap',
+    binding: Binding.TcRedirect,
+    vmMac: link.mac.toLowerCase(),
+    mtu: link.mtu,
+    tapName: tap,
+    multiQueue: true,
+    bridgeName: '',
+    bridgeIp: BRIDGE_IP,
+    ...(v6 ? { bridgeMac: mac, bridgeIp6: formatIpv6(linkLocalFromMac(mac)) } : {}),
+    ...(ownAddr ? { routed6: true } : {}),
+    vlanId: 0,
+  };
+  return { steps, iface };
+}
+
+/**
+ * The interface gives up the link-local it shares with the VM and makes none; a routed one gets its own. That is a
+ * /128 with the link-local route beside it, not a /64: an address whose prefix is shorter joins its subnet-router
+ * anycast address once forwarding is on (ipv6-forwarding), and the link's deletion in the plugin's DEL then waits for
+ * an RCU barrier.
+ */
+function linkLocalOffStep(link: ObservedLink, ownAddr: Uint8Array | undefined): Step {
+  const v = link.name;
   const own = ownAddr ? `${formatIpv6(ownAddr)}/128` : undefined;
-  if (v6) {
-    steps.push({
-      name: StepName.LinkLocalOff,
-      target: v,
-      do: [
-        ip('link', 'set', 'dev', v, 'addrgenmode', 'none'),
-        ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
-        ...(own ? [ip('addr', 'add', own, 'dev', v, 'nodad'), ip('route', 'replace', 'fe80::/64', 'dev', v)] : []),
-      ],
-      undo: [
-        ...(own ? [ip('route', 'del', 'fe80::/64', 'dev', v), ip('addr', 'del', own, 'dev', v)] : []),
-        ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'),
-        ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad'),
-      ],
-    });
-  }
-  // IPv6: the tap comes up once it makes no link-local (a request applies the flags before addrgenmode); without, up
-  // in the same request. A tap made already is up, and gets the MTU when it differs.
+  return {
+    name: StepName.LinkLocalOff,
+    target: v,
+    do: [
+      ip('link', 'set', 'dev', v, 'addrgenmode', 'none'),
+      ...(link.linkLocal6 ?? []).map((a) => ip('addr', 'del', `${a.local}/${a.prefixlen}`, 'dev', v)),
+      ...(own ? [ip('addr', 'add', own, 'dev', v, 'nodad'), ip('route', 'replace', 'fe80::/64', 'dev', v)] : []),
+    ],
+    undo: [
+      ...(own ? [ip('route', 'del', 'fe80::/64', 'dev', v), ip('addr', 'del', own, 'dev', v)] : []),
+      ip('link', 'set', 'dev', v, 'addrgenmode', 'eui64'),
+      ip('addr', 'replace', `${formatIpv6(linkLocalFromMac(link.mac.toLowerCase()))}/64`, 'dev', v, 'nodad'),
+    ],
+  };
+}
+
+/**
+ * The tap made (or, made already while the plugins ran and up, given the MTU when it differs), and the links still
+ * down brought up. IPv6: a new tap comes up once it makes no link-local (a request applies the flags before
+ * addrgenmode); without, up in the same request.
+ */
+function tapSteps(tap: string, link: ObservedLink, mac: string, v6: boolean, madeTap?: ObservedLink): Step[] {
+  const steps: Step[] = [];
+  const mtu = String(link.mtu);
   if (madeTap === undefined) {
     const tapLink = ip(
       'link',
@@ -234,40 +266,30 @@ export function planTcRedirect({ i, index, link, tapMac, v6, routed, madeTap }: 
     steps.push({ name: StepName.Tap, target: tap, do: [ip('link', 'set', 'dev', tap, 'mtu', mtu)], undo: [] });
   }
   // the CNI link is up as its plugin left it, usually
-  const up = [...(link.up ? [] : [v]), ...(v6 && madeTap === undefined ? [tap] : [])];
+  const up = [...(link.up ? [] : [link.name]), ...(v6 && madeTap === undefined ? [tap] : [])];
   if (up.length > 0)
     steps.push({ name: StepName.LinksUp, target: tap, do: up.map((n) => ip('link', 'set', 'dev', n, 'up')), undo: [] });
-  // routed: what the network sends to the pod netns's own address (unicast, and the solicitations for it: a router
-  // whose neighbour cache lost the address asks for it by multicast), and what the VM sends to its router (the tap's
-  // MAC: off-link IPv6 for the pod netns to forward) stay in the pod netns
+  return steps;
+}
+
+/**
+ * Both directions' qdiscs, keep filters and redirects (a tap made already has its own qdisc and keep filters). Routed:
+ * what the network sends to the pod netns's own address (unicast, and the solicitations for it: a router whose
+ * neighbour cache lost the address asks for it by multicast), and what the VM sends to its router (the tap's MAC:
+ * off-link IPv6 for the pod netns to forward) stay in the pod netns.
+ */
+function tcRedirectStep(tap: string, v: string, mac: string, ownAddr: Uint8Array | undefined, tapMade: boolean): Step {
   const fromNetwork = ownAddr ? [...KEPT_FROM_NETWORK, ip6To(ownAddr), nsFor(ownAddr)] : KEPT_FROM_NETWORK;
   const toRouter = ownAddr ? [ip6ToMac(mac)] : [];
-  const tapSide =
-    madeTap !== undefined
-      ? [...toRouter.map((m, n) => keepLine(tap, KEPT_FROM_VM.length + n + 1, m)), redirectLine(tap, v)]
-      : redirectLines(tap, v, [...KEPT_FROM_VM, ...toRouter]);
-  steps.push({
+  const tapSide = tapMade
+    ? [...toRouter.map((m, n) => keepLine(tap, KEPT_FROM_VM.length + n + 1, m)), redirectLine(tap, v)]
+    : redirectLines(tap, v, [...KEPT_FROM_VM, ...toRouter]);
+  return {
     name: StepName.TcRedirect,
     target: v,
     do: [...redirectLines(v, tap, fromNetwork), ...tapSide].map((l) => tc(...l)),
     // the interface's qdisc goes before its CNI DEL (host-device would take it back to the host);
     // the tap's goes with the netns
     undo: [tc('qdisc', 'del', 'dev', v, 'ingress'), { ...tc('qdisc', 'del', 'dev', tap, 'ingress'), withNetns: true }],
-  });
-  const iface: PodInterface = {
-    index,
-    cniName: v,
-    type: 'tap',
-    binding: Binding.TcRedirect,
-    vmMac: link.mac.toLowerCase(),
-    mtu: link.mtu,
-    tapName: tap,
-    multiQueue: true,
-    bridgeName: '',
-    bridgeIp: BRIDGE_IP,
-    ...(v6 ? { bridgeMac: mac, bridgeIp6: tapIp6 } : {}),
-    ...(own ? { routed6: true } : {}),
-    vlanId: 0,
   };
-  return { steps, iface };
 }
