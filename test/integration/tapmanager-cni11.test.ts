@@ -122,8 +122,11 @@ const hostVeth = (k: string): string => `vf${createHash('sha1').update(`${k}net1
 
 afterEach(async () => {
   for (const k of keys) await tapctl('release', '--force', k);
+  // the daemon's own temp dir (its socket, state dir and log), shared by a restart's second daemon
+  const daemonDir = daemon?.dir;
   await daemon?.stop();
   daemon = undefined;
+  if (daemonDir !== undefined) rmSync(daemonDir, { recursive: true, force: true });
   const left = (await listNetns()).filter((n) => keys.includes(n));
   for (const n of left) await delNetns(n);
   const links = await listLinks();
