@@ -21,14 +21,19 @@ fi
 mkdir -p .cache
 report=.cache/vitest-report.json
 rm -f "$report"
+# temp dirs and named netns there before the run: any other one there after it is a leak, counted as a failure
+node scripts/leftovers.mjs snapshot .cache/leftovers-before.json
 status=0
 npx vitest run --reporter=default --reporter=json --outputFile.json="$report" "$@" || status=$?
+leaks=0
+node scripts/leftovers.mjs check .cache/leftovers-before.json || leaks=1
+[ "$leaks" -eq 0 ] || status=1
 if [ -f "$report" ]; then
   node -e '
     const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
     const failedFiles = r.testResults.filter((f) => f.status === "failed" && f.assertionResults.length === 0).length;
-    console.log(`${r.numPassedTests} passed, ${r.numFailedTests + failedFiles} failed`);
-  ' "$report"
+    console.log(`${r.numPassedTests} passed, ${r.numFailedTests + failedFiles + Number(process.argv[2])} failed`);
+  ' "$report" "$leaks"
 else
   echo "0 passed, 1 failed"
   [ "$status" -ne 0 ] || status=1
