@@ -5,6 +5,7 @@
 //   fastget.c   the fast get server's loop: answers gets on the fd protocol without JS
 //   fastget_js.c  its JS object (fastGetServer) and methods
 //   files.c     lockExclusive, exchangePaths
+//   process.c   mallocArenaMax: process-wide settings of the daemon
 //   exec.c      close, close-on-exec flags, the inherited-fd scan, execve
 //   spawn.c     spawnChild, killGroup
 //   netns.c     entering a netns for one call; named netns (netnsMake, netnsBind, netnsDel)
@@ -40,6 +41,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"killGroup", js_killGroup},
       {"close", js_close},
       {"exchangePaths", js_exchangePaths},
+      {"mallocArenaMax", js_mallocArenaMax},
       {"connectUnix", js_connectUnix},
       {"writeAll", js_writeAll},
       {"recvMsg", js_recvMsg},

@@ -156,6 +156,11 @@ export interface Native {
    * missing, EINVAL where the filesystem cannot.
    */
   exchangePaths(a: string, b: string): void;
+  /**
+   * At most n glibc malloc arenas from now on (mallopt M_ARENA_MAX, as MALLOC_ARENA_MAX=n sets at exec; 1-64): threads
+   * that have an arena keep it, later ones share. tapmanager calls it first thing.
+   */
+  mallocArenaMax(n: number): void;
 
   // ---- Unix stream sockets (client side: blocking, used by vmwrapper and tapctl) ----
   /** socket + connect (blocking, CLOEXEC). */

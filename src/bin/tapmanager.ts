@@ -17,6 +17,14 @@ import { preflight } from '../tapmanager/preflight.js';
 import { checkReadiness } from '../tapmanager/readiness.js';
 import { cniUpkeep } from '../tapmanager/cni-upkeep.js';
 import { packageVersion } from '../version.js';
+import { setFlagsFromString } from 'node:v8';
+
+// First, before the pool's threads start and before any request's code is compiled (docs/performance.md, "Sparkplug
+// and two malloc arenas"): each thread of the pool and of V8 would otherwise get a malloc arena of its own, holding
+// what it freed; and adds and releases come a few times a minute, so V8 would run their code in its interpreter for
+// the daemon's whole life, where Sparkplug compiles each function at its first call.
+native().mallocArenaMax(2);
+setFlagsFromString('--always-sparkplug');
 
 /** Under the state dir: one file per running CNI plugin's process group (spawnPluginExec pgidDir). */
 export const PLUGIN_PGID_DIR = 'plugins';

@@ -89,6 +89,8 @@ describe('errors', () => {
       () => n.openTap('/proc/self/ns/net', 'a-name-longer-than-15'),
       () => n.connectUnix('a\0b'),
       () => n.listenUnix(42 as unknown as string, 0o600, 1),
+      () => n.mallocArenaMax(0),
+      () => n.mallocArenaMax(65),
       () =>
         n.fastGetServer(
           0,
@@ -102,6 +104,10 @@ describe('errors', () => {
       expect(e).toBeInstanceOf(TypeError);
       expect({ code: e.code, errno: e.errno }).toEqual({ code: 'EINVAL', errno: os.constants.errno.EINVAL });
     }
+  });
+
+  it('mallocArenaMax takes a count from 1 to 64 (tapmanager sets 2 at its start)', () => {
+    expect(n.mallocArenaMax(64)).toBeUndefined();
   });
 });
 
