@@ -124,7 +124,6 @@ napi_value js_fastGetServer(napi_env env, napi_callback_info info);
 // files.c
 napi_value js_lockExclusive(napi_env env, napi_callback_info info);
 napi_value js_exchangePaths(napi_env env, napi_callback_info info);
-
 // process.c
 napi_value js_mallocArenaMax(napi_env env, napi_callback_info info);
 // exec.c

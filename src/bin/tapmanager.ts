@@ -19,13 +19,6 @@ import { cniUpkeep } from '../tapmanager/cni-upkeep.js';
 import { packageVersion } from '../version.js';
 import { setFlagsFromString } from 'node:v8';
 
-// First, before the pool's threads start and before any request's code is compiled (docs/performance.md, "Sparkplug
-// and two malloc arenas"): each thread of the pool and of V8 would otherwise get a malloc arena of its own, holding
-// what it freed; and adds and releases come a few times a minute, so V8 would run their code in its interpreter for
-// the daemon's whole life, where Sparkplug compiles each function at its first call.
-native().mallocArenaMax(2);
-setFlagsFromString('--always-sparkplug');
-
 /** Under the state dir: one file per running CNI plugin's process group (spawnPluginExec pgidDir). */
 export const PLUGIN_PGID_DIR = 'plugins';
 
@@ -294,6 +287,12 @@ async function main(): Promise<number> {
     process.stdout.write(`${packageVersion()}\n`);
     return 0;
   }
+  // before the pool's threads start and before the requests' code is compiled (docs/performance.md, "Sparkplug and
+  // two malloc arenas"): each thread of the pool and of V8 would otherwise get a malloc arena of its own, holding what
+  // it freed; and adds and releases come a few times a minute, so V8 would run their code in its interpreter for the
+  // daemon's whole life, where Sparkplug compiles each function at its first call
+  native().mallocArenaMax(2);
+  setFlagsFromString('--always-sparkplug');
   const config = parsed.config;
   const log = createLogger('tapmanager', config.logLevel);
   // the first line says which build runs (an operator's first question about a node's logs)
