@@ -4,6 +4,7 @@
 // (KubeVirt's prepareDHCPOptions does the same).
 import { ErrorCode, VmpodError } from '../errors.js';
 import { inSubnet4, ipToBytes, isIpv4, parseCidr, prefixToMask } from '../net/ip.js';
+import { unpooled } from '../buffers.js';
 import { domainNameProblems } from '../net/dns.js';
 import { clientMaxMessage, type DhcpOption, layoutOptions, normaliseMac, Opt } from './packet.js';
 import type { DhcpLease } from './lease.js';
@@ -318,7 +319,9 @@ export function buildOptions(lease: DhcpLease, serverId: string): BuiltOptions {
       },
     );
   }
-  return { serverId, routes, options: o };
+  // a server keeps these for its pod's life: out of the shared pool (buffers.ts)
+  const data = unpooled(o.map((x) => x.data));
+  return { serverId, routes, options: o.map((x, i) => ({ code: x.code, data: data[i]! })) };
 }
 
 /**

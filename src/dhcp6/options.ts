@@ -2,6 +2,7 @@
 // times, DNS servers (23) and the domain search list (24).
 import type { Lease6 } from '../dhcp/lease.js';
 import { ErrorCode, VmpodError } from '../errors.js';
+import { unpooled } from '../buffers.js';
 import {
   duidLl,
   encodeAddressList,
@@ -36,14 +37,16 @@ export function buildOptions6(lease: Lease6, serverMac: string): Built6 {
     });
   }
   const valid = lease.leaseSeconds;
+  // a server keeps these for its pod's life: out of the shared pool (buffers.ts)
+  const [serverDuid, ...infoData] = unpooled([duidLl(serverMac), ...info.map((o) => o.data)]);
   return {
-    serverDuid: duidLl(serverMac),
+    serverDuid: serverDuid!,
     // RFC 8415 21.4: T1 0.5 and T2 0.8 of the preferred lifetime are the recommended values
     t1: Math.floor(valid / 2),
     t2: Math.floor((valid * 4) / 5),
     preferred: valid,
     valid,
-    info,
+    info: info.map((o, i) => ({ code: o.code, data: infoData[i]! })),
   };
 }
 

@@ -19,6 +19,7 @@
 // Malformed or foreign solicitations (another MAC, hop limit not 255, bad options) are dropped with a debug line
 // and a counter.
 import { errorChain } from '../errors.js';
+import { unpooled } from '../buffers.js';
 import type { Lease6 } from '../dhcp/lease.js';
 import type { Logger } from '../log.js';
 import type { RecvFrameResult } from '../native.js';
@@ -148,8 +149,13 @@ export class RaServer {
     this.routerIp = normaliseIpv6(opts.routerIp) ?? opts.routerIp;
     this.routerMac = opts.routerMac.toLowerCase();
     this.vmMac = opts.lease.mac;
-    this.ra = encodeRa(raFromLease(opts.lease, this.routerMac));
-    this.na = opts.answerNs === true ? encodeNa(this.routerIp, this.routerMac) : undefined;
+    // kept for the pod's life: out of the shared pool (buffers.ts)
+    const [ra, na] = unpooled([
+      encodeRa(raFromLease(opts.lease, this.routerMac)),
+      ...(opts.answerNs === true ? [encodeNa(this.routerIp, this.routerMac)] : []),
+    ]);
+    this.ra = ra!;
+    this.na = na;
     this.io = opts.io ?? nativePacketIo();
     this.intervals = opts.intervals ?? {
       min: MIN_RTR_ADV_INTERVAL,

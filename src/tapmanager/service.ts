@@ -25,6 +25,7 @@ import type { PodSummary, StatusReport } from '../protocol/status.js';
 import type { NetworkConfigList } from '../cni/index.js';
 import { DhcpServers } from './dhcp-servers.js';
 import { VmpodError, ErrorCode, errorChain } from '../errors.js';
+import { unpooled } from '../buffers.js';
 
 export type { PodSummary, StatusReport };
 
@@ -359,7 +360,8 @@ export class TapmanagerService implements Handler {
   /** get's payload of a pod network, encoded at its first get: a pod's interfaces never change while it lives */
   private getPayload(st: PodNetworkState): Buffer {
     let payload = this.getPayloads.get(st);
-    if (payload === undefined) this.getPayloads.set(st, (payload = encodeGetInfo(getInfos(st))));
+    // kept for the pod's life: out of the shared pool (buffers.ts)
+    if (payload === undefined) this.getPayloads.set(st, (payload = unpooled([encodeGetInfo(getInfos(st))])[0]!));
     return payload;
   }
 

@@ -127,6 +127,14 @@ describe('RFC 3397 domain search (option 119)', () => {
 });
 
 describe('buildOptions', () => {
+  it("keeps its options' bytes in one allocation of their size, not in a slab of Node's 64 KiB buffer pool", () => {
+    const b = buildOptions(lease, '169.254.254.2');
+    const total = b.options.reduce((n, o) => n + o.data.length, 0);
+    for (const o of b.options) expect(o.data.buffer).toBe(b.options[0]!.data.buffer);
+    expect(b.options[0]!.data.buffer.byteLength).toBe(total);
+    expect(total).toBeLessThan(Buffer.poolSize);
+  });
+
   it('builds every option of the lease, validated', () => {
     const b = buildOptions(lease, '169.254.254.2');
     expect(b.options.map((o) => o.code)).toEqual([54, 1, 3, 121, 6, 15, 119, 12, 26, 51, 58, 59]);
