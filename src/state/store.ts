@@ -202,10 +202,16 @@ export class StateStore {
 
   /**
    * Daemon start: removes the temporary files a killed writer left (a record is renamed into place whole, so a
-   * temporary file never holds the only copy of anything). Returns the names removed.
+   * temporary file never holds the only copy of anything). A record's own scratch file stays: its next write reuses
+   * it, written over from the start and cut to length, and a restart with many pods does not unlink one per pod.
+   * Returns the names removed.
    */
   sweepTemps(): string[] {
-    const gone = this.names().filter((n) => n.startsWith(TMP_PREFIX));
+    const names = this.names();
+    const scratches = new Set(
+      names.filter((n) => n.endsWith(SUFFIX)).map((n) => TMP_PREFIX + n.slice(0, -SUFFIX.length)),
+    );
+    const gone = names.filter((n) => n.startsWith(TMP_PREFIX) && !scratches.has(n));
     for (const n of gone) rmSync(join(this.dir, n), { force: true });
     return gone;
   }

@@ -79,10 +79,17 @@ describe('StateStore', () => {
     expect(s.read('p2')).toEqual(small);
     await s.removeAsync('p2');
     expect(readdirSync(dir).sort()).toEqual(['pod-0.json']);
-    // a restart sweeps scratch files: the record is whole without them
+    // a restart sweeps the temporary files of no record, and keeps a record's scratch file, which its next write
+    // reuses: the record is whole either way
     s.write(sample('pod-0'));
-    expect(new StateStore(dir).sweepTemps()).toEqual(['.tmp-pod-0']);
+    writeFileSync(join(dir, '.tmp-pod-9'), '{"half');
+    expect(readdirSync(dir).sort()).toEqual(['.tmp-pod-0', '.tmp-pod-9', 'pod-0.json']);
+    expect(new StateStore(dir).sweepTemps()).toEqual(['.tmp-pod-9']);
     expect(new StateStore(dir).read('pod-0')).toEqual(sample('pod-0'));
+    writeFileSync(join(dir, '.tmp-pod-0'), '{"half');
+    const again = new StateStore(dir);
+    again.write({ ...sample('pod-0'), phase: 'releasing' });
+    expect(again.read('pod-0')).toEqual({ ...sample('pod-0'), phase: 'releasing' });
   });
 
   it('a new store on the same dir reads what the old one wrote', () => {
