@@ -146,6 +146,14 @@ describe('DHCPv6 codec (RFC 8415)', () => {
     expect(answer6(bad, ctx).kind).toBe('drop');
   });
 
+  it("keeps the server's DUID and options in one allocation of their size, not in a slab of Node's 64 KiB pool", () => {
+    const kept = [built.serverDuid, ...built.info.map((o) => o.data)];
+    const total = kept.reduce((n, b) => n + b.length, 0);
+    for (const b of kept) expect(b.buffer).toBe(built.serverDuid.buffer);
+    expect(built.serverDuid.buffer.byteLength).toBe(total);
+    expect(total).toBeLessThan(Buffer.poolSize);
+  });
+
   it('SOLICIT -> ADVERTISE with the lease, server DUID, client DUID and IAID echoed, DNS and domain list', () => {
     const d = answer6(solicit(), ctx);
     expect(d.kind).toBe('reply');
