@@ -43,7 +43,7 @@
 // Malformed datagrams are dropped with a debug line and stats.dropped++; nothing a client sends can throw out of
 // the poll callback.
 import { errorChain, tryDecode } from '../errors.js';
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import { native, type Poller, type RecvFromResult } from '../native.js';
 import { SocketWatch } from '../net/watch.js';
 import type { DhcpLease } from './lease.js';
@@ -317,7 +317,7 @@ export class DhcpServer {
     this.findConflict = opts.findConflict ?? ((ip) => conflictingMac(opts.nsPath, opts.bridge, ip));
     this.onPacket = opts.onPacket ?? (() => {});
     this.onLease = opts.onLease ?? (() => {});
-    this.log = opts.log.child({ component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
+    this.log = lazyChild(opts.log, { component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
     const port = opts.port ?? DHCP_SERVER_PORT;
     const fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
     this.watch = new SocketWatch(

@@ -28,7 +28,7 @@
 // are dropped with a debug line and a counter; nothing a client sends can throw out of the poll callback.
 import { errorChain, tryDecode } from '../errors.js';
 import type { Lease6 } from '../dhcp/lease.js';
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import type { RecvFrameResult } from '../native.js';
 import type { SocketWatch } from '../net/watch.js';
 import { nativePacketIo, type PacketIo, RateLimit, watchTapFrames } from '../net/packetio.js';
@@ -368,7 +368,7 @@ export class Dhcp6Server {
     this.serverIp = normaliseIpv6(opts.serverIp) ?? opts.serverIp;
     this.serverMac = opts.serverMac.toLowerCase();
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
-    this.log = opts.log.child({ component: 'dhcp6', tap: opts.tap, mac: opts.lease.mac });
+    this.log = lazyChild(opts.log, { component: 'dhcp6', tap: opts.tap, mac: opts.lease.mac });
     this.watch = watchTapFrames(
       this.io,
       opts.nsPath,

@@ -16,7 +16,7 @@
 import { existsSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import type { PodNetworkDesc, ContainerSideNetwork, CniResultV031 } from '../protocol/payloads.js';
 import { toV031 } from '../protocol/result.js';
 import { CniPluginError, type NetworkConfigList } from '../cni/index.js';
@@ -79,7 +79,7 @@ interface Held {
 
 /** Adds the pod network of req.key: every stage in order; on a failure, the rollback. */
 export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNetworkState> {
-  const log = env.log.child({ key: req.key, op: 'add' });
+  const log = lazyChild(env.log, { key: req.key, op: 'add' });
   // when each stage ended, in ms from the start: the debug line at the end carries them (bench/add-stages.mjs)
   const t0 = performance.now();
   const stages: Record<string, number> = {};

@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ErrorCode, VmpodError } from '../errors.js';
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import { validateKey } from '../identity.js';
 import type { PodNetworkDesc, RecoverPayload } from '../protocol/payloads.js';
 import type { CniClient, NetworkConfigList } from '../cni/index.js';
@@ -344,7 +344,7 @@ export class PodNetwork {
   /** Daemon exit: close our fds; the pod networks stay in place (the taps are persistent); the spare netns go. */
   closeAll(): void {
     this.spares.close();
-    for (const st of this.states.values()) void closeFds(st.fds, this.env.log.child({ key: st.key, op: 'close' }));
+    for (const st of this.states.values()) void closeFds(st.fds, lazyChild(this.env.log, { key: st.key, op: 'close' }));
   }
 }
 

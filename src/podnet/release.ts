@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError } from '../errors.js';
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import { parseConfList, type NetworkConfigList } from '../cni/index.js';
 import { Phase, type PodRecord } from '../state/record.js';
 import { undoRecord } from './steps.js';
@@ -29,7 +29,7 @@ export async function releasePodNetwork(
   st: PodNetworkState | undefined,
   force: boolean,
 ): Promise<Released> {
-  const log = env.log.child({ key, op: 'release' });
+  const log = lazyChild(env.log, { key, op: 'release' });
   // the taps close on the pool while the undo runs: each waits for a grace period (closeFds offLoop)
   const t0 = performance.now();
   const closing = st

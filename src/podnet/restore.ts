@@ -3,6 +3,7 @@
 // when no ready record is there (recoverPodNetwork, as Virtlet's recover).
 import { existsSync } from 'node:fs';
 import { ErrorCode, VmpodError } from '../errors.js';
+import { lazyChild } from '../log.js';
 import type { RecoverPayload } from '../protocol/payloads.js';
 import { Phase, type PodRecord } from '../state/record.js';
 import { observeNetns } from './exec.js';
@@ -45,7 +46,7 @@ export async function restoreRecord(
   env: PodEnv,
   key: string,
 ): Promise<{ outcome: RestoreOutcome; st?: PodNetworkState }> {
-  const log = env.log.child({ key, op: 'restore' });
+  const log = lazyChild(env.log, { key, op: 'restore' });
   const { rec, corrupt } = readRecord(env.store, key);
   if (corrupt) log.error({ err: corrupt }, 'state record unreadable: left as it is (release the key to clean up)');
   if (!rec) return { outcome: corrupt ? 'kept' : 'none' };
@@ -89,7 +90,7 @@ export async function recoverPodNetwork(
   have: PodNetworkState | undefined,
   payload: RecoverPayload,
 ): Promise<PodNetworkState> {
-  const log = env.log.child({ key, op: 'recover' });
+  const log = lazyChild(env.log, { key, op: 'recover' });
   // a live key: the same csn again is a no-op (the runtime retried), another one is an error
   if (have) {
     checkSameCsn(key, have.csn, payload.csn);

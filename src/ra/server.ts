@@ -21,7 +21,7 @@
 import { errorChain } from '../errors.js';
 import { unpooled } from '../buffers.js';
 import type { Lease6 } from '../dhcp/lease.js';
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import type { RecvFrameResult } from '../native.js';
 import type { SocketWatch } from '../net/watch.js';
 import { bpfIpv6Filter, decodeFrame6, encodeIcmp6Frame, ETH_HLEN, IP6_HLEN, NH_ICMPV6 } from '../net/frame6.js';
@@ -163,7 +163,7 @@ export class RaServer {
       initial: MAX_INITIAL_RTR_ADVERT_INTERVAL,
     };
     this.limit = new RateLimit(opts.burst ?? 20, opts.perSecond ?? 10);
-    this.log = opts.log.child({ component: 'ra', tap: opts.tap, mac: this.vmMac });
+    this.log = lazyChild(opts.log, { component: 'ra', tap: opts.tap, mac: this.vmMac });
     this.watch = watchTapFrames(
       this.io,
       opts.nsPath,

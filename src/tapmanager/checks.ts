@@ -1,7 +1,7 @@
 // The pods' checks over time (tapctl check, --check-interval): the last failing check of each pod, which `tapctl
 // list` shows as "degraded" (with the reasons in --json) until a later check passes. A failure is logged with the pod
 // and the reasons, and counted per reason (vmpod_pod_check_failures_total). Nothing is repaired.
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import type { PodCheck } from '../podnet/index.js';
 
 export interface PodCheckerDeps {
@@ -24,7 +24,7 @@ export class PodChecker {
   /** Checks one pod now; its failures are kept (degraded) or cleared (passed). */
   async checkOne(key: string): Promise<PodCheck> {
     const r = await this.d.check(key);
-    const log = this.d.log.child({ key, op: 'check' });
+    const log = lazyChild(this.d.log, { key, op: 'check' });
     if (r.ok) {
       if (this.failing.delete(key)) log.info({ cni: r.cni }, 'pod check passes again: no longer degraded');
       else log.debug({ cni: r.cni }, 'pod check passed');

@@ -7,7 +7,7 @@ import { RaServer } from '../ra/server.js';
 import { formatIpv6, linkLocalFromMac } from '../net/ipv6.js';
 import { fromV031 } from '../protocol/result.js';
 import type { PodNetworkState } from '../podnet/index.js';
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import { VmpodError, ErrorCode } from '../errors.js';
 
 export class DhcpServers {
@@ -39,7 +39,7 @@ export class DhcpServers {
     const servers: (DhcpServer | Dhcp6Server | RaServer)[] = [];
     // each server binds what names it (DHCPv4 its bridge, RA and DHCPv6 their tap), so the pod's logger adds the key
     // only
-    const log = this.log.child({ key: st.key });
+    const log = lazyChild(this.log, { key: st.key });
     const quiet = opts.quiet === true;
     try {
       for (const iface of st.interfaces) {

@@ -16,7 +16,7 @@
 // - a reserve fd turns EMFILE on accept into "accept and close the newcomer" instead of a busy loop.
 import { chownSync, closeSync, openSync, readFileSync, unlinkSync } from 'node:fs';
 import { native, PollEvent, type DuplexPoller, type FastGetServer, type PeerCred } from '../native.js';
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import { RequestReader, encodeResponse, encodeError, type Request } from '../protocol/frames.js';
 import { Command } from '../protocol/commands.js';
 import { errorChain } from '../errors.js';
@@ -341,7 +341,8 @@ class Connection {
   private eof = false;
   /** a peer without the right to be served: it gets the reason, its first request is dropped, then it is closed */
   private refused = false;
-  private childLog: Logger | undefined;
+  /** the connection's logger, made at its first line (most write none); the server's until the peer is known */
+  private log: Logger;
 
   constructor(
     private readonly fd: number,
@@ -354,10 +355,12 @@ class Connection {
     peer: PeerCred | null = null,
   ) {
     const n = native();
+    this.log = opts.log;
     this.closedP = new Promise((r) => (this.resolveClosed = r));
     this.poller = n.pollReadable(fd, (err, events) => this.onEvent(err, events));
     try {
       this.peer = peer ?? n.peerCred(fd);
+      this.log = lazyChild(opts.log, { peerPid: this.peer.pid, peerUid: this.peer.uid });
     } catch (e) {
       this.sendErrorAndEnd(`cannot read peer credentials: ${errorChain(e)}`);
       return;
@@ -384,13 +387,6 @@ class Connection {
 
   get open(): boolean {
     return !this.closed;
-  }
-
-  /** The connection's logger, made at its first line (most connections write none). */
-  private get log(): Logger {
-    if (this.childLog) return this.childLog;
-    if (this.peer.uid < 0) return this.opts.log;
-    return (this.childLog = this.opts.log.child({ peerPid: this.peer.pid, peerUid: this.peer.uid }));
   }
 
   // ------------------------------------------------------------ timers

@@ -1,7 +1,7 @@
 // What each command does: validate, serialise per key, call the pod network and DHCP, encode the reply. Every add,
 // release and recover logs one line with key, op and durationMs (get, list and status at debug; failures always).
 import type { PeerCred } from '../native.js';
-import type { Logger } from '../log.js';
+import { lazyChild, type Logger } from '../log.js';
 import { Slots } from './slots.js';
 import { setImmediate as nextTurn, setTimeout as delay } from 'node:timers/promises';
 import type { Handler, Reply, Request } from './server.js';
@@ -122,9 +122,7 @@ export class TapmanagerService implements Handler {
     // a request for a pod whose restore still waits for a slot: that restore goes next (the rest wait on)
     this.restoreSlots?.promote(req.key);
     // the request's logger is made when a line is written: a get at the default level writes none and makes none
-    let reqLog: Logger | undefined;
-    const log = (): Logger =>
-      (reqLog ??= this.log.child({ key: req.key, op, command: req.command, peerPid: peer.pid }));
+    const log = lazyChild(this.log, { key: req.key, op, command: req.command, peerPid: peer.pid });
     const t0 = performance.now();
     try {
       // what the request's line says besides its duration (add: the pod's interfaces)
@@ -140,18 +138,18 @@ export class TapmanagerService implements Handler {
         // them (add, release and recover keep their line)
         const quiet = req.command === Command.Get || req.command === Command.List || req.command === Command.Status;
         if (!quiet || this.log.isLevelEnabled('debug'))
-          log()[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds, ...said }, `${op} done`);
+          log[quiet ? 'debug' : 'info']({ durationMs: Math.round(ms * 10) / 10, fds, ...said }, `${op} done`);
       });
       return reply;
     } catch (e) {
       const ms = performance.now() - t0;
       this.hooks.onRequest?.(op, e instanceof VmpodError ? e.code.toLowerCase() : 'internal', ms / 1000);
-      log().error({ durationMs: Math.round(ms * 10) / 10, err: e, error: errorChain(e) }, `${op} failed`);
+      log.error({ durationMs: Math.round(ms * 10) / 10, err: e, error: errorChain(e) }, `${op} failed`);
       throw e;
     }
   }
 
-  private async dispatch(req: Request, log: () => Logger, said: Record<string, unknown>): Promise<Reply> {
+  private async dispatch(req: Request, log: Logger, said: Record<string, unknown>): Promise<Reply> {
     switch (req.command) {
       case Command.Add:
         return this.add(validateKey(req.key), req.data, log, said);
@@ -182,7 +180,7 @@ export class TapmanagerService implements Handler {
    * add: the pod network, and its DHCP servers started before the reply, so that no guest is ever faster than its
    * server: while the container side is applied when the plan allows it (add's whileApplying), else after add.
    */
-  private add(key: string, data: Request['data'], log: () => Logger, said: Record<string, unknown>): Promise<Reply> {
+  private add(key: string, data: Request['data'], log: Logger, said: Record<string, unknown>): Promise<Reply> {
     const payload = decodeGetFDPayload(data);
     return this.queue.run(key, () =>
       this.ops.runShared(async () => {
@@ -195,7 +193,7 @@ export class TapmanagerService implements Handler {
               { key, op: 'add' },
             );
           }
-          log().info('add repeated for an existing pod network: returning it unchanged');
+          log.info('add repeated for an existing pod network: returning it unchanged');
           return { payload: encodeCsn(existing.csn), fds: [] };
         }
         // a network whose plugin answers STATUS with an error: refused before anything is made or run
@@ -218,9 +216,7 @@ export class TapmanagerService implements Handler {
           try {
             this.dhcp.start(st);
           } catch (e) {
-            await this.pods
-              .release(key)
-              .catch((re) => log().error({ err: re }, 'rollback after a DHCP failure failed'));
+            await this.pods.release(key).catch((re) => log.error({ err: re }, 'rollback after a DHCP failure failed'));
             throw e;
           }
         }

@@ -25,6 +25,7 @@ import { answer6, Dhcp6Server, warmUpMessages6 } from '../../src/dhcp6/server.js
 import { checksum6, decodeFrame6, decodeUdp6, encodeIcmp6Frame, encodeUdp6Frame } from '../../src/net/frame6.js';
 import { ipFamily } from '../../src/net/ip.js';
 import { formatIpv6, linkLocalFromMac, multicastMac, parseIpv6 } from '../../src/net/ipv6.js';
+import { silentLogger } from '../../src/log.js';
 import { raFromLease } from '../../src/ra/options.js';
 import { answerNs, answerRs, RaServer } from '../../src/ra/server.js';
 import { decodeRa, encodeNa, encodeRa } from '../../src/ra/packet.js';
@@ -366,7 +367,7 @@ describe('RA codec (RFC 4861, RFC 8106)', () => {
 
   it('RA server with answerNs: an NS for its address gets an NA into the tap; without it, NS is not its business', () => {
     const router = formatIpv6(linkLocalFromMac(BR_MAC));
-    const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
+    const silent = silentLogger();
     for (const answer of [true, false]) {
       const sent: Buffer[] = [];
       const filters: Buffer[] = [];
@@ -460,7 +461,7 @@ describe('checksum offload: frames whose checksum the guest left to be filled in
       close: () => {},
       closeOffLoop: async () => {},
     };
-    const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
+    const silent = silentLogger();
     const s = Dhcp6Server.start({
       nsPath: '/x',
       tap: 'tap0',
@@ -511,7 +512,7 @@ describe('fuzz: random and mutated messages never throw and are never answered w
       close: () => {},
       closeOffLoop: async () => {},
     };
-    const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
+    const silent = silentLogger();
     const s = Dhcp6Server.start({
       nsPath: '/x',
       tap: 'tap0',
@@ -553,7 +554,7 @@ describe('fuzz: random and mutated messages never throw and are never answered w
       close: () => {},
       closeOffLoop: async () => {},
     };
-    const silent = { child: () => silent, info() {}, debug() {}, warn() {}, error() {} } as never;
+    const silent = silentLogger();
     const s = RaServer.start({
       nsPath: '/x',
       tap: 'tap0',
