@@ -1,10 +1,12 @@
 #!/usr/bin/env node
 // Pod network figures against their bare baselines, interleaved in one run (root; after `npm run build`):
 //   node bench/pods.mjs [--runs 30] [--warmup 5] [--counts 10,100,250,500] [--burst 250] [--gets 200] [--rounds 5]
-//                       [--figures add,burst,scale] [--strace] [--stack v4|dual|only]
+//                       [--figures add,burst,scale] [--strace] [--stack v4|dual|only] [--pause 150]
 // add       one add / one release through tapmanager (the C client, bench/c/vmpod-client.c) vs bare-cni
 //           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`);
-//           the sides take turns going first, and rounds are 150 ms apart (the kernel's netns removal settled);
+//           the sides take turns going first, and rounds are --pause ms apart (default 150: the kernel's netns
+//           removal settled; a node's pod starts come seconds apart, and both sides slow down the longer the machine
+//           idles before them: bench/idle-penalty.mjs);
 //           --warmup untimed rounds of both sides first (a fresh daemon's first adds compile its code)
 // burst     --rounds rounds: --burst bare adds by 16 clients at once, then their DELs, and the same count of adds
 //           through tapmanager, 16 at once, then their releases, the sides taking turns going first, 3 s for the
@@ -35,6 +37,7 @@ const { values: o } = parseArgs({
     rounds: { type: 'string', default: '5' },
     figures: { type: 'string', default: 'add,burst,scale' },
     strace: { type: 'boolean', default: false },
+    pause: { type: 'string', default: '150' },
     stack: { type: 'string', default: 'v4' },
   },
 });
@@ -58,7 +61,8 @@ const cleanup = new Cleanup();
 cleanup.installGuards('pods', 1_800_000);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /** the pause between two rounds of the add figure */
-const SETTLE_MS = 150;
+const SETTLE_MS = Number(o.pause);
+if (!Number.isInteger(SETTLE_MS) || SETTLE_MS < 150) throw new Error(`--pause ${o.pause}: 150 ms or more`);
 /** the pause after a burst's releases: the kernel removes 250 netns in the background for a second or two */
 const BURST_SETTLE_MS = 3000;
 
@@ -370,7 +374,8 @@ async function main() {
   const w = await podWorld(cleanup, o.stack === 'v4' ? {} : { ipv6: o.stack });
   await w.start();
   const t0 = performance.now();
-  if (want.has('add')) await addRelease(w, '', runs);
+  // a pause other than the default names the figures apart: add-pause500, release-pause500
+  if (want.has('add')) await addRelease(w, SETTLE_MS === 150 ? '' : `-pause${SETTLE_MS}`, runs);
   if (want.has('burst')) await burst(w);
   if (want.has('scale')) {
     for (const n of counts) {

@@ -12,7 +12,16 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const ALL = ['pods', 'add-stages', 'dhcp-first', 'dhcp6-first', 'vmwrapper-start', 'dhcp-answer', 'vm-start-pair'];
+const ALL = [
+  'pods',
+  'add-stages',
+  'dhcp-first',
+  'dhcp6-first',
+  'vmwrapper-start',
+  'dhcp-answer',
+  'vm-start-pair',
+  'idle-penalty',
+];
 const argv = process.argv.slice(2);
 const dash = argv.indexOf('--');
 const own = dash < 0 ? argv : argv.slice(0, dash);
