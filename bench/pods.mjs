@@ -6,7 +6,7 @@
 //           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`);
 //           the sides take turns going first, and rounds are --pause ms apart (default 150: the kernel's netns
 //           removal settled; a node's pod starts come seconds apart, and both sides slow down the longer the machine
-//           idles before them: bench/idle-penalty.mjs);
+//           idles before them: bench/idle-penalty.mjs; the add@N rounds of scale too);
 //           --warmup untimed rounds of both sides first (a fresh daemon's first adds compile its code)
 // burst     --rounds rounds: --burst bare adds by 16 clients at once, then their DELs, and the same count of adds
 //           through tapmanager, 16 at once, then their releases, the sides taking turns going first, 3 s for the
@@ -374,15 +374,16 @@ async function main() {
   const w = await podWorld(cleanup, o.stack === 'v4' ? {} : { ipv6: o.stack });
   await w.start();
   const t0 = performance.now();
-  // a pause other than the default names the figures apart: add-pause500, release-pause500
-  if (want.has('add')) await addRelease(w, SETTLE_MS === 150 ? '' : `-pause${SETTLE_MS}`, runs);
+  // a pause other than the default names the figures apart: add-pause500, release-pause500, add@250-pause500
+  const paused = SETTLE_MS === 150 ? '' : `-pause${SETTLE_MS}`;
+  if (want.has('add')) await addRelease(w, paused, runs);
   if (want.has('burst')) await burst(w);
   if (want.has('scale')) {
     for (const n of counts) {
       const have = w.ours.size;
       if (have < n) await w.add(w.keys(n - have, 'p'), PAR);
       if (have > n) await w.release([...w.ours].slice(0, have - n), PAR);
-      await addRelease(w, `@${n}`, Math.max(5, Math.round(runs / 2)));
+      await addRelease(w, `@${n}${paused}`, Math.max(5, Math.round(runs / 2)));
       await getFigure(w, n);
       await restartFigure(w, n);
       measure(`memory@${n}`, 'MB/fds', procMem(w.daemon.pid));
