@@ -4,7 +4,7 @@
 // figure, and a pod start on a node (needs nothing but the machine; no root):
 //   node bench/idle-penalty.mjs [--rounds 21] [--pauses 50,150,500]
 // idle-penalty-js-<P>ms   JavaScript of the kind an add runs: an add request's payload parsed, a state record of
-//                         6 KB built and serialized, a few buffers encoded (80-100 us when warm, here)
+//                         9 KB built and serialized, a few buffers encoded (80-100 us when warm, here)
 // idle-penalty-c-<P>ms    a C program reading one byte of every cache line of 1 MiB (bench/c/idle-walk.c), the
 //                         same way: the cost is the machine's, not Node's
 // Each figure: the first run after a pause of P ms against runs back to back (ratio: the penalty).
@@ -74,7 +74,7 @@ for (let i = 0; i < 2000; i++) sink += work(i); // compiled and optimized before
 for (const p of pauses) {
   const cold = await afterPauses(p);
   figure(`idle-penalty-js-${p}ms`, 'us', cold, backToBack(), {
-    what: `the JS work (a 6 KB record built and serialized) first after a ${p} ms pause`,
+    what: `the JS work (a 9 KB record built and serialized) first after a ${p} ms pause`,
     baselineWhat: 'the same work run back to back',
   });
 }
