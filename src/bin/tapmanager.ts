@@ -6,7 +6,14 @@ import { parseConfig, usage, type TapmanagerConfig } from '../tapmanager/config.
 import { FdServer } from '../tapmanager/server.js';
 import { TapmanagerService } from '../tapmanager/service.js';
 import { PodNetwork } from '../podnet/index.js';
-import { CniClient, spawnPluginExec, killOrphanPlugins, confListLoader, sweepCacheTemps } from '../cni/index.js';
+import {
+  CniClient,
+  spawnPluginExec,
+  killOrphanPlugins,
+  confListLoader,
+  sweepCacheTemps,
+  type PluginExec,
+} from '../cni/index.js';
 import { createLogger, type Logger } from '../log.js';
 import { errorChain } from '../errors.js';
 import { native } from '../native.js';
@@ -95,8 +102,12 @@ function sweepKilledDaemon(config: TapmanagerConfig, log: Logger): string {
 }
 
 /** The CNI client: the plugins spawned by the addon, each run timed when there are metrics. */
-function cniClient(config: TapmanagerConfig, pgidDir: string, metrics: Metrics | undefined, log: Logger): CniClient {
-  const plugins = spawnPluginExec({ pgidDir });
+function cniClient(
+  config: TapmanagerConfig,
+  plugins: PluginExec,
+  metrics: Metrics | undefined,
+  log: Logger,
+): CniClient {
   return new CniClient({
     binDirs: config.cniBinDirs,
     cacheDir: config.cniCacheDir,
@@ -132,7 +143,8 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
         (): number => server.fastGetsAnswered,
       )
     : undefined;
-  const cni = cniClient(config, pgidDir, metrics, log);
+  const plugins = spawnPluginExec({ pgidDir });
+  const cni = cniClient(config, plugins, metrics, log);
   const loadConf = confListLoader(config.cniConfDir);
   const pods = new PodNetwork({
     stateDir: config.stateDir,
@@ -187,6 +199,7 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
       upkeep.stop();
       await server.stop();
       await service.shutdown();
+      plugins.close?.();
       await http?.close();
     },
     busyKeys: () => service.queue.busyKeys,

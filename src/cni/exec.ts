@@ -31,6 +31,8 @@ export interface PluginExec {
   run(opts: PluginRunOptions): Promise<{ stdout: Buffer; stderr: Buffer; cleanup?: Promise<void> }>;
   /** Where `plugin` lives (libcni invoke.Exec.FindInPath); the client uses findInPath() when absent. */
   findInPath?(plugin: string, dirs: readonly string[]): Promise<string>;
+  /** Daemon stop: the runs' bookkeeping on disk removed when no run is in flight (spawnPluginExec's pgidDir file). */
+  close?(): void;
 }
 
 /** libcni FindInPath: the first dir holding an executable regular file named `plugin`. */
@@ -126,7 +128,7 @@ export function spawnPluginExec(opts: SpawnPluginExecOptions = {}): PluginExec {
     maxBuffer,
     slots: opts.pgidDir === undefined ? undefined : new PgidSlots(opts.pgidDir),
   };
-  return { findInPath, run: (o) => runPlugin(spawner, o) };
+  return { findInPath, run: (o) => runPlugin(spawner, o), close: () => spawner.slots?.close() };
 }
 
 /** How spawnPluginExec runs each plugin. */

@@ -1,7 +1,17 @@
 // The plugins' process-group records (PID records): which plugin groups run, so that a daemon started after a kill -9
 // finds the plugins its predecessor left running and kills them (killOrphanPlugins), with /proc read to tell a group
 // from a later one that reuses its number.
-import { closeSync, constants, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { ErrorCode, VmpodError } from '../errors.js';
@@ -154,6 +164,21 @@ export class PgidSlots {
   clear(slot: number): void {
     this.#write(slot, BLANK);
     this.#free.push(slot);
+  }
+
+  /**
+   * Daemon stop: with no plugin running, the file goes, and the dir when no other daemon's file is in it, so that a
+   * stopped daemon leaves nothing of its own in the state dir. A plugin still running keeps them (the next start's
+   * killOrphanPlugins ends it and removes the file).
+   */
+  close(): void {
+    if (this.#free.length < this.#slots) return;
+    try {
+      rmSync(this.#path, { force: true });
+      rmdirSync(this.dir);
+    } catch {
+      // another daemon's file in it (ENOTEMPTY), or gone already: the next start sweeps what is left
+    }
   }
 
   #write(slot: number, buf: Buffer): boolean {

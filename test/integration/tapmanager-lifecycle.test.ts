@@ -270,7 +270,7 @@ function connectReply(fd: number): { command: number; text: string } {
 }
 
 describe('soak', () => {
-  it('500 (VMPOD_SOAK_CYCLES) add/get/release cycles from 8 clients at once leave fds, netns, links and IPAM files as they were', async () => {
+  it('500 (VMPOD_SOAK_CYCLES) add/get/release cycles from 8 clients at once leave fds, netns, links and IPAM files as they were, and a stop an empty state dir', async () => {
     net = await makeCniConf();
     const d = await startDaemon({
       confDir: net.confDir,
@@ -328,5 +328,7 @@ describe('soak', () => {
     expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
     expect(readdirSync(d.stateDir).filter((f) => f.startsWith(prefix))).toEqual([]);
     expect(await d.stop()).toBe(0);
+    // a clean stop leaves nothing of the daemon's own either (the running plugins' record file and its dir)
+    expect(readdirSync(d.stateDir, { recursive: true })).toEqual([]);
   }, 1_800_000);
 });
