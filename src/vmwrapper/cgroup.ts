@@ -11,7 +11,6 @@
 // above the namespace's root). The VM's leaf is then made in that mount, outside the container's cgroup. Hosts that
 // mount cgroup2 with nsdelegate (systemd does) refuse a move out of the namespace from inside it (ENOENT): that one
 // write is then made from the host's cgroup namespace (nsenter into /proc/1/ns/cgroup: the node's init, hostPID).
-import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { VmpodError, ErrorCode } from '../errors.js';
@@ -254,6 +253,8 @@ function writeProcs(procs: string, pid: number, inCgroupNamespace: boolean): voi
     writeFileSync(procs, String(pid));
   } catch (e) {
     if (!inCgroupNamespace || (e as NodeJS.ErrnoException).code !== 'ENOENT' || !existsSync(procs)) throw e;
+    // loaded here, on this rare path: node:child_process at the top would cost every VM start its load
+    const { spawnSync } = process.getBuiltinModule('node:child_process');
     const r = spawnSync('nsenter', [`--cgroup=${HOST_CGROUP_NS}`, '--', 'tee', procs], {
       input: String(pid),
       stdio: ['pipe', 'ignore', 'pipe'],
