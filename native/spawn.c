@@ -67,10 +67,50 @@ typedef struct {
   bool done;      // the result was delivered, or the env is going away
 } child_t;
 
+// A child whose exit status was read (WNOWAIT) and that is reaped a little later: see child_cb.
+#define REAP_DELAY_MS 10
+
+typedef struct {
+  uv_timer_t t;
+  int pidfd;
+} reaper_t;
+
+static void reaper_closed(uv_handle_t *hd) {
+  free(hd->data);
+}
+
+static void reap_now(int pidfd) {
+  siginfo_t si;
+  int r;
+  do r = waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG);
+  while (r < 0 && errno == EINTR);
+  close(pidfd);
+}
+
+static void reap_cb(uv_timer_t *t) {
+  reaper_t *rp = t->data;
+  reap_now(rp->pidfd);
+  uv_close((uv_handle_t *)&rp->t, reaper_closed);
+}
+
+// Reaps the exited child of pidfd (which it closes) REAP_DELAY_MS from now, on a timer that keeps no loop alive.
+static void reap_later(uv_loop_t *loop, int pidfd) {
+  reaper_t *rp = malloc(sizeof *rp);
+  if (!rp || uv_timer_init(loop, &rp->t) != 0) {
+    free(rp);
+    reap_now(pidfd);
+    return;
+  }
+  rp->t.data = rp;
+  rp->pidfd = pidfd;
+  uv_timer_start(&rp->t, reap_cb, REAP_DELAY_MS, 0);
+  uv_unref((uv_handle_t *)&rp->t);
+}
+
 static void child_handle_closed(uv_handle_t *hd) {
   child_t *c = hd->data;
   int i = (int)((uv_poll_t *)hd - c->h);
-  close(c->fds[i]);
+  if (c->fds[i] >= 0) close(c->fds[i]);
   c->fds[i] = -1;
   if (--c->open > 0) return;
   if (c->cleanup) napi_remove_async_cleanup_hook(c->cleanup);
@@ -158,16 +198,25 @@ static void child_cb(uv_poll_t *hd, int status, int events) {
   int i = (int)(hd - c->h);
   if (c->done) return;
   if (i == 0) {  // the pidfd: readable once the child has exited
+    // The status is read without reaping the child (WNOWAIT), which is reaped REAP_DELAY_MS later. The pidfd turns
+    // readable as the child's last thread leaves its thread group; that thread has often woken us on its own CPU and
+    // been preempted there before it finished exiting. Reaping now would make the kernel flush the child's /proc
+    // dentries, which spins until that thread is done with them, so until the next tick takes the CPU from us: up to
+    // 4 ms on the event loop, in one plugin run out of four (docs/performance.md).
     siginfo_t si;
     memset(&si, 0, sizeof(si));
     int r;
-    do r = waitid((idtype_t)P_PIDFD, (id_t)c->fds[0], &si, WEXITED | WNOHANG);
+    do r = waitid((idtype_t)P_PIDFD, (id_t)c->fds[0], &si, WEXITED | WNOHANG | WNOWAIT);
     while (r < 0 && errno == EINTR);
     if (r == 0 && si.si_pid == 0 && status >= 0) return;  // not yet
     c->exited = true;
     if (r < 0 || status < 0) c->code = 127;  // cannot happen for our own child: reported as a failed run
     else if (si.si_code == CLD_EXITED) c->code = si.si_status;
     else c->sig = si.si_status;
+    if (r == 0 && si.si_pid != 0) {
+      reap_later(hd->loop, c->fds[0]);  // the reaper owns the pidfd now
+      c->fds[0] = -1;
+    }
     child_close(c, 0);
   } else if (i == 1) {  // stdin takes more
     while (c->in_off < c->in_len) {

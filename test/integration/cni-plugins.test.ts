@@ -275,6 +275,24 @@ describe('misbehaving plugins', () => {
     await client.del(fakeList('vmpcecho'), rtFor('f3'));
   });
 
+  it('the plugin is reaped once its run is over: no zombie of it stays behind', async () => {
+    const out = join(tmp, 'reaped');
+    await writeScript(
+      'vmpcreap',
+      `cat >/dev/null\necho $$ > ${out}.pid\necho '{"cniVersion":"1.0.0","ips":[{"address":"10.9.9.7/32"}]}'`,
+    );
+    await client.add(fakeList('vmpcreap'), rtFor('f8'));
+    const pid = Number((await readFile(`${out}.pid`, 'utf8')).trim());
+    // its status was read at its exit; the reap itself follows a few milliseconds later (native/spawn.c)
+    let gone = false;
+    for (let i = 0; i < 100 && !gone; i++) {
+      gone = (await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined)) === undefined;
+      if (!gone) await delay(10);
+    }
+    expect(gone).toBe(true);
+    await client.del(fakeList('vmpcreap'), rtFor('f8'));
+  });
+
   it('the plugin leads its own session, with SIGPIPE at its default, no signal blocked and only stdio open', async () => {
     const out = join(tmp, 'proc');
     // read by bash's builtins where they can be: a child of bash would show bash's masks around its fork
