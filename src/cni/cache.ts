@@ -2,8 +2,8 @@
 // <cacheDir>/results/<network>-<containerId>-<ifName>, mode 0600, a JSON record of kind "cniCacheV1".
 // Being libcni's own format, cnitool and other libcni users can read our records and we theirs.
 import { randomBytes } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
-import { readFile, rm } from 'node:fs/promises';
+import { closeSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, unlinkSync, writeSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { errCode, listDir } from '../files.js';
 import { join } from 'node:path';
 import type { NetworkConfigList, RuntimeConf } from './config.js';
@@ -144,13 +144,17 @@ export function parseCacheRecord(
   return { state: 'ok', record: o as unknown as CacheRecord };
 }
 
-export async function readCacheRecord(
+/**
+ * Synchronous, as the write is: a page-cache file of a few KB, which a release reads before its DEL; through the pool
+ * its open, stat, read and close were four trips, each waiting for a turn of the event loop.
+ */
+export function readCacheRecord(
   path: string,
   expect: { networkName: string; containerId: string; ifName: string },
-): Promise<CacheRead> {
+): CacheRead {
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = readFileSync(path, 'utf8');
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { state: 'missing' };
     return { state: 'corrupt', reason: `cannot read: ${(e as NodeJS.ErrnoException).code ?? String(e)}` };
@@ -190,7 +194,11 @@ export function writeCacheRecord(path: string, rec: CacheRecord): void {
   }
 }
 
-/** Remove the record; a missing one is fine (DEL must succeed twice). */
-export async function removeCacheRecord(path: string): Promise<void> {
-  await rm(path, { force: true });
+/** Remove the record; a missing one is fine (DEL must succeed twice). Synchronous: one unlink. */
+export function removeCacheRecord(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
 }

@@ -349,7 +349,7 @@ export class CniClient {
         },
       );
     }
-    await removeCacheRecord(cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName));
+    removeCacheRecord(cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName));
   }
 
   /** Every plugin of the list located (libcni FindInPath), or an error naming the first missing one. Runs nothing. */
@@ -411,7 +411,7 @@ export class CniClient {
 
   async #loadCached(list: NetworkConfigList, rt: RuntimeConf): Promise<CniResult | undefined> {
     const path = cacheFilePath(this.#cacheDir, list.name, rt.containerId, rt.ifName);
-    const read = await readCacheRecord(path, {
+    const read = readCacheRecord(path, {
       networkName: list.name,
       containerId: rt.containerId,
       ifName: rt.ifName,

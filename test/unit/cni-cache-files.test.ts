@@ -21,8 +21,8 @@ describe('the CNI cache files', () => {
     writeCacheRecord(path, rec({ ips: [] }));
     expect(JSON.parse(readFileSync(path, 'utf8'))).toEqual(JSON.parse(JSON.stringify(rec({ ips: [] }))));
     expect(readdirSync(join(dir, 'results'))).toEqual(['n-c1-eth0']);
-    await removeCacheRecord(path);
-    await removeCacheRecord(path);
+    removeCacheRecord(path);
+    removeCacheRecord(path);
     expect(readdirSync(dir)).toEqual(['results']);
     expect(readdirSync(join(dir, 'results'))).toEqual([]);
   });
