@@ -346,6 +346,8 @@ async function main(): Promise<number> {
   ]);
   clearTimeout(timer);
   notifier.close();
+  // the lines written after a reply's turn (a DHCP server's stop line) are out before the exit
+  await new Promise((r) => setImmediate(r));
   if (outcome === 'timeout') {
     log.error(
       { busyKeys: running.busyKeys(), stopTimeoutMs: config.stopTimeoutMs },

@@ -328,15 +328,18 @@ export class DhcpServer {
       this.log,
       'dhcp server',
     );
-    this.log[opts.quiet === true ? 'debug' : 'info'](
-      {
-        nsPath: opts.nsPath,
-        port,
-        serverId: built.serverId,
-        ip: `${opts.lease.ip}/${opts.lease.prefixLength}`,
-        routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`),
-      },
-      'dhcp server listening',
+    // written after the request that started it has its reply (an add's or a get's: their own lines come after)
+    setImmediate(() =>
+      this.log[opts.quiet === true ? 'debug' : 'info'](
+        {
+          nsPath: opts.nsPath,
+          port,
+          serverId: built.serverId,
+          ip: `${opts.lease.ip}/${opts.lease.prefixLength}`,
+          routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`),
+        },
+        'dhcp server listening',
+      ),
     );
   }
 
@@ -352,7 +355,9 @@ export class DhcpServer {
   /** Idempotent: stops watching and closes the socket. */
   stop(): void {
     if (!this.watch.stop()) return;
-    this.log.info({ stats: this.stats }, 'dhcp server stopped');
+    // after the release's reply, like the start's line
+    const stats = { ...this.stats };
+    setImmediate(() => this.log.info({ stats }, 'dhcp server stopped'));
   }
 
   /** settled: its UDP socket closes at once on stop */
