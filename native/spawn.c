@@ -79,32 +79,33 @@ static void reaper_closed(uv_handle_t *hd) {
   free(hd->data);
 }
 
-static void reap_now(int pidfd) {
+static void reap(int pidfd) {
   siginfo_t si;
   int r;
   do r = waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG);
   while (r < 0 && errno == EINTR);
-  close(pidfd);
 }
 
 static void reap_cb(uv_timer_t *t) {
   reaper_t *rp = t->data;
-  reap_now(rp->pidfd);
+  reap(rp->pidfd);
+  close(rp->pidfd);
   uv_close((uv_handle_t *)&rp->t, reaper_closed);
 }
 
-// Reaps the exited child of pidfd (which it closes) REAP_DELAY_MS from now, on a timer that keeps no loop alive.
-static void reap_later(uv_loop_t *loop, int pidfd) {
+// Reaps the exited child of pidfd REAP_DELAY_MS from now, on a timer that keeps no loop alive, then closes pidfd:
+// true. False when no timer could be had (out of memory): nothing is taken, the caller reaps now.
+static bool reap_later(uv_loop_t *loop, int pidfd) {
   reaper_t *rp = malloc(sizeof *rp);
   if (!rp || uv_timer_init(loop, &rp->t) != 0) {
     free(rp);
-    reap_now(pidfd);
-    return;
+    return false;
   }
   rp->t.data = rp;
   rp->pidfd = pidfd;
   uv_timer_start(&rp->t, reap_cb, REAP_DELAY_MS, 0);
   uv_unref((uv_handle_t *)&rp->t);
+  return true;
 }
 
 static void child_handle_closed(uv_handle_t *hd) {
@@ -198,11 +199,12 @@ static void child_cb(uv_poll_t *hd, int status, int events) {
   int i = (int)(hd - c->h);
   if (c->done) return;
   if (i == 0) {  // the pidfd: readable once the child has exited
-    // The status is read without reaping the child (WNOWAIT), which is reaped REAP_DELAY_MS later. The pidfd turns
-    // readable as the child's last thread leaves its thread group; that thread has often woken us on its own CPU and
-    // been preempted there before it finished exiting. Reaping now would make the kernel flush the child's /proc
-    // dentries, which spins until that thread is done with them, so until the next tick takes the CPU from us: up to
-    // 4 ms on the event loop, in one plugin run out of four (docs/performance.md).
+    // The status is read without reaping the child (WNOWAIT). The pidfd turns readable as the child's last thread
+    // leaves its thread group; that thread has often woken us on its own CPU and been preempted there before it
+    // finished exiting. Reaping now would make the kernel flush the child's /proc dentries, which spins until that
+    // thread is done with them, so until the next tick takes the CPU from us: up to 4 ms on the event loop, in one
+    // plugin run out of four (docs/performance.md). A run that exited 0 is reaped REAP_DELAY_MS later; any other
+    // (a failure, a kill) now, so that nothing of it is left when its error is told.
     siginfo_t si;
     memset(&si, 0, sizeof(si));
     int r;
@@ -214,8 +216,11 @@ static void child_cb(uv_poll_t *hd, int status, int events) {
     else if (si.si_code == CLD_EXITED) c->code = si.si_status;
     else c->sig = si.si_status;
     if (r == 0 && si.si_pid != 0) {
-      reap_later(hd->loop, c->fds[0]);  // the reaper owns the pidfd now
-      c->fds[0] = -1;
+      bool ok = si.si_code == CLD_EXITED && si.si_status == 0;
+      // the reaper takes the pidfd, closed after the reap (child_close stops polling it first, while it is open);
+      // else it is reaped now and closed with its handle
+      if (ok && reap_later(hd->loop, c->fds[0])) c->fds[0] = -1;
+      else reap(c->fds[0]);
     }
     child_close(c, 0);
   } else if (i == 1) {  // stdin takes more
