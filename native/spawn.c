@@ -5,7 +5,8 @@
 // blocks the loop until the child has exec'd, on every plugin run. posix_spawn clones with CLONE_VM|CLONE_VFORK
 // instead: nothing is copied, and the loop waits only for the exec itself. The child is then watched on the loop:
 // its exit through a pidfd (Linux 5.3; waitid P_PIDFD 5.4), stdout and stderr through non-blocking pipes, stdin
-// written as the pipe takes it. The child is reaped here; libuv only waits for the pids it spawned itself.
+// written as the pipe takes it. The child is reaped here (a run that exited 0 a little later: child_cb); libuv only
+// waits for the pids it spawned itself.
 //
 // The child: argv is just the path (as libcni runs a plugin), the environment is exactly `env`, it leads a new
 // session (so its process group can be signalled with whatever it starts), every signal is at its default and none
