@@ -121,6 +121,29 @@ describe('SIGTERM', () => {
     expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
     expect((await netnsList()).filter((n) => slow.includes(n))).toEqual([]);
   });
+
+  it("logs a pod's DHCP server start before its add's line, and its stop before the daemon's last line", async () => {
+    net = await makeCniConf();
+    const d = await startDaemon({ confDir: net.confDir, cacheDir: net.cacheDir });
+    daemons.push(d);
+    const k = `dlog-${rand()}`;
+    keys.push(k);
+    expect(exchange(d.socket, ADD, k, desc(k)).command).toBe(0x80);
+    d.proc.kill('SIGTERM');
+    expect(await d.stop()).toBe(0);
+    const msgs = d.lines().map((l) => l.msg);
+    const at = (m: string): number => msgs.indexOf(m);
+    expect(at('dhcp server listening')).toBeGreaterThanOrEqual(0);
+    expect(at('dhcp server listening')).toBeLessThan(at('add done'));
+    expect(at('dhcp server stopped')).toBeGreaterThan(at('add done'));
+    expect(at('dhcp server stopped')).toBeLessThan(at('stopped'));
+    // the pod stayed whole: a restart releases it completely
+    const d2 = await startDaemon({ confDir: net.confDir, reuse: d });
+    daemons.push(d2);
+    expect(exchange(d2.socket, RELEASE, k).command).toBe(0x81);
+    expect(await d2.stop()).toBe(0);
+    expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
+  });
 });
 
 /** Runs tapmanager to its exit (a daemon that is expected to refuse to start). */
