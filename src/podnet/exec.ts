@@ -36,9 +36,24 @@ export function isAlreadyUndone(code: string | undefined): boolean {
 
 const ALREADY_UNDONE: ReadonlySet<string> = new Set(['ENODEV', 'ESRCH', 'EADDRNOTAVAIL', 'ENOENT']);
 
-/** The request of one batch line: an `ip` line, or a `tc` line marked by its leading "tc" (steps.ts lineOf). Pure. */
+/**
+ * The requests of lines met before. Pods repeat most of their lines (the same link names in every pod netns), and a
+ * line's parse (tc's above all) was most of a batch's encoding on the event loop. A request is never changed once
+ * made; the map is emptied when full, so that lines met once (a pod's addresses) cannot grow it.
+ */
+const requestOfLine = new Map<string, NlRequest>();
+const LINES_KEPT = 256;
+
+/** The request of one batch line: an `ip` line, or a `tc` line marked by its leading "tc" (steps.ts lineOf). */
 export function lineRequest(args: readonly string[]): NlRequest {
-  return args[0] === 'tc' ? tcRequest(args.slice(1)) : ipRequest(args);
+  const line = args.join('\0');
+  let req = requestOfLine.get(line);
+  if (req === undefined) {
+    req = args[0] === 'tc' ? tcRequest(args.slice(1)) : ipRequest(args);
+    if (requestOfLine.size >= LINES_KEPT) requestOfLine.clear();
+    requestOfLine.set(line, req);
+  }
+  return req;
 }
 
 /** A batch line as a command, for messages. */
