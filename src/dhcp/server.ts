@@ -262,8 +262,6 @@ export interface DhcpServerOptions {
   serverIp: string;
   lease: DhcpLease;
   log: Logger;
-  /** its start line at debug, not info: a restart starts every restored pod's servers, and says so in one line */
-  quiet?: boolean;
   /** default 67; tests may use others */
   port?: number;
   /** default 68 */
@@ -291,6 +289,7 @@ export class DhcpServer {
   private readonly io: DhcpSocketIo;
   private readonly log: Logger;
   private readonly ctx: AnswerContext;
+  private readonly where: { nsPath: string; port: number };
   private readonly clientPort: number;
   private readonly declineBaseMs: number;
   private readonly findConflict: (ip: string) => Promise<string | undefined>;
@@ -319,6 +318,7 @@ export class DhcpServer {
     this.onLease = opts.onLease ?? (() => {});
     this.log = lazyChild(opts.log, { component: 'dhcp', bridge: opts.bridge, mac: opts.lease.mac });
     const port = opts.port ?? DHCP_SERVER_PORT;
+    this.where = { nsPath: opts.nsPath, port };
     const fd = this.io.udpSocketInNetns(opts.nsPath, opts.bridge, port);
     this.watch = new SocketWatch(
       this.io,
@@ -328,18 +328,19 @@ export class DhcpServer {
       this.log,
       'dhcp server',
     );
-    // written after the request that started it has its reply (an add's or a get's: their own lines come after)
-    setImmediate(() =>
-      this.log[opts.quiet === true ? 'debug' : 'info'](
-        {
-          nsPath: opts.nsPath,
-          port,
-          serverId: built.serverId,
-          ip: `${opts.lease.ip}/${opts.lease.prefixLength}`,
-          routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`),
-        },
-        'dhcp server listening',
-      ),
+  }
+
+  /** Its start line (the caller writes it once the request that started it has its reply); quiet: at debug. */
+  announce(quiet = false): void {
+    const { lease, built } = this.ctx;
+    this.log[quiet ? 'debug' : 'info'](
+      {
+        ...this.where,
+        serverId: built.serverId,
+        ip: `${lease.ip}/${lease.prefixLength}`,
+        routes: built.routes.map((r) => `${r.dst}/${r.prefix} via ${r.gw}`),
+      },
+      'dhcp server listening',
     );
   }
 

@@ -335,8 +335,6 @@ export interface Dhcp6ServerOptions {
   serverIp: string;
   lease: Lease6;
   log: Logger;
-  /** its start line at debug, not info: a restart starts every restored pod's servers, and says so in one line */
-  quiet?: boolean;
   io?: PacketIo;
   /** replies allowed at once and per second after (default 20, 10) */
   burst?: number;
@@ -353,6 +351,7 @@ export class Dhcp6Server {
   private readonly serverIp: string;
   private readonly serverMac: string;
   private readonly limit: RateLimit;
+  private readonly nsPath: string;
 
   /** Validates the lease (VmpodError(Config) before any socket exists), opens the socket, listens when it returns. */
   static start(opts: Dhcp6ServerOptions): Dhcp6Server {
@@ -378,12 +377,17 @@ export class Dhcp6Server {
       this.log,
       'dhcp6 server',
     );
-    this.log[opts.quiet === true ? 'debug' : 'info'](
+    this.nsPath = opts.nsPath;
+  }
+
+  /** Its start line (the caller writes it once the request that started it has its reply); quiet: at debug. */
+  announce(quiet = false): void {
+    this.log[quiet ? 'debug' : 'info'](
       {
-        nsPath: opts.nsPath,
+        nsPath: this.nsPath,
         serverIp: this.serverIp,
-        duid: built.serverDuid.toString('hex'),
-        ip: `${opts.lease.ip}/${opts.lease.prefixLength}`,
+        duid: this.ctx.built.serverDuid.toString('hex'),
+        ip: `${this.lease.ip}/${this.lease.prefixLength}`,
       },
       'dhcp6 server listening',
     );

@@ -56,8 +56,6 @@ export interface RaServerOptions {
   routerIp: string;
   lease: Lease6;
   log: Logger;
-  /** its start line at debug, not info: a restart starts every restored pod's servers, and says so in one line */
-  quiet?: boolean;
   io?: PacketIo;
   /** seconds; defaults RFC 4861's */
   intervals?: { min: number; max: number; initial: number };
@@ -139,6 +137,7 @@ export class RaServer {
   private readonly intervals: { min: number; max: number; initial: number };
   private readonly limit: RateLimit;
   private readonly na: Buffer | undefined;
+  private readonly lease: Lease6;
 
   /** Encodes the advertisement (VmpodError/RangeError on a lease it cannot carry, before any socket), then listens. */
   static start(opts: RaServerOptions): RaServer {
@@ -173,16 +172,21 @@ export class RaServer {
       this.log,
       'ra',
     );
-    this.log[opts.quiet === true ? 'debug' : 'info'](
+    this.lease = opts.lease;
+    this.advertise();
+  }
+
+  /** Its start line (the caller writes it once the request that started it has its reply); quiet: at debug. */
+  announce(quiet = false): void {
+    this.log[quiet ? 'debug' : 'info'](
       {
         router: this.routerIp,
-        prefix: `${opts.lease.prefix}/${opts.lease.prefixLength}`,
-        defaultRouter: opts.lease.defaultRoute,
-        mtu: opts.lease.mtu,
+        prefix: `${this.lease.prefix}/${this.lease.prefixLength}`,
+        defaultRouter: this.lease.defaultRoute,
+        mtu: this.lease.mtu,
       },
       'router advertisements on',
     );
-    this.advertise();
   }
 
   get running(): boolean {

@@ -24,10 +24,11 @@ export class DhcpServers {
   ) {}
 
   /**
-   * Starts (or restarts) the servers of a pod; on a failure stops the ones already started and throws. quiet: their
-   * start lines at debug (a restart's; its summary line names the pods).
+   * Starts (or restarts) the servers of a pod; on a failure stops the ones already started and throws. Returns what
+   * writes their start lines, for the caller to run once the request that started them has its reply (a line's
+   * write would otherwise delay it); quiet: at debug (a restart's; its summary line names the pods).
    */
-  start(st: PodNetworkState, opts: { quiet?: boolean } = {}): void {
+  start(st: PodNetworkState): (quiet?: boolean) => void {
     // a restart of the servers: new packet sockets need not wait for the old ones' close
     void this.stop(st.key);
     const result = st.csn.Result ? fromV031(st.csn.Result) : undefined;
@@ -40,7 +41,6 @@ export class DhcpServers {
     // each server binds what names it (DHCPv4 its bridge, RA and DHCPv6 their tap), so the pod's logger adds the key
     // only
     const log = lazyChild(this.log, { key: st.key });
-    const quiet = opts.quiet === true;
     try {
       for (const iface of st.interfaces) {
         if (iface.type !== 'tap') continue;
@@ -63,11 +63,10 @@ export class DhcpServers {
               serverIp: iface.bridgeIp,
               lease: guest.v4,
               log,
-              quiet,
               ...this.hooks,
             }),
           );
-        if (guest.v6) startIpv6(st, iface, guest.v6, { log, quiet }, servers);
+        if (guest.v6) startIpv6(st, iface, guest.v6, log, servers);
       }
     } catch (e) {
       for (const s of servers) s.stop();
@@ -78,6 +77,9 @@ export class DhcpServers {
       );
     }
     this.byKey.set(st.key, servers);
+    return (quiet = false) => {
+      for (const s of servers) s.announce(quiet);
+    };
   }
 
   /**
@@ -130,7 +132,7 @@ function startIpv6(
   st: PodNetworkState,
   iface: PodNetworkState['interfaces'][number],
   lease6: Lease6,
-  { log, quiet }: { log: Logger; quiet: boolean },
+  log: Logger,
   servers: (DhcpServer | Dhcp6Server | RaServer)[],
 ): void {
   const tcRedirect = iface.binding === 'tc-redirect';
@@ -156,7 +158,6 @@ function startIpv6(
       routerIp: ip6,
       lease: ra,
       log,
-      quiet,
       answerNs: tcRedirect,
     }),
   );
@@ -168,7 +169,6 @@ function startIpv6(
       serverIp: ip6,
       lease: lease6,
       log,
-      quiet,
     }),
   );
 }

@@ -198,23 +198,22 @@ export class TapmanagerService implements Handler {
         }
         // a network whose plugin answers STATUS with an error: refused before anything is made or run
         const list = await this.hooks.admitAdd?.();
-        let dhcpEarly = false;
+        let announce: (() => void) | undefined;
         let st: PodNetworkState;
         try {
           st = await this.pods.add(key, payload.podNetworkDesc, undefined, {
             ...(list ? { list } : {}),
             whileApplying: (pre) => {
-              this.dhcp.start(pre);
-              dhcpEarly = true;
+              announce = this.dhcp.start(pre);
             },
           });
         } catch (e) {
-          if (dhcpEarly) await this.dhcp.stop(key);
+          if (announce) await this.dhcp.stop(key);
           throw e;
         }
-        if (!dhcpEarly) {
+        if (!announce) {
           try {
-            this.dhcp.start(st);
+            announce = this.dhcp.start(st);
           } catch (e) {
             await this.pods.release(key).catch((re) => log.error({ err: re }, 'rollback after a DHCP failure failed'));
             throw e;
@@ -222,7 +221,9 @@ export class TapmanagerService implements Handler {
         }
         // after the reply is out: no get comes before the VM starts. A release or recover that got in first has
         // taken the pod (its state is another one, or gone) and is not undone by a late offer
+        const announced = announce;
         setImmediate(() => {
+          announced();
           if (this.pods.state(key) === st) this.offerGet(st);
         });
         said.interfaces = describeInterfaces(st);
@@ -251,11 +252,12 @@ export class TapmanagerService implements Handler {
     const { queues } = decodeGetRequest(data);
     return this.queue.run(key, async () => {
       const st = await this.pods.ensureFds(key);
-      if (!this.dhcp.running(key) && !this.dhcpPending.has(key)) this.dhcp.start(st);
+      const announce = !this.dhcp.running(key) && !this.dhcpPending.has(key) ? this.dhcp.start(st) : undefined;
       this.offerGet(st);
       // the reply owns its fds (dup's of ours, new queues): a release queued right behind this get may close st.fds
       // while the reply waits for the peer to read, and the VM alone holds the extra queues it is given
       const got = await queueFds(st, queues, this.log);
+      if (announce) setImmediate(announce);
       return {
         payload: queues === 1 ? this.getPayload(st) : encodeGetInfo(getInfos(st, got.queueFdIndices)),
         fds: got.fds,
@@ -268,7 +270,7 @@ export class TapmanagerService implements Handler {
     return this.queue.run(key, async () => {
       this.replies?.forgetGetReply(key);
       const st = await this.pods.recover(key, payload);
-      this.dhcp.start(st);
+      setImmediate(this.dhcp.start(st));
       this.offerGet(st);
       return { payload: null, fds: [] };
     });
@@ -313,7 +315,8 @@ export class TapmanagerService implements Handler {
         const st = this.pods.state(key);
         if (!st || this.dhcp.running(key)) return;
         try {
-          this.dhcp.start(st, { quiet: true });
+          // its start lines at debug: the restart's summary line names the pods
+          this.dhcp.start(st)(true);
         } catch (e) {
           // its gets go through the handler again, which tries once more and says why it fails
           this.replies?.forgetGetReply(key);
