@@ -570,10 +570,14 @@ class Connection {
     }
     try {
       const { header, data } = encodeResponse(req.command, req.key, reply.payload, reply.fds.length);
-      // the header alone (the client reads it with a plain read), then payload and fds in ONE sendmsg
-      this.out.push({ data: header, fds: [] });
-      if (data.length > 0 || reply.fds.length > 0) this.out.push({ data, fds: reply.fds });
-      else closeAll(reply.fds);
+      if (reply.fds.length === 0) {
+        // one send: the client reads the header, then the payload, from one stream (two sends wake it twice)
+        this.out.push({ data: data.length > 0 ? Buffer.concat([header, data]) : header, fds: [] });
+      } else {
+        // the header alone (the client reads it with a plain read, which would drop fds sent with it), then payload
+        // and fds in ONE sendmsg
+        this.out.push({ data: header, fds: [] }, { data, fds: reply.fds });
+      }
     } catch (e) {
       closeAll(reply.fds);
       this.enqueueError(errorChain(e));
