@@ -133,6 +133,7 @@ napi_value js_inheritableFds(napi_env env, napi_callback_info info);
 napi_value js_execve(napi_env env, napi_callback_info info);
 // spawn.c
 napi_value js_spawnChild(napi_env env, napi_callback_info info);
+napi_value js_childStdin(napi_env env, napi_callback_info info);
 napi_value js_killGroup(napi_env env, napi_callback_info info);
 // netns.c
 napi_value js_netnsMake(napi_env env, napi_callback_info info);

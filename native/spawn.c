@@ -14,6 +14,10 @@
 // inherited (every fd of this addon and of node is close-on-exec). One exception, glibc's: its two internal
 // real-time signals (32 and 33, which it keeps for threads) stay ignored in the child; nobody sends them to a plugin.
 //
+// A child may be spawned with its stdin held (stdin null): the pipe stays open and empty until childStdin gives it
+// its bytes. A CNI plugin reads its config to EOF before it does anything, so it can be exec'd while the caller
+// finishes what must come before it runs (the exec and the start of its runtime overlap that work).
+//
 // The JS callback gets (CHILD_OVERFLOW) once when stdout or stderr passes maxOutputBytes (what follows is read and
 // dropped: the caller decides whether to stop the child), then (CHILD_DONE, {code, signal, stdout, stderr}) once
 // the child has exited and both pipes are at EOF, like child_process's 'close'.
@@ -47,7 +51,7 @@ static bool out_room(out_buf_t *b) {
   return true;
 }
 
-typedef struct {
+typedef struct child_s {
   napi_env env;
   napi_ref cb;
   napi_async_context async;
@@ -66,7 +70,42 @@ typedef struct {
   bool exited;
   int code, sig;  // sig > 0: killed by it
   bool done;      // the result was delivered, or the env is going away
+  bool held;      // spawned with its stdin held: in the held list until childStdin (or until it is freed)
+  struct child_s *held_next;
 } child_t;
+
+// The children whose stdin is held, found by pid (childStdin). Any thread may run an addon instance: one lock.
+static child_t *held_list;
+static uv_mutex_t held_mu;
+static uv_once_t held_once = UV_ONCE_INIT;
+
+static void held_init(void) {
+  uv_mutex_init(&held_mu);
+}
+
+static void held_add(child_t *c) {
+  uv_once(&held_once, held_init);
+  uv_mutex_lock(&held_mu);
+  c->held = true;
+  c->held_next = held_list;
+  held_list = c;
+  uv_mutex_unlock(&held_mu);
+}
+
+// Unlinks c, or the held child of env with this pid when c is NULL; returns it (NULL: none).
+static child_t *held_take(child_t *c, napi_env env, pid_t pid) {
+  uv_once(&held_once, held_init);
+  uv_mutex_lock(&held_mu);
+  child_t **at = &held_list;
+  while (*at && (c ? *at != c : (*at)->env != env || (*at)->pid != pid)) at = &(*at)->held_next;
+  child_t *found = *at;
+  if (found) {
+    *at = found->held_next;
+    found->held = false;
+  }
+  uv_mutex_unlock(&held_mu);
+  return found;
+}
 
 // A child whose exit status was read (WNOWAIT) and that is reaped a little later: see child_cb.
 #define REAP_DELAY_MS 10
@@ -115,6 +154,8 @@ static void child_handle_closed(uv_handle_t *hd) {
   if (c->fds[i] >= 0) close(c->fds[i]);
   c->fds[i] = -1;
   if (--c->open > 0) return;
+  if (c->held) held_take(c, NULL, 0);
+  if (c->fds[1] >= 0) close(c->fds[1]);  // a held stdin that was never given (it has no handle)
   if (c->cleanup) napi_remove_async_cleanup_hook(c->cleanup);
   free(c->in);
   free(c->out[0].data);
@@ -194,6 +235,17 @@ static void child_overflow(child_t *c) {
   napi_close_handle_scope(c->env, scope);
 }
 
+// Writes what the pipe takes of the child's stdin: true when some is left for when it is writable.
+static bool stdin_write(child_t *c) {
+  while (c->in_off < c->in_len) {
+    ssize_t n = write(c->fds[1], c->in + c->in_off, c->in_len - c->in_off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 && errno == EAGAIN;
+    c->in_off += (size_t)n;
+  }
+  return false;
+}
+
 static void child_cb(uv_poll_t *hd, int status, int events) {
   (void)events;
   child_t *c = hd->data;
@@ -225,13 +277,8 @@ static void child_cb(uv_poll_t *hd, int status, int events) {
     }
     child_close(c, 0);
   } else if (i == 1) {  // stdin takes more
-    while (c->in_off < c->in_len) {
-      ssize_t n = write(c->fds[1], c->in + c->in_off, c->in_len - c->in_off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN && status >= 0) return;
-      if (n < 0) break;  // EPIPE: the child closed its stdin; its exit status says what happened
-      c->in_off += (size_t)n;
-    }
+    // (EPIPE: the child closed its stdin; its exit status says what happened)
+    if (status >= 0 && stdin_write(c)) return;
     child_close(c, 1);
   } else {
     out_buf_t *b = &c->out[i - 2];
@@ -318,14 +365,32 @@ static int spawn_plugin(const char *path, char **envp, int in_r, int out_w, int 
   return err;
 }
 
-// spawnChild(path, env: string[], stdin: Uint8Array, maxOutputBytes, cb(kind, result)) -> pid
+// Gives the child its stdin: what the pipe takes now (a CNI config is a few KiB: all of it), and then its end closes
+// at once, not on a later turn of the loop (a plugin reads its stdin to EOF before it does anything); else the rest
+// as the pipe takes it (child_cb).
+static void stdin_give(child_t *c, uv_loop_t *loop) {
+  if (!stdin_write(c)) {
+    close(c->fds[1]);
+    c->fds[1] = -1;
+    return;
+  }
+  uv_poll_init(loop, &c->h[1], c->fds[1]);  // cannot fail for a pipe on Linux
+  c->h[1].data = c;
+  c->polling[1] = true;
+  c->open++;
+  uv_poll_start(&c->h[1], UV_WRITABLE, child_cb);
+}
+
+// spawnChild(path, env: string[], stdin: Uint8Array | null, maxOutputBytes, cb(kind, result)) -> pid
 napi_value js_spawnChild(napi_env env, napi_callback_info info) {
   napi_value argv[5], name;
-  const uint8_t *in;
-  size_t in_len;
+  const uint8_t *in = NULL;
+  size_t in_len = 0;
   int64_t limit;
   napi_valuetype t;
-  if (!get_args(env, info, 5, argv, "spawnChild") || !get_bytes(env, argv[2], "spawnChild", "stdin", &in, &in_len) ||
+  if (!get_args(env, info, 5, argv, "spawnChild")) return NULL;
+  bool held = napi_typeof(env, argv[2], &t) == napi_ok && t == napi_null;
+  if ((!held && !get_bytes(env, argv[2], "spawnChild", "stdin", &in, &in_len)) ||
       !get_int(env, argv[3], "spawnChild", "maxOutputBytes", 0, MAX_IO_BYTES, &limit))
     return NULL;
   if (napi_typeof(env, argv[4], &t) != napi_ok || t != napi_function)
@@ -384,24 +449,10 @@ napi_value js_spawnChild(napi_env env, napi_callback_info info) {
   c->env = env;
   c->in_len = in_len;
   c->limit = (size_t)limit;
-  // stdin: what the pipe takes now (a CNI config is a few KiB: all of it); the rest when it is writable
-  while (c->in_off < c->in_len) {
-    ssize_t n = write(c->fds[1], c->in + c->in_off, c->in_len - c->in_off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    c->in_off += (size_t)n;
-  }
-  bool more_in = c->in_off < c->in_len && errno == EAGAIN;
   uv_loop_t *loop;
   napi_get_uv_event_loop(env, &loop);
-  if (!more_in) {
-    // all of stdin is in the pipe: its end closes now, not on a later turn of the loop (a plugin reads its stdin
-    // to EOF before it does anything)
-    close(c->fds[1]);
-    c->fds[1] = -1;
-  }
   for (int i = 0; i < 4; i++) {
-    if (c->fds[i] < 0) continue;
+    if (i == 1) continue;  // stdin: stdin_give, below or in childStdin
     uv_poll_init(loop, &c->h[i], c->fds[i]);  // cannot fail for a pipe or a pidfd on Linux
     c->h[i].data = c;
     c->polling[i] = true;
@@ -421,8 +472,9 @@ napi_value js_spawnChild(napi_env env, napi_callback_info info) {
     free_strv(envp);
     return throw_napi(env, "spawnChild: napi setup failed");
   }
+  if (held) held_add(c);
+  else stdin_give(c, loop);
   uv_poll_start(&c->h[0], UV_READABLE, child_cb);
-  if (more_in) uv_poll_start(&c->h[1], UV_WRITABLE, child_cb);
   uv_poll_start(&c->h[2], UV_READABLE | UV_DISCONNECT, child_cb);
   uv_poll_start(&c->h[3], UV_READABLE | UV_DISCONNECT, child_cb);
   ret = make_int(env, c->pid);
@@ -441,6 +493,34 @@ fail:
   free(path);
   free_strv(envp);
   return NULL;
+}
+
+// childStdin(pid, stdin: Uint8Array): gives a child spawned with its stdin held (spawnChild's stdin null) these bytes,
+// then EOF. A child that is done already gets nothing. ESRCH: no child of this instance waits for its stdin.
+napi_value js_childStdin(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  int64_t pid;
+  const uint8_t *in;
+  size_t in_len;
+  if (!get_args(env, info, 2, argv, "childStdin") || !get_int(env, argv[0], "childStdin", "pid", 1, INT32_MAX, &pid) ||
+      !get_bytes(env, argv[1], "childStdin", "stdin", &in, &in_len))
+    return NULL;
+  child_t *c = held_take(NULL, env, (pid_t)pid);
+  if (!c) return throw_errno(env, ESRCH, "childStdin %lld: no child of ours waits for its stdin", (long long)pid);
+  if (!c->done && in_len > 0) {
+    c->in = malloc(in_len);
+    if (!c->in) {
+      close(c->fds[1]);  // EOF: the child gets nothing
+      c->fds[1] = -1;
+      return throw_errno(env, ENOMEM, "childStdin %lld: stdin of %zu bytes", (long long)pid, in_len);
+    }
+    memcpy(c->in, in, in_len);
+    c->in_len = in_len;
+  }
+  uv_loop_t *loop;
+  napi_get_uv_event_loop(env, &loop);
+  stdin_give(c, loop);
+  return make_undefined(env);
 }
 
 // killGroup(pgid, signo) -> 0 or the errno: kill(-pgid, signo) without an exception (ESRCH, a group that is gone, is

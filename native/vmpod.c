@@ -7,7 +7,7 @@
 //   files.c     lockExclusive, exchangePaths
 //   process.c   mallocArenaMax: process-wide settings of the daemon
 //   exec.c      close, close-on-exec flags, the inherited-fd scan, execve
-//   spawn.c     spawnChild, killGroup
+//   spawn.c     spawnChild, childStdin, killGroup
 //   netns.c     entering a netns for one call; named netns (netnsMake, netnsBind, netnsDel)
 //   tap.c       openTap, openTapQueues (on the loop's thread or a pool thread)
 //   sysctl.c    the /proc/sys writer of netnsMake and netlinkInNetns
@@ -38,6 +38,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"pollReadable", js_pollReadable},
       {"fastGetServer", js_fastGetServer},
       {"spawnChild", js_spawnChild},
+      {"childStdin", js_childStdin},
       {"killGroup", js_killGroup},
       {"close", js_close},
       {"exchangePaths", js_exchangePaths},

@@ -131,17 +131,23 @@ export interface Native {
   /**
    * posix_spawn(path) (vfork: the loop waits only for the exec) with argv [path], exactly `env` ("K=V"), stdio on
    * pipes, in a new session (its pgid is its pid), every signal at its default. stdin is written as the pipe
-   * takes it. cb(ChildEvent.Overflow) once when stdout or stderr passes maxOutputBytes (the rest is dropped), then
-   * cb(ChildEvent.Done, result) once it has exited and both pipes are at EOF. The child is watched with a pidfd and
-   * reaped here. Returns its pid; an exec that fails throws its errno (ENOENT, EACCES, ENOEXEC, ETXTBSY).
+   * takes it, then closed; null holds it (open, empty) until childStdin gives it. cb(ChildEvent.Overflow) once when
+   * stdout or stderr passes maxOutputBytes (the rest is dropped), then cb(ChildEvent.Done, result) once it has
+   * exited and both pipes are at EOF. The child is watched with a pidfd and reaped here. Returns its pid; an exec
+   * that fails throws its errno (ENOENT, EACCES, ENOEXEC, ETXTBSY).
    */
   spawnChild(
     path: string,
     env: string[],
-    stdin: Uint8Array,
+    stdin: Uint8Array | null,
     maxOutputBytes: number,
     cb: (event: number, result?: ChildResult) => void,
   ): number;
+  /**
+   * The stdin of a child spawned with it held (spawnChild's stdin null): written as the pipe takes it, then closed (a
+   * child that is done already gets nothing). Throws ESRCH when no child of ours with this pid waits for its stdin.
+   */
+  childStdin(pid: number, stdin: Uint8Array): void;
   /** kill(-pgid, signal): 0, or the errno (ESRCH: the group is gone) without an exception. pgid >= 2. */
   killGroup(pgid: number, signal: number): number;
   /**

@@ -88,11 +88,14 @@ export class CniClient {
    * add, returning as soon as the last plugin has exited: the result's cache file and the runs' bookkeeping are
    * still being written, and `settled` waits for them (it rejects when the cache could not be written, which fails
    * the ADD as add would). The caller awaits it before it relies on the cache (and before a DEL it runs, in any case).
+   * With startWhen, the first plugin is exec'd at once and given its config once startWhen resolves (PluginRunOptions
+   * stdinWhen): what must come before the ADD (the netns, a durable record) is finished while the plugin starts.
    */
   async addDeferred(
     list: NetworkConfigList,
     rt: RuntimeConf,
     signal?: AbortSignal,
+    startWhen?: Promise<unknown>,
   ): Promise<{ result: CniResult; settled: () => Promise<void> }> {
     validateRuntime(list, rt, CniVerb.Add);
     const paths = await this.#findAll(list.plugins);
@@ -113,6 +116,7 @@ export class CniClient {
           conf,
           signal,
           true,
+          i === 0 ? startWhen : undefined,
         );
         if (cleanup) cleanups.push(cleanup);
         prev = parsePluginResult(plugin.type, CniVerb.Add, stdout, list.cniVersion);
@@ -478,6 +482,7 @@ export class CniClient {
     conf: Record<string, unknown>,
     signal: AbortSignal | undefined,
     deferCleanup = false,
+    stdinWhen?: Promise<unknown>,
   ): Promise<{ stdout: Buffer; stderr: Buffer; cleanup?: Promise<void> }> {
     const t0 = performance.now();
     let ok = false;
@@ -489,6 +494,7 @@ export class CniClient {
         timeoutMs: this.#timeoutMs,
         ...(signal === undefined ? {} : { signal }),
         ...(deferCleanup ? { deferCleanup } : {}),
+        ...(stdinWhen ? { stdinWhen } : {}),
       });
       ok = true;
       return out;

@@ -14,6 +14,12 @@ export interface PluginRunOptions {
   /** the complete environment (nothing is inherited) */
   env: Record<string, string>;
   stdin: Buffer;
+  /**
+   * The plugin is exec'd at once and given its stdin once this resolves: a plugin reads its config to EOF before it
+   * does anything, so its start overlaps what the caller must finish first. Should it reject, the plugin is killed
+   * without having had its config, and the run rejects with that reason. The timeout counts from the config's write.
+   */
+  stdinWhen?: Promise<unknown>;
   timeoutMs: number;
   signal?: AbortSignal;
   /**
@@ -102,7 +108,9 @@ interface RunOutcome {
   signal?: NodeJS.Signals;
   /** spawn(2) itself failed (ENOENT, EACCES, ENOEXEC, ETXTBSY...) */
   spawnError?: NodeJS.ErrnoException;
-  stopped?: 'timeout' | 'abort' | 'overflow';
+  stopped?: 'timeout' | 'abort' | 'overflow' | 'withheld';
+  /** why the plugin was killed before it had its stdin (stopped 'withheld': stdinWhen rejected) */
+  withheld?: unknown;
 }
 
 /** A signal number as its name (SIGKILL), as child_process reports it. */
@@ -155,6 +163,7 @@ async function runPlugin(
       return { stdout, stderr, ...(r.cleanup ? { cleanup: r.cleanup } : {}) };
     // a failed run is reported once its bookkeeping is done
     await r.cleanup;
+    if (stopped === 'withheld') throw r.withheld;
     const base = {
       plugin,
       verb,
@@ -173,42 +182,61 @@ async function runPlugin(
   }
 }
 
-/** One spawn of the plugin, its group recorded while it runs, stopped on a timeout, an abort or an output flood. */
+/** How a run ended, from the child's result and why it was stopped, if it was. */
+function outcomeOf(r: ChildResult, stopped: RunOutcome['stopped'], withheld: unknown): RunOutcome {
+  return {
+    stdout: r.stdout,
+    stderr: r.stderr,
+    ...(r.code === null ? {} : { exitCode: r.code }),
+    ...(r.signal === null ? {} : { signal: signalName(r.signal) }),
+    ...(stopped === undefined ? {} : { stopped }),
+    ...(stopped === 'withheld' ? { withheld } : {}),
+  };
+}
+
+/**
+ * One spawn of the plugin, its group recorded while it runs, stopped on a timeout, an abort or an output flood; with
+ * stdinWhen, given its stdin then (and killed without it when stdinWhen rejects).
+ */
 function runOnce(sp: Spawner, o: PluginRunOptions): Promise<RunOutcome> {
   return new Promise((resolve) => {
     let pid: number;
     let stopped: RunOutcome['stopped'];
+    let withheld: unknown;
     let graceTimer: NodeJS.Timeout | undefined;
+    let ended = false;
     const stop = (why: 'timeout' | 'abort' | 'overflow'): void => {
       if (stopped !== undefined) return;
       stopped = why;
       killGroup(pid, 'SIGTERM');
       graceTimer = setTimeout(() => killGroup(pid, 'SIGKILL'), sp.killGraceMs);
     };
+    // a plugin without its config has done nothing: nothing to wait for
+    const withhold = (why: unknown): void => {
+      if (ended || stopped !== undefined) return;
+      stopped = 'withheld';
+      withheld = why;
+      killGroup(pid, 'SIGKILL');
+    };
     const env = Object.entries(o.env).map(([k, v]) => `${k}=${v}`);
     let timer: NodeJS.Timeout | undefined;
     let slot: number | undefined;
     const onAbort = (): void => stop('abort');
     const finish = (r: ChildResult): void => {
+      ended = true;
       clearTimeout(timer);
       clearTimeout(graceTimer);
       o.signal?.removeEventListener('abort', onAbort);
       // whatever the plugin started in its group (a helper it forked) does not outlive the run
       killGroup(pid, 'SIGKILL');
-      const outcome: RunOutcome = {
-        stdout: r.stdout,
-        stderr: r.stderr,
-        ...(r.code === null ? {} : { exitCode: r.code }),
-        ...(r.signal === null ? {} : { signal: signalName(r.signal) }),
-        ...(stopped === undefined ? {} : { stopped }),
-      };
+      const outcome = outcomeOf(r, stopped, withheld);
       // the run is over once its record is gone (a synchronous removal: nothing is left for a deferred cleanup)
       if (slot !== undefined) sp.slots?.clear(slot);
       resolve(o.deferCleanup === true ? { ...outcome, cleanup: Promise.resolve() } : outcome);
     };
     const startTicks = ticksSinceBoot();
     try {
-      pid = native().spawnChild(o.pluginPath, env, o.stdin, sp.maxBuffer, (event, r) => {
+      pid = native().spawnChild(o.pluginPath, env, o.stdinWhen ? null : o.stdin, sp.maxBuffer, (event, r) => {
         if (event === ChildEvent.Overflow) stop('overflow');
         else if (r !== undefined) finish(r);
       });
@@ -226,7 +254,21 @@ function runOnce(sp: Spawner, o: PluginRunOptions): Promise<RunOutcome> {
       startTicks,
       daemonPid: process.pid,
     });
-    timer = setTimeout(() => stop('timeout'), o.timeoutMs);
+    const started = (): void => {
+      timer = setTimeout(() => stop('timeout'), o.timeoutMs);
+    };
     o.signal?.addEventListener('abort', onAbort, { once: true });
+    if (o.stdinWhen === undefined) started();
+    else
+      o.stdinWhen.then(() => {
+        if (ended || stopped !== undefined) return;
+        try {
+          native().childStdin(pid, o.stdin);
+        } catch (e) {
+          withhold(e);
+          return;
+        }
+        started();
+      }, withhold);
   });
 }

@@ -6,7 +6,8 @@
 //                   with the binding its links are prepared for
 //   recordAdd       the netns, its prepared links and the CNI ADD written to the record (durably), before any runs
 //   makeNetns       the netns made, or the spare bound under the key, while the record's fsyncs run
-//   runCniAdd       the plugins' ADD, while a fresh netns gets its prepared links on a pool thread
+//   runCniAdd       the plugins' ADD, its first plugin exec'd at once and given its config once the netns is made
+//                   and the record durable; then a fresh netns gets its prepared links on a pool thread meanwhile
 //   observeAndPlan  the netns read and the container side planned (plan.ts, pure), DHCP's early start with it
 //   applyPlan       the plan recorded, then applied; the caller's DHCP servers start meanwhile when the plan says so
 //   openTaps        the taps opened for the VM
@@ -100,9 +101,8 @@ export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNe
     const list = await readNetwork(env, req.list);
     const netns = (held.netns = await takeNetns(env, list));
     const recorded = recordAdd(env, rec, list, netns.preparedFor);
-    await makeNetns(env.deps, rec, netns, recorded, req.signal);
-    mark('netns');
-    const result = await runCniAdd(env, rec, list, netns, recorded, held, req.signal);
+    const made = makeNetns(env.deps, rec, netns, recorded, req.signal).then(() => mark('netns'));
+    const result = await runCniAdd(env, rec, list, netns, recorded, made, held, req.signal);
     mark('cni');
     const planned = await observeAndPlan(env, rec, list, result, netns.preparedFor, log, req.signal);
     mark('planned');
@@ -226,7 +226,7 @@ function recordAdd(env: PodEnv, rec: PodRecord, list: NetworkConfigList, prepare
   return { netns, prepared, cniAdd, durable };
 }
 
-/** The netns made while the record's fsyncs run (a reboot takes it anyway); both are over when this returns. */
+/** The netns made while the record's fsyncs run (a reboot takes it anyway); both are over when this resolves. */
 async function makeNetns(
   deps: StepDeps,
   rec: PodRecord,
@@ -243,9 +243,13 @@ async function makeNetns(
 }
 
 /**
- * The CNI ADD; the prepared links (the bridge, tap and filter that need nothing from the result) are made on a pool
- * thread meanwhile, as the plugins take most of an add, waiting. Both are over before anything goes on, or back. A
- * first plugin that could not be executed ran nothing: its step leaves the record, and the rollback runs no DEL.
+ * The CNI ADD. Its first plugin is exec'd at once, while the netns is made and the record synced (`made`), and is
+ * given its config once they are over: a plugin does nothing before it has read its config, and its start (the exec,
+ * its runtime's own) takes longer than they do. The prepared links (the bridge, tap and filter that need nothing from
+ * the result) are made on a pool thread once the netns is, as the plugins take most of an add, waiting. All of it is
+ * over before anything goes on, or back; a failure of `made` is the add's, whatever the plugin did (it was killed
+ * without its config). A first plugin that could not be executed ran nothing: its step leaves the record, and the
+ * rollback runs no DEL.
  */
 async function runCniAdd(
   env: PodEnv,
@@ -253,21 +257,29 @@ async function runCniAdd(
   list: NetworkConfigList,
   netns: NetnsSource,
   recorded: Recorded,
+  made: Promise<void>,
   held: Held,
   signal?: AbortSignal,
 ): Promise<CniResult> {
-  const prepared = netns.prepare(env.deps, rec, recorded.prepared, signal).then(
-    () => undefined,
-    (e: unknown) => e,
-  );
+  const prepared = made
+    .then(() => netns.prepare(env.deps, rec, recorded.prepared, signal))
+    .then(
+      () => undefined,
+      (e: unknown) => e,
+    );
   try {
-    const added = await env.cni.addDeferred(list, runtimeConf(rec, env.ifName), signal);
+    const added = await env.cni.addDeferred(list, runtimeConf(rec, env.ifName), signal, made);
     held.cniSettled = added.settled;
     const prepError = await prepared;
     if (prepError !== undefined) throw prepError;
     return added.result;
   } catch (e) {
     await prepared;
+    const notMade = await made.then(
+      () => undefined,
+      (m: unknown) => m,
+    );
+    if (notMade !== undefined) throw notMade;
     if (e instanceof StepError) throw e;
     if (ranNothing(e, list)) forgetStep(env.store, rec, recorded.cniAdd);
     throw stepError(recorded.cniAdd.name, undefined, e);

@@ -384,6 +384,46 @@ describe('misbehaving plugins', () => {
     expect(await processGone(Number(await readFile(`${pids}.leader`, 'utf8')))).toBe(true);
   });
 
+  it('with startWhen, the first plugin runs before its config comes and reads it once startWhen resolves', async () => {
+    const out = join(tmp, 'held');
+    await writeScript(
+      'vmpcheld',
+      `echo $$ > ${out}.pid\ncat > ${out}.stdin\necho '{"cniVersion":"1.0.0","ips":[{"address":"10.9.9.5/32"}]}'`,
+    );
+    let go!: () => void;
+    const startWhen = new Promise<void>((r) => (go = r));
+    const adding = client.addDeferred(fakeList('vmpcheld'), rtFor('f9'), undefined, startWhen);
+    // the plugin is up and waiting on its stdin: nothing of the config has come yet
+    for (let i = 0; i < 200 && (await stat(`${out}.pid`).catch(() => undefined)) === undefined; i++) await delay(10);
+    await delay(100);
+    expect(await readFile(`${out}.stdin`, 'utf8')).toBe('');
+    go();
+    const { result, settled } = await adding;
+    await settled();
+    expect(result.ips).toEqual([{ address: '10.9.9.5/32' }]);
+    expect(JSON.parse(await readFile(`${out}.stdin`, 'utf8'))).toMatchObject({ type: 'vmpcheld', cniVersion: '1.0.0' });
+    await client.del(fakeList('vmpcheld'), rtFor('f9'));
+  });
+
+  it('a plugin whose startWhen rejects is killed before it has its config, and the ADD fails with that reason', async () => {
+    const out = join(tmp, 'withheld');
+    await writeScript('vmpcwithheld', `echo $$ > ${out}.pid\ncat > ${out}.stdin\ntouch ${out}.ran\necho '{}'`);
+    let fail!: (e: Error) => void;
+    const startWhen = new Promise<void>((_, rej) => (fail = rej));
+    const adding = client.addDeferred(fakeList('vmpcwithheld'), rtFor('f10'), undefined, startWhen);
+    for (let i = 0; i < 200 && (await stat(`${out}.pid`).catch(() => undefined)) === undefined; i++) await delay(10);
+    const why = new Error('the record could not be written');
+    fail(why);
+    await expect(adding).rejects.toBe(why);
+    expect(await processGone(Number(await readFile(`${out}.pid`, 'utf8')))).toBe(true);
+    expect(await stat(`${out}.ran`).catch(() => undefined)).toBeUndefined();
+    expect(await readFile(`${out}.stdin`, 'utf8')).toBe('');
+    // nothing was cached for it
+    expect(await stat(cacheFilePath(join(tmp, 'cache'), `fake-${rand}`, 'f10', 'eth0')).catch(() => undefined)).toBe(
+      undefined,
+    );
+  });
+
   it('a missing plugin names the dirs searched', async () => {
     await expect(client.add(fakeList('vmpc-nope'), rtFor('f6'))).rejects.toThrow(
       `CNI plugin "vmpc-nope" not found in ${fakeBin}, ${SYSTEM_BIN}`,

@@ -168,6 +168,38 @@ describe('a failed add never blocks the retry', () => {
     await expectNothingLeft(ctx);
   });
 
+  it('the first plugin, started while the netns is made, has its config only once the netns is mounted and the record holding its DEL is on disk', async () => {
+    const ctx = await setup({});
+    const conf = join(ctx.net.confDir, '10-test.conflist');
+    const good = JSON.parse(readFileSync(conf, 'utf8')) as { plugins: Record<string, unknown>[] };
+    const seen = join(ctx.stateDir, '..', `${ctx.key}.seen`);
+    cleanups.push(async () => rmSync(seen, { force: true }));
+    // the bridge plugin behind a script that looks, once it has read its config, at what a crash would leave
+    writeFileSync(
+      join(ctx.net.binDirs[0]!, 'vmpod-look'),
+      [
+        '#!/bin/bash',
+        'conf=$(cat)',
+        `if [ "$CNI_COMMAND" = ADD ]; then`,
+        `  grep -q "/netns/${ctx.key} " /proc/self/mountinfo && echo netns-mounted`,
+        `  grep -qs '"cni-add"' ${join(ctx.stateDir, `${ctx.key}.json`)} && echo record-has-cni-add`,
+        `fi > ${seen}`,
+        'printf "%s" "$conf" | exec /usr/lib/cni/bridge',
+      ].join('\n'),
+      { mode: 0o755 },
+    );
+    writeFileSync(
+      conf,
+      JSON.stringify({ ...good, plugins: [{ ...good.plugins[0], type: 'vmpod-look' }, ...good.plugins.slice(1)] }),
+    );
+    const pn = ctx.make();
+    const st = await pn.add(ctx.key, desc(ctx.key));
+    expect(st.csn.Result!.ips!.length).toBe(1);
+    expect(readFileSync(seen, 'utf8')).toBe('netns-mounted\nrecord-has-cni-add\n');
+    await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+
   it('ADD fails and its rollback DEL fails too: the error says quarantined; the retry finishes it first and succeeds', async () => {
     const ctx = await setup();
     ctx.net.setFaults({ ADD: 'fail', DEL: 'fail' });
