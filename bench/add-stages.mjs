@@ -6,8 +6,9 @@
 // tapmanager runs at --log-level debug: its "pod network added" line says when each stage of the add ended
 // (src/podnet/add.ts), and its "add done" line how long the request took. Figures:
 //   add-stage-netns    the netns made (the network read, the record written and synced, a spare bound or a netns
-//                      made) vs `ip netns add`
-//   add-stage-plugin   the CNI ADD (spawn, the plugin's run, its result read) vs the bare plugin's run
+//                      made, the first plugin exec'd meanwhile) vs `ip netns add`
+//   add-stage-plugin   the CNI ADD from then on (the plugin gets its config then: its exec and start overlapped the
+//                      netns stage) to its result read, vs the bare plugin's whole run
 //   add-after-plugin   everything after the plugin, up to the client's reply, vs nothing the bare add does: printed
 //                      as a measure, with its parts (the netns read and the plan, the apply, the taps, the ready
 //                      record, and the request's way in and out of the pipeline)
@@ -70,7 +71,7 @@ try {
     keys.map((k) => s(k).netns),
     bare.map((p) => p.netns),
     {
-      what: 'a lone add: the network read, the record, the netns made or a spare bound',
+      what: "a lone add: the network read, the record, the netns made or a spare bound, the first plugin exec'd",
       baselineWhat: '`ip netns add`',
     },
   );
@@ -79,7 +80,10 @@ try {
     'ms',
     keys.map((k) => s(k).cni - s(k).netns),
     bare.map((p) => p.plugin),
-    { what: 'a lone add: the CNI ADD (spawn, run, result)', baselineWhat: "the bridge plugin exec'd by a C program" },
+    {
+      what: "a lone add: the CNI ADD from the netns made (the plugin exec'd already) to its result",
+      baselineWhat: "the bridge plugin exec'd by a C program",
+    },
   );
   const part = (f) => dist(keys.map(f)).median;
   measure('add-after-plugin', 'ms', dist(keys.map((k) => client.get(k) - s(k).cni)), {
