@@ -290,8 +290,15 @@ export class CniClient {
    * cache just means no prevResult. It goes on past a failing plugin so the others still release what they
    * hold (the IPAM allocation above all), reports every failure, and keeps the cache for the retry; when all
    * succeed the cache record is removed. A second DEL succeeds (plugins must tolerate missing resources).
+   * With startWhen, the first plugin to run is exec'd at once and given its config once startWhen resolves, as in
+   * addDeferred.
    */
-  async del(list: NetworkConfigList, rt: RuntimeConf, signal?: AbortSignal): Promise<void> {
+  async del(
+    list: NetworkConfigList,
+    rt: RuntimeConf,
+    signal?: AbortSignal,
+    startWhen?: Promise<unknown>,
+  ): Promise<void> {
     validateRuntime(list, rt, CniVerb.Del);
     let prevJson: unknown;
     if (compareVersions(list.cniVersion, PREV_RESULT_ON_DEL_AND_CHECK) >= 0) {
@@ -310,7 +317,7 @@ export class CniClient {
     const failures: unknown[] = [];
     // each run's bookkeeping (its PID record's removal) goes on while the next plugin runs and the cache goes
     const cleanups: Promise<void>[] = [];
-    for (const plugin of [...list.plugins].reverse()) {
+    for (const [i, plugin] of [...list.plugins].reverse().entries()) {
       this.#checkAborted(signal, CniVerb.Del, list, plugin);
       try {
         const path = await this.#find(plugin.type);
@@ -323,6 +330,7 @@ export class CniClient {
           buildOneConfig(list, plugin, prevJson, rt.capabilityArgs),
           signal,
           true,
+          i === 0 ? startWhen : undefined,
         );
         if (cleanup) cleanups.push(cleanup);
       } catch (e) {

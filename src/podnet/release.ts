@@ -116,14 +116,15 @@ function recordToRelease(
 
 /**
  * The CNI DEL of an undo: with the cached ADD result as prevResult (the CNI client reads its cache), against the
- * network(s) the ADD used (networksForDel).
+ * network(s) the ADD used (networksForDel). With startWhen, the first plugin is exec'd at once and given its config
+ * once startWhen resolves (CniClient.del).
  */
 export function cniDel(
   env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>,
-): (rec: PodRecord, ifName: string, config?: string) => Promise<void> {
-  return async (rec, ifName, config) => {
-    for (const list of await networksForDel(env, rec, ifName, config))
-      await env.cni.del(list, runtimeConf(rec, ifName));
+): (rec: PodRecord, ifName: string, config?: string, startWhen?: Promise<void>) => Promise<void> {
+  return async (rec, ifName, config, startWhen) => {
+    for (const [i, list] of (await networksForDel(env, rec, ifName, config)).entries())
+      await env.cni.del(list, runtimeConf(rec, ifName), undefined, i === 0 ? startWhen : undefined);
   };
 }
 

@@ -35,8 +35,11 @@ export interface StepDeps {
   netnsDir: string;
   /** how long the undo of a VF's bind waits for its netdev */
   vfNetdevTimeoutMs: number;
-  /** CNI DEL of the record's attachment ifName, with the config the ADD ran with when the op carries it */
-  cniDel: (rec: PodRecord, ifName: string, config?: string) => Promise<void>;
+  /**
+   * CNI DEL of the record's attachment ifName, with the config the ADD ran with when the op carries it; with
+   * startWhen, its first plugin is exec'd at once and given its config once startWhen resolves
+   */
+  cniDel: (rec: PodRecord, ifName: string, config?: string, startWhen?: Promise<void>) => Promise<void>;
 }
 
 /** A failure of one recorded step (or of a stage that is not a step, such as open-tap): its message names the step. */
@@ -311,8 +314,10 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
     .reverse()
     .flatMap((step) => step.undo.map((op) => ({ step, op })))
     .filter(({ op }) => !(netnsGoes && goesWithNetns(op)));
+  const runs = runsOf(items);
+  const del = earlyDel(deps, rec, runs);
   let t = performance.now();
-  for (const run of runsOf(items)) {
+  for (const run of runs) {
     const nsThere = existsSync(rec.nsPath);
     const first = run.kind === 'ip' ? run.lines[0]!.step : run.step;
     try {
@@ -320,7 +325,7 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
         if (nsThere) errors.push(...(await undoIpLines(rec, run.lines)));
       } else if (run.kind === 'ebtables') {
         if (nsThere) await undoEbtables(deps.exec, rec.nsPath, run.rules);
-      } else if (run.kind === 'one') await undoOne(deps, rec, run.op, log);
+      } else if (run.kind === 'one') await (run === del?.run ? del.go() : undoOne(deps, rec, run.op, log));
       else throw new VmpodError(ErrorCode.Internal, `a netns is not made by an undo`);
     } catch (e) {
       errors.push(stepError(`undo ${first.name}`, first.target, e));
@@ -332,6 +337,31 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
   }
   for (const e of errors) log.error({ err: e }, 'undo step failed');
   return errors;
+}
+
+/**
+ * The undo's first CNI DEL, started now: its first plugin is exec'd at once and gets its config when the undo reaches
+ * it (go), once the runs before it are over (they give the interface back its addresses and routes for the DEL). A
+ * plugin does nothing before it has its config, and its start overlaps those runs (docs/decisions.md).
+ */
+function earlyDel(
+  deps: StepDeps,
+  rec: PodRecord,
+  runs: readonly Run[],
+): { run: Run; go: () => Promise<void> } | undefined {
+  const run = runs.find((r) => r.kind === 'one' && r.op.op === 'cni-del');
+  if (run?.kind !== 'one' || run.op.op !== 'cni-del') return undefined;
+  let reached!: () => void;
+  const { ifName, config } = run.op;
+  const done = (async () => deps.cniDel(rec, ifName, config, new Promise<void>((r) => (reached = r))))();
+  done.catch(() => {}); // its error is the undo's when it is reached (go)
+  return {
+    run,
+    go: () => {
+      reached();
+      return done;
+    },
+  };
 }
 
 /**

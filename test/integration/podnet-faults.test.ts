@@ -168,7 +168,7 @@ describe('a failed add never blocks the retry', () => {
     await expectNothingLeft(ctx);
   });
 
-  it('the first plugin, started while the netns is made, has its config only once the netns is mounted and the record holding its DEL is on disk', async () => {
+  it('plugins started early have their config only once it is time: ADD once the netns is mounted and its record on disk, DEL once the interface is given back', async () => {
     const ctx = await setup({});
     const conf = join(ctx.net.confDir, '10-test.conflist');
     const good = JSON.parse(readFileSync(conf, 'utf8')) as { plugins: Record<string, unknown>[] };
@@ -183,7 +183,11 @@ describe('a failed add never blocks the retry', () => {
         `if [ "$CNI_COMMAND" = ADD ]; then`,
         `  grep -q "/netns/${ctx.key} " /proc/self/mountinfo && echo netns-mounted`,
         `  grep -qs '"cni-add"' ${join(ctx.stateDir, `${ctx.key}.json`)} && echo record-has-cni-add`,
-        `fi > ${seen}`,
+        'elif [ "$CNI_COMMAND" = DEL ]; then',
+        // the undo before the DEL gave the interface back its address and took the redirect's qdisc off it
+        `  ip -n ${ctx.key} -4 -o addr show dev "$CNI_IFNAME" | grep -q inet && echo del-sees-address`,
+        `  tc -n ${ctx.key} qdisc show dev "$CNI_IFNAME" | grep -q ingress || echo del-sees-no-redirect`,
+        `fi >> ${seen}`,
         'printf "%s" "$conf" | exec /usr/lib/cni/bridge',
       ].join('\n'),
       { mode: 0o755 },
@@ -197,6 +201,9 @@ describe('a failed add never blocks the retry', () => {
     expect(st.csn.Result!.ips!.length).toBe(1);
     expect(readFileSync(seen, 'utf8')).toBe('netns-mounted\nrecord-has-cni-add\n');
     await pn.release(ctx.key);
+    expect(readFileSync(seen, 'utf8')).toBe(
+      'netns-mounted\nrecord-has-cni-add\ndel-sees-address\ndel-sees-no-redirect\n',
+    );
     await expectNothingLeft(ctx);
   });
 

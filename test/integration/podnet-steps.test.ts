@@ -141,3 +141,31 @@ describe('step engine: rp-filter', () => {
     expect(await undoRecord(deps, rec, silentLogger())).toEqual([]);
   });
 });
+
+describe('step engine: the undo starts its CNI DEL early', () => {
+  it('the DEL is called at once, and its plugins get their go only once the runs ahead of it are over', async () => {
+    const { key, deps, rec } = setup();
+    // a second netns, recorded after the CNI ADD: its removal comes before the DEL in the undo
+    const other = uniqueName('vmpst-');
+    cleanups.push(async () => {
+      await delNetns(other);
+    });
+    const otherPath = join(NETNS_DIR, other);
+    await applySteps(deps, rec, [
+      podNetnsSteps(key)[0]!,
+      { name: StepName.CniAdd, target: 'eth0', do: [], undo: [{ op: 'cni-del', ifName: 'eth0' }] },
+      podNetnsSteps(other)[0]!,
+    ]);
+    expect(existsSync(otherPath)).toBe(true);
+    const events: string[] = [];
+    deps.cniDel = async (_rec, ifName, _config, startWhen) => {
+      events.push(`del called (${ifName}); the other netns there: ${existsSync(otherPath)}`);
+      await startWhen;
+      events.push(`del go; the other netns there: ${existsSync(otherPath)}`);
+    };
+    expect(await undoRecord(deps, rec, silentLogger())).toEqual([]);
+    expect(events).toEqual(['del called (eth0); the other netns there: true', 'del go; the other netns there: false']);
+    expect(await listNetns()).not.toContain(key);
+    expect(await listNetns()).not.toContain(other);
+  });
+});
