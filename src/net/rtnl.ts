@@ -187,13 +187,18 @@ export function parseMessages(buf: Buffer): NlMessage[] {
   return out;
 }
 
-/** Attributes from `from` on (the type without the nested and byte-order bits): the last of a type wins. */
-export function parseAttrs(buf: Buffer, from = 0): Map<number, Buffer> {
+/**
+ * Attributes from `from` on (the type without the nested and byte-order bits): the last of a type wins. With `want`,
+ * only those types (a link's dump carries dozens of attributes; each one kept is a view to make). The lengths are read
+ * byte by byte: Buffer's checked readers cost an allocation per call until they are optimized.
+ */
+export function parseAttrs(buf: Buffer, from = 0, want?: ReadonlySet<number>): Map<number, Buffer> {
   const out = new Map<number, Buffer>();
   for (let at = from; at + 4 <= buf.length; ) {
-    const len = buf.readUInt16LE(at);
+    const len = buf[at]! | (buf[at + 1]! << 8);
     if (len < 4 || at + len > buf.length) break;
-    out.set(buf.readUInt16LE(at + 2) & 0x3fff, buf.subarray(at + 4, at + len));
+    const type = (buf[at + 2]! | (buf[at + 3]! << 8)) & 0x3fff;
+    if (want === undefined || want.has(type)) out.set(type, buf.subarray(at + 4, at + len));
     at += align4(len);
   }
   return out;

@@ -4,12 +4,15 @@ import {
   AF_INET,
   AF_INET6,
   IFF_UP,
+  NLM_F,
   RTM,
   attrString,
   dumpRequest,
+  nlMessage,
   parseAttrs,
   parseMessages,
   type NlRequest,
+  u32,
 } from '../net/rtnl.js';
 import { bytesToIp } from '../net/ip.js';
 import { formatIpv6 } from '../net/ipv6.js';
@@ -27,6 +30,11 @@ const IFLA = {
 } as const;
 const IFA = { ADDRESS: 1, LOCAL: 2, BROADCAST: 4 } as const;
 const RTA = { DST: 1, OIF: 4, GATEWAY: 5, PRIORITY: 6, PREFSRC: 7, TABLE: 15 } as const;
+/** The attributes read, of each kind of message (parseAttrs keeps only these). */
+const LINK_ATTRS: ReadonlySet<number> = new Set(Object.values(IFLA));
+const ADDR_ATTRS: ReadonlySet<number> = new Set(Object.values(IFA));
+const ROUTE_ATTRS: ReadonlySet<number> = new Set(Object.values(RTA));
+const INFO_KIND: ReadonlySet<number> = new Set([1]);
 const RT_TABLE_MAIN = 254;
 const RTN_TYPES = [
   'unspec',
@@ -54,14 +62,19 @@ const ROUTE_FLAGS: [number, string][] = [
   [32, 'unresolved'],
 ];
 
+/** IFLA_EXT_MASK's RTEXT_FILTER_SKIP_STATS: the links without their counters, which observe never reads. */
+const IFLA_EXT_MASK = 29;
+const RTEXT_FILTER_SKIP_STATS = 1 << 3;
+
 /** The dumps observe asks for, in order: links, addresses, routes (IPv4 and IPv6). */
 export const OBSERVE_REQUESTS: NlRequest[] = [
-  dumpRequest(RTM.GETLINK, 16),
+  nlMessage(RTM.GETLINK, NLM_F.DUMP, Buffer.alloc(16), [[IFLA_EXT_MASK, u32(RTEXT_FILTER_SKIP_STATS)]]),
   dumpRequest(RTM.GETADDR, 8),
   dumpRequest(RTM.GETROUTE, 12),
 ];
 
 const name = (n: number, table: Record<number, string>): string => table[n] ?? String(n);
+const routeFlags = (bits: number): string[] => ROUTE_FLAGS.filter(([bit]) => (bits & bit) !== 0).map(([, n]) => n);
 const ipOf = (b: Buffer): string => (b.length === 4 ? bytesToIp(b) : formatIpv6(b));
 const macOf = (b: Buffer): string => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
 
@@ -71,7 +84,7 @@ export function decodeObserved(links: Buffer, addrs: Buffer, routes: Buffer): Ob
   const masters = new Map<ObservedLink, number>();
   for (const m of parseMessages(links)) {
     if (m.type !== RTM.NEWLINK || m.body.length < 16) continue;
-    const a = parseAttrs(m.body, 16);
+    const a = parseAttrs(m.body, 16, LINK_ATTRS);
     const link: ObservedLink = {
       name: attrString(a.get(IFLA.IFNAME)) ?? '',
       index: m.body.readInt32LE(4),
@@ -80,7 +93,8 @@ export function decodeObserved(links: Buffer, addrs: Buffer, routes: Buffer): Ob
       up: (m.body.readUInt32LE(8) & IFF_UP) !== 0,
       addrs4: [],
     };
-    const kind = attrString(parseAttrs(a.get(IFLA.LINKINFO) ?? Buffer.alloc(0)).get(1));
+    const info = a.get(IFLA.LINKINFO);
+    const kind = info && attrString(parseAttrs(info, 0, INFO_KIND).get(1));
     if (kind) link.kind = kind;
     const master = a.get(IFLA.MASTER)?.readUInt32LE(0);
     if (master) masters.set(link, master);
@@ -97,7 +111,7 @@ export function decodeObserved(links: Buffer, addrs: Buffer, routes: Buffer): Ob
   for (const m of parseMessages(addrs)) {
     if (m.type !== RTM.NEWADDR || m.body.length < 8) continue;
     const link = byIndex.get(m.body.readUInt32LE(4));
-    const a = parseAttrs(m.body, 8);
+    const a = parseAttrs(m.body, 8, ADDR_ATTRS);
     const local = a.get(IFA.LOCAL) ?? a.get(IFA.ADDRESS);
     if (!link || !local) continue;
     const scope = name(m.body[3]!, RT_SCOPES);
@@ -115,14 +129,14 @@ export function decodeObserved(links: Buffer, addrs: Buffer, routes: Buffer): Ob
   for (const m of parseMessages(routes)) {
     if (m.type !== RTM.NEWROUTE || m.body.length < 12) continue;
     const b = m.body;
-    const a = parseAttrs(b, 12);
+    const a = parseAttrs(b, 12, ROUTE_ATTRS);
     if ((a.get(RTA.TABLE)?.readUInt32LE(0) ?? b[4]) !== RT_TABLE_MAIN) continue;
     const dstLen = b[1]!;
     const dst = a.get(RTA.DST);
     const r: ObservedRoute = {
       type: name(b[7]!, RTN_TYPES),
       dst: dstLen === 0 || !dst ? 'default' : dstLen === dst.length * 8 ? ipOf(dst) : `${ipOf(dst)}/${dstLen}`,
-      flags: ROUTE_FLAGS.filter(([bit]) => (b.readUInt32LE(8) & bit) !== 0).map(([, n]) => n),
+      flags: routeFlags(b.readUInt32LE(8)),
     };
     if (a.has(RTA.GATEWAY)) r.gateway = ipOf(a.get(RTA.GATEWAY)!);
     const oif = a.get(RTA.OIF)?.readUInt32LE(0);
