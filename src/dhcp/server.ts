@@ -353,10 +353,12 @@ export class DhcpServer {
     return this.watch.fd >= 0;
   }
 
-  /** Idempotent: stops watching and closes the socket. */
+  /**
+   * Idempotent: stops watching and closes the socket. Its stop line, with the counts as they are now, is written on
+   * the loop's next turn, off the path of the request that stopped it (the RA and DHCPv6 servers' likewise).
+   */
   stop(): void {
     if (!this.watch.stop()) return;
-    // after the release's reply, like the start's line
     const stats = { ...this.stats };
     setImmediate(() => this.log.info({ stats }, 'dhcp server stopped'));
   }

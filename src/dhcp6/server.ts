@@ -397,9 +397,11 @@ export class Dhcp6Server {
     return this.watch.fd >= 0;
   }
 
+  /** Its stop line on the loop's next turn, as the DHCPv4 server's (DhcpServer.stop). */
   stop(): void {
     if (!this.watch.stop()) return;
-    this.log.info({ stats: this.stats }, 'dhcp6 server stopped');
+    const stats = { ...this.stats };
+    setImmediate(() => this.log.info({ stats }, 'dhcp6 server stopped'));
   }
 
   /** settles once its socket is closed after stop (off the event loop) */

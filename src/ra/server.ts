@@ -198,12 +198,14 @@ export class RaServer {
     return this.watch.closed;
   }
 
+  /** Its stop line on the loop's next turn, as the DHCPv4 server's (DhcpServer.stop). */
   stop(): void {
     if (this.watch.fd < 0) return;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     this.watch.stop();
-    this.log.info({ stats: this.stats }, 'router advertisements off');
+    const stats = { ...this.stats };
+    setImmediate(() => this.log.info({ stats }, 'router advertisements off'));
   }
 
   /** One unsolicited multicast RA, and the next one scheduled. */

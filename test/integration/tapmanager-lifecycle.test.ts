@@ -122,8 +122,8 @@ describe('SIGTERM', () => {
     expect((await netnsList()).filter((n) => slow.includes(n))).toEqual([]);
   });
 
-  it("logs a pod's DHCP server start before its add's line, and its stop before the daemon's last line", async () => {
-    net = await makeCniConf();
+  it("logs a pod's DHCP, RA and DHCPv6 servers' start before its add's line, and their stop before the daemon's last line", async () => {
+    net = await makeCniConf({ ipv6: 'dual' });
     const d = await startDaemon({ confDir: net.confDir, cacheDir: net.cacheDir });
     daemons.push(d);
     const k = `dlog-${rand()}`;
@@ -133,10 +133,18 @@ describe('SIGTERM', () => {
     expect(await d.stop()).toBe(0);
     const msgs = d.lines().map((l) => l.msg);
     const at = (m: string): number => msgs.indexOf(m);
-    expect(at('dhcp server listening')).toBeGreaterThanOrEqual(0);
-    expect(at('dhcp server listening')).toBeLessThan(at('add done'));
-    expect(at('dhcp server stopped')).toBeGreaterThan(at('add done'));
-    expect(at('dhcp server stopped')).toBeLessThan(at('stopped'));
+    for (const [started, stopped] of [
+      ['dhcp server listening', 'dhcp server stopped'],
+      ['router advertisements on', 'router advertisements off'],
+      ['dhcp6 server listening', 'dhcp6 server stopped'],
+    ]) {
+      expect(at(started), started).toBeGreaterThanOrEqual(0);
+      expect(at(started), started).toBeLessThan(at('add done'));
+      expect(at(stopped), stopped).toBeGreaterThan(at('add done'));
+      expect(at(stopped), stopped).toBeLessThan(at('stopped'));
+      // each stop line carries the server's counters
+      expect(d.lines()[at(stopped)]?.stats, stopped).toBeTypeOf('object');
+    }
     // the pod stayed whole: a restart releases it completely
     const d2 = await startDaemon({ confDir: net.confDir, reuse: d });
     daemons.push(d2);
