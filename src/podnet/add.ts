@@ -7,7 +7,7 @@
 //   recordAdd       the netns, its prepared links and the CNI ADD written to the record (durably), before any runs
 //   makeNetns       the netns made, or the spare bound under the key, while the record's fsyncs run
 //   runCniAdd       the plugins' ADD, its first plugin exec'd at once and given its config once the netns is made
-//                   and the record durable; then a fresh netns gets its prepared links on a pool thread meanwhile
+//                   and the record durable; a fresh netns gets its prepared links on a pool thread while they run
 //   observeAndPlan  the netns read and the container side planned (plan.ts, pure), DHCP's early start with it
 //   applyPlan       the plan recorded, then applied; the caller's DHCP servers start meanwhile when the plan says so
 //   openTaps        the taps opened for the VM
