@@ -207,6 +207,43 @@ describe('a failed add never blocks the retry', () => {
     await expectNothingLeft(ctx);
   });
 
+  it('the ADD is started before the netns stage is over, and its go comes once the netns is mounted and the record holds the ADD', async () => {
+    const ctx = await setup({});
+    const real = new CniClient({ binDirs: ctx.net.binDirs, cacheDir: ctx.net.cacheDir });
+    const nsPath = join(NETNS_DIR, ctx.key);
+    const seen: string[] = [];
+    const cni = new Proxy(real, {
+      get(target, prop) {
+        if (prop !== 'addDeferred') {
+          const v = Reflect.get(target, prop, target) as unknown;
+          return typeof v === 'function' ? (v as (...x: unknown[]) => unknown).bind(target) : v;
+        }
+        return (...a: Parameters<CniClient['addDeferred']>) => {
+          const startWhen = a[3];
+          seen.push(`called; a go to wait for: ${startWhen !== undefined}`);
+          void startWhen?.then(() => {
+            const rec = new StateStore(ctx.stateDir).read(ctx.key);
+            seen.push(
+              `go; netns there: ${existsSync(nsPath)}; cni-add recorded: ${rec?.steps.some((st) => st.name === 'cni-add')}`,
+            );
+          });
+          return target.addDeferred(...a);
+        };
+      },
+    });
+    const pn = new PodNetwork({
+      stateDir: ctx.stateDir,
+      cni,
+      loadConfList: () => loadConfList(ctx.net.confDir),
+      log: silentLogger(),
+    });
+    await pn.add(ctx.key, desc(ctx.key));
+    expect(seen).toEqual(['called; a go to wait for: true', 'go; netns there: true; cni-add recorded: true']);
+    await pn.release(ctx.key);
+    pn.closeAll();
+    await expectNothingLeft(ctx);
+  });
+
   it('ADD fails and its rollback DEL fails too: the error says quarantined; the retry finishes it first and succeeds', async () => {
     const ctx = await setup();
     ctx.net.setFaults({ ADD: 'fail', DEL: 'fail' });
