@@ -27,15 +27,9 @@ import { Phase, StepName, newRecord, type PodRecord, type Step } from '../state/
 import type { PodInterface } from '../state/types.js';
 import { observeNetns } from './exec.js';
 import { completeResult, withPodDns } from './result.js';
-import {
-  buildCsn,
-  cniAddStep,
-  planContainerSide,
-  podNetnsSteps,
-  preparedSteps,
-  randomLaaMac,
-  type ContainerSidePlan,
-} from './plan.js';
+import { planContainerSide, preparedSteps, randomLaaMac, type ContainerSidePlan } from './plan.js';
+import { cniAddStep, podNetnsSteps } from './netnssteps.js';
+import { buildCsn } from './csn.js';
 import {
   StepError,
   bindNetns,

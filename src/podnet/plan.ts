@@ -1,5 +1,5 @@
 // The pure planner (KubeVirt netpod's composeDesiredSpec): observed netns + CNI result -> the steps that turn
-// each CNI interface into veth + bridge + tap, each step with its undo. No I/O here; podnetwork.ts records
+// each CNI interface into veth + bridge + tap, each step with its undo. No I/O here; add.ts records
 // the steps and applies them.
 //
 // Per CNI interface i with a sandbox (docs/networking.md, Virtlet's container-side network):
@@ -34,10 +34,8 @@
 import { randomBytes } from 'node:crypto';
 import { ErrorCode, VmpodError } from '../errors.js';
 import type { CniResult } from '../cni/types.js';
-import type { ContainerSideNetwork, CniResultV031 } from '../protocol/payloads.js';
-import { InterfaceType } from '../protocol/payloads.js';
-import { macToBase64, parseMac } from '../protocol/mac.js';
 import { StepName, type Op, type Step } from '../state/record.js';
+import { ipv6OffStep, loUpStep } from './netnssteps.js';
 import type { VfSetupRecord } from '../devices/vf.js';
 import {
   BRIDGE_IP,
@@ -66,72 +64,6 @@ const ip = (...args: string[]): Extract<Op, { op: 'ip' }> => ({ op: 'ip', args }
 /** A random unicast, locally administered MAC (first octet 0x02: U/L bit set, I/G bit clear; IEEE 802). */
 export function randomLaaMac(bytes: Buffer = randomBytes(5)): string {
   return ['02', ...[...bytes.subarray(0, 5)].map((b) => b.toString(16).padStart(2, '0'))].join(':');
-}
-
-export function netnsStep(name: string): Step {
-  return { name: StepName.Netns, target: name, do: [{ op: 'netns-add', name }], undo: [{ op: 'netns-del', name }] };
-}
-
-/**
- * rp_filter off in the pod netns. A new netns copies its IPv4 conf `all` and `default` from the host's init netns
- * (net.core.devconf_inherit_init_net = 0, the default), and hosts often have 1 or 2 there (systemd's
- * 50-default.conf sets 2, as Ubuntu does). The guest's ARP for 169.254.254.2, its unicast renewal and its
- * rebinding broadcast all come from the leased address, which the pod netns has no route to (the veth is
- * stripped), so strict (1) and loose (2) mode both drop them, and renewals fail. The kernel checks
- * max(conf/all, conf/<dev>), so `all` is set, and `default`, which links made later take: the CNI plugin's veth and
- * our bridges (this step comes before both). No undo: the values go with the netns.
- */
-export const RP_FILTER_OFF = ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0'] as const;
-
-/**
- * IPv6 in the pod netns, set with rp_filter: no router advertisement (a rogue one from the VM) configures anything
- * there (accept_ra 0), and no address waits a second in DAD (accept_dad 0: the bridge's link-local is usable when add
- * replies, and the CNI plugin's addresses are not tentative).
- */
-export const IPV6_POD_SYSCTLS = [
-  'net.ipv6.conf.all.accept_ra=0',
-  'net.ipv6.conf.default.accept_ra=0',
-  'net.ipv6.conf.all.accept_dad=0',
-  'net.ipv6.conf.default.accept_dad=0',
-] as const;
-
-/**
- * A pod whose CNI result has no IPv6: IPv6 off on every link of its netns (`all`) and on those made later (`default`:
- * the bridge and the tap), before the container side changes the veth's MAC. The VM's frames are bridged whatever
- * the netns's own IPv6 (the DHCP filter still drops its DHCPv6 and router solicitations). No undo: it lives and goes
- * with the netns.
- */
-export function ipv6OffStep(): Step {
-  return { name: StepName.Ipv6Off, target: 'netns', do: [{ op: 'sysctl', settings: [...IPV6_OFF] }], undo: [] };
-}
-
-export const IPV6_OFF = ['net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1'] as const;
-
-/** The sysctls of every pod netns, as its rp-filter step sets them (and a spare netns is made with). */
-export const POD_NETNS_SYSCTLS: readonly string[] = [...RP_FILTER_OFF, ...IPV6_POD_SYSCTLS];
-
-export function rpFilterStep(netns: string): Step {
-  return { name: StepName.RpFilter, target: netns, do: [{ op: 'sysctl', settings: [...POD_NETNS_SYSCTLS] }], undo: [] };
-}
-
-/** The pod netns, in apply order: made, then its sysctls set, before CNI ADD puts anything in it. */
-export function podNetnsSteps(name: string): Step[] {
-  return [netnsStep(name), rpFilterStep(name)];
-}
-
-/** CNI DEL must also follow a failed ADD (CNI spec), so the undo is recorded before ADD runs. */
-/** CNI ADD of `ifName`; `config` (the list's bytes, base64) is what its DEL runs with (see Op cni-del). */
-export function cniAddStep(ifName: string, config?: string): Step {
-  return {
-    name: StepName.CniAdd,
-    target: ifName,
-    do: [{ op: 'cni-add', ifName }],
-    undo: [{ op: 'cni-del', ifName, ...(config === undefined ? {} : { config }) }],
-  };
-}
-
-export function loUpStep(): Step {
-  return { name: StepName.LoUp, target: 'lo', do: [ip('link', 'set', 'dev', 'lo', 'up')], undo: [] };
 }
 
 /** iproute2 shows an IPv6 default route as "default", which `ip route del/replace` would read as IPv4. */
@@ -711,59 +643,4 @@ function ipv6Steps(dev: string, v6: Lease6): Step[] {
       undo: routeOps.map((o) => ({ ...ip('route', 'del', ...o.args.slice(2)), withNetns: true as const })),
     },
   ];
-}
-
-/** Virtlet's ContainerSideNetwork for add's reply (and the record). */
-export function buildCsn(result: CniResultV031, nsPath: string, interfaces: PodInterface[]): ContainerSideNetwork {
-  return {
-    Result: result,
-    NsPath: nsPath,
-    Interfaces: interfaces.map((i) => ({
-      Type: i.type === 'vf' ? InterfaceType.VF : InterfaceType.Tap,
-      Name: i.cniName,
-      HardwareAddr: macToBase64(i.vmMac),
-      PCIAddress: i.pciAddress ?? '',
-      MTU: i.mtu,
-      VlanID: i.vlanId,
-      mac: i.vmMac,
-    })),
-  };
-}
-
-/**
- * recover: the links exist already and the veth was stripped, so what it looked like before comes from the
- * csn (Virtlet's recover did the same): its IPs from the result, the routes of the result through it, the
- * VM's MAC as its original MAC. The planner then yields the same undo steps add recorded.
- */
-export function observedBeforeFromCsn(live: Observed, result: CniResult, csn: ContainerSideNetwork): Observed {
-  const links = live.links.map((l) => ({ ...l, addrs4: [...l.addrs4] }));
-  const routes4: ObservedRoute[] = [];
-  const routes6: ObservedRoute[] = [];
-  csn.Interfaces.forEach((ni, ord) => {
-    const link = links.find((l) => l.name === ni.Name);
-    if (!link) return;
-    link.mac = parseMac(ni.mac ?? ni.HardwareAddr);
-    const idx = result.interfaces.findIndex((ci) => ci.name === ni.Name && hasSandbox(ci));
-    link.addrs4 = [];
-    link.addrs6 = [];
-    for (const a of result.ips) {
-      if ((a.interface ?? -1) !== idx) continue;
-      const [local, p] = a.address.split('/');
-      if (local && p && !local.includes(':')) link.addrs4.push({ local, prefixlen: Number(p) });
-      else if (local && p) (link.addrs6 ??= []).push({ local, prefixlen: Number(p), scope: 'global' });
-    }
-    // CNI routes carry no interface: they belong to the first interface (as Virtlet assumed)
-    if (ord === 0) {
-      for (const r of result.routes) {
-        if (r.dst.includes(':')) {
-          const dst = r.dst === '::/0' ? 'default' : r.dst;
-          routes6.push({ dst, dev: link.name, ...(r.gw ? { gateway: r.gw } : { scope: 'link' }), flags: [] });
-          continue;
-        }
-        const dst = r.dst === '0.0.0.0/0' ? 'default' : r.dst.endsWith('/32') ? r.dst.slice(0, -3) : r.dst;
-        routes4.push({ dst, dev: link.name, ...(r.gw ? { gateway: r.gw } : { scope: 'link' }), flags: [] });
-      }
-    }
-  });
-  return { links, routes4, routes6 };
 }

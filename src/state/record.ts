@@ -11,7 +11,7 @@ export const RECORD_KIND = 'vmpodPodV1' as const;
 /** Every step of a pod network setup, in the order add applies them. */
 export const StepName = {
   Netns: 'netns',
-  /** rp_filter off in the pod netns (plan.ts rpFilterStep), before CNI ADD and before our bridges */
+  /** rp_filter off in the pod netns (netnssteps.ts rpFilterStep), before CNI ADD and before our bridges */
   RpFilter: 'rp-filter',
   LoUp: 'lo-up',
   CniAdd: 'cni-add',
@@ -24,8 +24,8 @@ export const StepName = {
   LinksUp: 'links-up',
   DhcpFilter: 'dhcp-filter',
   /**
-   * IPv6 off in the pod netns of a pod without IPv6 (plan.ts ipv6OffStep): its links make no link-local address and
-   * send no MLD report, router solicitation or DAD probe (which the node's bridge floods to every pod)
+   * IPv6 off in the pod netns of a pod without IPv6 (netnssteps.ts ipv6OffStep): its links make no link-local
+   * address and send no MLD report, router solicitation or DAD probe (which the node's bridge floods to every pod)
    */
   Ipv6Off: 'ipv6-off',
   /** IPv6 forwarding on in the pod netns: the bridge's link-local answers the guest's NS as a router */

@@ -9,7 +9,7 @@ import { execa } from 'execa';
 import { NetExec } from '../../src/podnet/exec.js';
 import { recordSteps, runSteps, undoRecord, type StepDeps } from '../../src/podnet/steps.js';
 import type { Step } from '../../src/state/record.js';
-import { podNetnsSteps, rpFilterStep } from '../../src/podnet/plan.js';
+import { podNetnsSteps, rpFilterStep } from '../../src/podnet/netnssteps.js';
 import { Sysfs } from '../../src/devices/sysfs.js';
 import { StateStore } from '../../src/state/store.js';
 import { Phase, newRecord, StepName, type PodRecord } from '../../src/state/record.js';

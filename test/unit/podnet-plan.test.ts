@@ -1,14 +1,12 @@
 import { describe, it, expect } from 'vitest';
 import {
   planContainerSide as planAnyBinding,
-  buildCsn,
   randomLaaMac,
-  observedBeforeFromCsn,
   dhcpFilterRules,
-  podNetnsSteps,
   preparedSteps,
-  rpFilterStep,
 } from '../../src/podnet/plan.js';
+import { podNetnsSteps, rpFilterStep } from '../../src/podnet/netnssteps.js';
+import { buildCsn, observedBeforeFromCsn } from '../../src/podnet/csn.js';
 import { runsOf, ebtablesRestoreInput } from '../../src/podnet/steps.js';
 import { ruleExprs } from '../../src/podnet/filter.js';
 import type { Op, Step } from '../../src/state/record.js';

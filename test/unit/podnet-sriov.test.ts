@@ -2,7 +2,8 @@
 // the conflist, the csn, and the record's validation of the vf ops; describeVfAt on a fake tree.
 import * as fs from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { buildCsn, planContainerSide as planAnyBinding, vfSetupStep, vlanFromConf } from '../../src/podnet/plan.js';
+import { planContainerSide as planAnyBinding, vfSetupStep, vlanFromConf } from '../../src/podnet/plan.js';
+import { buildCsn } from '../../src/podnet/csn.js';
 import type { Observed } from '../../src/podnet/types.js';
 import type { CniResult } from '../../src/cni/types.js';
 import { planVfSetup, describeVfAt, type VfSetupRecord } from '../../src/devices/vf.js';
