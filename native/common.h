@@ -126,6 +126,7 @@ napi_value js_lockExclusive(napi_env env, napi_callback_info info);
 napi_value js_exchangePaths(napi_env env, napi_callback_info info);
 // process.c
 napi_value js_mallocArenaMax(napi_env env, napi_callback_info info);
+napi_value js_reserveFds(napi_env env, napi_callback_info info);
 // exec.c
 napi_value js_close(napi_env env, napi_callback_info info);
 napi_value js_dupCloexec(napi_env env, napi_callback_info info);

@@ -5,7 +5,7 @@
 //   fastget.c   the fast get server's loop: answers gets on the fd protocol without JS
 //   fastget_js.c  its JS object (fastGetServer) and methods
 //   files.c     lockExclusive, exchangePaths
-//   process.c   mallocArenaMax: process-wide settings of the daemon
+//   process.c   mallocArenaMax, reserveFds: process-wide settings of the daemon
 //   exec.c      close, close-on-exec flags, the inherited-fd scan, execve
 //   spawn.c     spawnChild, childStdin, killGroup
 //   netns.c     entering a netns for one call; named netns (netnsMake, netnsBind, netnsDel)
@@ -43,6 +43,7 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"close", js_close},
       {"exchangePaths", js_exchangePaths},
       {"mallocArenaMax", js_mallocArenaMax},
+      {"reserveFds", js_reserveFds},
       {"connectUnix", js_connectUnix},
       {"writeAll", js_writeAll},
       {"recvMsg", js_recvMsg},

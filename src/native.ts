@@ -167,6 +167,12 @@ export interface Native {
    * that have an arena keep it, later ones share. tapmanager calls it first thing.
    */
   mallocArenaMax(n: number): void;
+  /**
+   * The kernel's fd table grown at once to hold n fds (at most the soft RLIMIT_NOFILE), on a pool thread: each growth
+   * waits for an RCU grace period in the thread that takes the fd past the table's end, and the table only doubles
+   * (1 - 2^24). Resolves with how many fds it holds at least (0: a limit below 4, nothing done).
+   */
+  reserveFds(n: number): Promise<number>;
 
   // ---- Unix stream sockets (client side: blocking, used by vmwrapper and tapctl) ----
   /** socket + connect (blocking, CLOEXEC). */

@@ -3,11 +3,12 @@
 // so requests are served between them) is a latency: bench/pods.mjs measures it (restart@N), no test times it.
 import { describe, it, expect, vi } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { readdirSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { startDaemon, stopDaemonAndNet, removeDir } from '../helpers/daemon.js';
 import { makeCniConf } from '../helpers/cniconf.js';
 import { exchange } from '../helpers/rawclient.js';
 import { native } from '../../src/native.js';
+import { fdTableSize } from '../../src/tapmanager/fdtable.js';
 
 const ADD = 0;
 const RELEASE = 1;
@@ -53,6 +54,10 @@ describe('restart with many pods recorded', () => {
         if ((JSON.parse(exchange(d2.socket, STATUS, '').data.toString()) as { restored: boolean }).restored) break;
         await new Promise((r) => setTimeout(r, 50));
       }
+      // the restarted daemon sized its fd table for the recorded pods at once (each growth past the table's end
+      // would wait for an RCU grace period in the thread that took the fd)
+      const fdSize = Number(/^FDSize:\s+(\d+)$/m.exec(readFileSync(`/proc/${d2.pid}/status`, 'utf8'))?.[1]);
+      expect(fdSize).toBeGreaterThanOrEqual(fdTableSize(PODS));
       // restored means every pod's DHCP server listens again
       const listed = JSON.parse(exchange(d2.socket, LIST, '').data.toString()) as { key: string; dhcp: boolean }[];
       expect(listed.filter((p) => keys.includes(p.key)).map((p) => [p.key, p.dhcp])).toEqual(

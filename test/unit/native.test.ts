@@ -91,6 +91,7 @@ describe('errors', () => {
       () => n.listenUnix(42 as unknown as string, 0o600, 1),
       () => n.mallocArenaMax(0),
       () => n.mallocArenaMax(65),
+      () => n.reserveFds(0),
       () =>
         n.fastGetServer(
           0,
@@ -108,6 +109,18 @@ describe('errors', () => {
 
   it('mallocArenaMax takes a count from 1 to 64 (tapmanager sets 2 at its start)', () => {
     expect(n.mallocArenaMax(64)).toBeUndefined();
+  });
+
+  it('reserveFds grows the fd table at once, on a pool thread, and leaves no fd of its own open', async () => {
+    const fdSize = (): number => Number(/^FDSize:\s+(\d+)$/m.exec(fs.readFileSync('/proc/self/status', 'utf8'))?.[1]);
+    const before = fdSize();
+    const open = fs.readdirSync('/proc/self/fd').length;
+    const held = await n.reserveFds(before * 4);
+    expect(held).toBeGreaterThanOrEqual(before * 4);
+    expect(fdSize()).toBeGreaterThanOrEqual(before * 4);
+    expect(fs.readdirSync('/proc/self/fd').length).toBe(open);
+    // a size the table holds already: nothing to grow, the same answer
+    expect(await n.reserveFds(8)).toBeGreaterThanOrEqual(8);
   });
 });
 
