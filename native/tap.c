@@ -9,46 +9,75 @@
 // The kernel's MAX_TAP_QUEUES (drivers/net/tun.c): more opens of one multi-queue tap fail with E2BIG anyway.
 #define TAP_MAX_OPENS 256
 
-// The queues attached to the tun/tap `name` of the calling thread's netns (IFLA_TUN_NUM_QUEUES of an RTM_GETLINK), or
-// -errno.
+// IFLA_TUN_NUM_QUEUES of a link message whose IFLA_IFNAME is `name`: its value (0 for a link without tun data), or
+// -1 when the message is another link's.
+static int tap_queues_of(struct nlmsghdr *h, const char *name) {
+  int queues = 0;
+  bool named = false;
+  int l1 = (int)IFLA_PAYLOAD(h);
+  for (struct rtattr *x = IFLA_RTA((struct ifinfomsg *)NLMSG_DATA(h)); RTA_OK(x, l1); x = RTA_NEXT(x, l1)) {
+    if (x->rta_type == IFLA_IFNAME)
+      named = RTA_PAYLOAD(x) == strlen(name) + 1 && memcmp(RTA_DATA(x), name, strlen(name) + 1) == 0;
+    int l2 = (int)RTA_PAYLOAD(x);
+    for (struct rtattr *y = RTA_DATA(x); x->rta_type == IFLA_LINKINFO && RTA_OK(y, l2); y = RTA_NEXT(y, l2)) {
+      int l3 = (int)RTA_PAYLOAD(y);
+      for (struct rtattr *z = RTA_DATA(y); y->rta_type == IFLA_INFO_DATA && RTA_OK(z, l3); z = RTA_NEXT(z, l3))
+        if (z->rta_type == IFLA_TUN_NUM_QUEUES && RTA_PAYLOAD(z) >= 4) memcpy(&queues, RTA_DATA(z), 4);
+    }
+  }
+  return named ? queues : -1;
+}
+
+// The queues attached to the tun/tap `name` of the calling thread's netns (IFLA_TUN_NUM_QUEUES), or -errno (ENODEV:
+// no such link). A dump of the netns's links (a pod netns has a handful), not a get of the one: the kernel's get of a
+// link first runs the link's pending carrier change (linkwatch_sync_dev), which for a tap whose last queue went away
+// (a daemon's exit, with no VM holding the tap) waits for an RCU grace period under rtnl_lock; the dump does not, and
+// the open that follows turns the change into a cheap one.
 static int tap_queues_attached(const char *name) {
   int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
   if (s < 0) return -errno;
   struct {
     struct nlmsghdr h;
     struct ifinfomsg i;
-    char attrs[RTA_SPACE(IFNAMSIZ)];
+    struct rtattr mask;
+    uint32_t mask_value;
   } req;
   memset(&req, 0, sizeof(req));
-  struct rtattr *a = (struct rtattr *)req.attrs;
-  a->rta_type = IFLA_IFNAME;
-  a->rta_len = RTA_LENGTH(strlen(name) + 1);
-  memcpy(RTA_DATA(a), name, strlen(name));
-  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(req.i)) + RTA_ALIGN(a->rta_len);
+  req.h.nlmsg_len = sizeof(req);
   req.h.nlmsg_type = RTM_GETLINK;
-  req.h.nlmsg_flags = NLM_F_REQUEST;
+  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   req.i.ifi_family = AF_UNSPEC;
-  static __thread char buf[16384];
-  int ret = -EIO;
-  ssize_t n;
-  if (send(s, &req, req.h.nlmsg_len, 0) < 0) ret = -errno;
-  else if ((n = recv(s, buf, sizeof(buf), 0)) < 0) ret = -errno;
-  else {
-    struct nlmsghdr *h = (struct nlmsghdr *)buf;
-    if (NLMSG_OK(h, (size_t)n) && h->nlmsg_type == NLMSG_ERROR) {
-      int e = ((struct nlmsgerr *)NLMSG_DATA(h))->error;
-      ret = e < 0 ? e : -EIO;
-    } else if (NLMSG_OK(h, (size_t)n) && h->nlmsg_type == RTM_NEWLINK) {
-      ret = 0;  // a link without tun data has none
-      int l1 = (int)IFLA_PAYLOAD(h);
-      for (struct rtattr *x = IFLA_RTA((struct ifinfomsg *)NLMSG_DATA(h)); RTA_OK(x, l1); x = RTA_NEXT(x, l1)) {
-        int l2 = (int)RTA_PAYLOAD(x);
-        for (struct rtattr *y = RTA_DATA(x); x->rta_type == IFLA_LINKINFO && RTA_OK(y, l2); y = RTA_NEXT(y, l2)) {
-          int l3 = (int)RTA_PAYLOAD(y);
-          for (struct rtattr *z = RTA_DATA(y); y->rta_type == IFLA_INFO_DATA && RTA_OK(z, l3); z = RTA_NEXT(z, l3))
-            if (z->rta_type == IFLA_TUN_NUM_QUEUES && RTA_PAYLOAD(z) >= 4) memcpy(&ret, RTA_DATA(z), 4);
-        }
+  req.mask.rta_type = IFLA_EXT_MASK;  // no counters: nothing here reads them
+  req.mask.rta_len = RTA_LENGTH(sizeof(uint32_t));
+  req.mask_value = RTEXT_FILTER_SKIP_STATS;
+  static __thread char buf[32768];
+  int ret = -ENODEV;
+  bool done = false;
+  if (send(s, &req, req.h.nlmsg_len, 0) < 0) {
+    ret = -errno;
+    done = true;
+  }
+  while (!done) {
+    ssize_t n;
+    do n = recv(s, buf, sizeof(buf), 0);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+      ret = n < 0 ? -errno : -EIO;
+      break;
+    }
+    for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+      if (h->nlmsg_type == NLMSG_DONE) {
+        done = true;
+        break;
       }
+      if (h->nlmsg_type == NLMSG_ERROR) {
+        int e = ((struct nlmsgerr *)NLMSG_DATA(h))->error;
+        ret = e < 0 ? e : -EIO;
+        done = true;
+        break;
+      }
+      int q = h->nlmsg_type == RTM_NEWLINK && ret == -ENODEV ? tap_queues_of(h, name) : -1;
+      if (q >= 0) ret = q;  // the dump is read to its end all the same
     }
   }
   close(s);
@@ -69,7 +98,7 @@ static int tap_open_in(const char *fn, const char *ns_path, const char *name, in
   int held = exclusive ? tap_queues_attached(name) : 0;
   if (held != 0) {
     err = held < 0 ? held : -EBUSY;
-    if (held < 0) snprintf(what, wlen, "RTM_GETLINK %s in %s", name, ns_path);
+    if (held < 0) snprintf(what, wlen, "RTM_GETLINK (dump) %s in %s", name, ns_path);
     else snprintf(what, wlen, "tap %s in %s has %d queue%s attached", name, ns_path, held, held == 1 ? "" : "s");
   }
   while (err == 0 && got < n) {

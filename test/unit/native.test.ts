@@ -473,7 +473,8 @@ describe('openTap', () => {
     const fd = await n.openTap(nsPath, mq, { ...opts, exclusive: true, offLoop: true });
     fds.push(fd);
     expect(fdinfo(fd)).toContain(`iff:\t${mq}`);
-    // a link that is not there: RTM_GETLINK's ENODEV (without exclusive, TUNSETIFF would make a new tap)
+    // a link that is not there: ENODEV, none in the dump of the links (without exclusive, TUNSETIFF would make a new
+    // tap)
     await expect(n.openTap(nsPath, `vx${rand()}`, { ...opts, exclusive: true })).rejects.toMatchObject({
       code: 'ENODEV',
     });
