@@ -256,8 +256,8 @@ static void child_cb(uv_poll_t *hd, int status, int events) {
     // leaves its thread group; that thread has often woken us on its own CPU and been preempted there before it
     // finished exiting. Reaping now would make the kernel flush the child's /proc dentries, which spins until that
     // thread is done with them, so until the next tick takes the CPU from us, on the event loop (docs/performance.md
-    // has the trace). A run that exited 0 is reaped REAP_DELAY_MS later; any other
-    // (a failure, a kill) now, so that nothing of it is left when its error is told.
+    // has the trace). A run that exited 0 is reaped REAP_DELAY_MS later; any other (a failure, a kill) now, so that
+    // nothing of it is left when its error is told.
     siginfo_t si;
     memset(&si, 0, sizeof(si));
     int r;
