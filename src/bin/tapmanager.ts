@@ -23,7 +23,6 @@ import { SystemdNotifier, notifyConfig } from '../tapmanager/notify.js';
 import { preflight } from '../tapmanager/preflight.js';
 import { checkReadiness } from '../tapmanager/readiness.js';
 import { cniUpkeep } from '../tapmanager/cni-upkeep.js';
-import { reserveFdTable } from '../tapmanager/fdtable.js';
 import { packageVersion } from '../version.js';
 import { setFlagsFromString } from 'node:v8';
 
@@ -157,8 +156,6 @@ async function startChecked(config: TapmanagerConfig, log: Logger, notifier: Sys
     spareNetns: config.spareNetns,
     binding: config.binding,
   });
-  // before the restore takes an fd per pod and more: one growth of the table, on a pool thread
-  reserveFdTable(pods.recordedKeys().length, log);
   const service = new TapmanagerService(pods, log, {
     defaultDns: config.defaultDns,
     ...(metrics ? { hooks: { ...metrics.hooks } } : {}),

@@ -24,6 +24,7 @@ import { bindingOf, describeInterfaces, queueFds, type PodNetwork, type PodNetwo
 import type { PodSummary, StatusReport } from '../protocol/status.js';
 import type { NetworkConfigList } from '../cni/index.js';
 import { DhcpServers } from './dhcp-servers.js';
+import { reserveFdTable } from './fdtable.js';
 import { VmpodError, ErrorCode, errorChain } from '../errors.js';
 import { unpooled } from '../buffers.js';
 
@@ -290,6 +291,9 @@ export class TapmanagerService implements Handler {
     this.restoreState = 'running';
     const t0 = performance.now();
     this.pods.sweepTemps();
+    const keys = this.pods.recordedKeys();
+    // before the restore takes several fds per pod: one growth of the fd table, on a pool thread
+    reserveFdTable(keys.length, this.log);
     const slots = (this.restoreSlots = new Slots(RESTORE_PARALLEL));
     const one = async (key: string): Promise<void> => {
       // a restore is synchronous work: each one waits for a turn of the event loop first, so the socket is served
@@ -324,7 +328,7 @@ export class TapmanagerService implements Handler {
         }
         // its get answer went to the server when it was restored
       });
-    const all = this.pods.recordedKeys().map((key) =>
+    const all = keys.map((key) =>
       this.queue
         .run(key, () => one(key))
         .catch((e: unknown) => {
