@@ -13,7 +13,8 @@
 //           kernel after each; tapmanager's RSS and fds at 0 and after its first burst
 // scale     for each count of pods present: add and release (as `add`), get by 8 client processes at once vs a
 //           minimal C server answering the same bytes and fd (bench/c/fd-echo-server.c; --rounds rounds, the sides
-//           taking turns going first, after 3 s for the kernel), and restart: spawn ->
+//           taking turns going first, after 3 s for the kernel; get@N-held: the same server keeping each connection
+//           until its client hangs up, as the protocol makes a server do), and restart: spawn ->
 //           first answer and -> every pod answered get, vs an empty tapmanager's spawn -> first answer
 // --stack     the network both sides use: IPv4 (default), dual-stack or IPv6-only host-local ranges; the figures of
 //             dual and only get a suffix (add-v6dual, ...)
@@ -247,12 +248,11 @@ async function getRound(w, socket, key, tag) {
   return outs.flatMap((f) => readFileSync(f, 'utf8').trim().split('\n').map(Number));
 }
 
-async function startEcho(w, key) {
-  const reply = join(w.dir, 'get-reply.bin');
-  const c = await run(w.client, ['capture', w.socket, key, reply]);
-  if (c.code !== 0) throw new Error(`capture: ${c.stderr}`);
-  const sock = join(w.dir, 'echo.sock');
-  const child = spawn(helper('fd-echo-server'), [sock, reply, '1'], { stdio: ['ignore', 'pipe', 'inherit'] });
+/** The C server answering get's reply (bench/c/fd-echo-server.c); hold: it keeps each connection until its EOF. */
+async function startEcho(w, reply, name, hold) {
+  const sock = join(w.dir, `${name}.sock`);
+  const args = [sock, reply, '1', ...(hold ? ['hold'] : [])];
+  const child = spawn(helper('fd-echo-server'), args, { stdio: ['ignore', 'pipe', 'inherit'] });
   await new Promise((res, rej) => {
     child.stdout.once('data', res);
     child.once('exit', (code) => rej(new Error(`fd-echo-server exited ${code}`)));
@@ -260,31 +260,36 @@ async function startEcho(w, key) {
   return { sock, pid: child.pid, stop: () => child.kill('SIGTERM') };
 }
 
+/** one side of get@N: its socket, the process whose CPU it costs, its latencies and CPU over the rounds */
+function getSide(tag, socket, pid) {
+  return { tag, socket, pid, samples: [], cpuS: 0 };
+}
+
 async function getFigure(w, n) {
   const key = [...w.ours][0];
-  const echo = await startEcho(w, key);
+  const reply = join(w.dir, 'get-reply.bin');
+  const c = await run(w.client, ['capture', w.socket, key, reply]);
+  if (c.code !== 0) throw new Error(`capture: ${c.stderr}`);
+  const echo = await startEcho(w, reply, 'echo', false);
   cleanup.push('stop fd-echo-server', echo.stop);
-  const ours = [];
-  const base = [];
-  let cpuOurs = 0;
-  let cpuBase = 0;
+  const held = await startEcho(w, reply, 'held', true);
+  cleanup.push('stop fd-echo-server hold', held.stop);
+  const sides = [
+    getSide('o', w.socket, w.daemon.pid),
+    getSide('e', echo.sock, echo.pid),
+    getSide('h', held.sock, held.pid),
+  ];
+  const [ours, base, hold] = sides;
   // the kernel first finishes removing the netns the add rounds just released (cleanup_net takes CPU for a second or
   // two), and the sides take turns going first, as in the other figures
   await sleep(BURST_SETTLE_MS);
-  const sides = [
-    async () => {
-      const c = procCpuS(w.daemon.pid);
-      ours.push(...(await getRound(w, w.socket, key, 'o')));
-      cpuOurs += procCpuS(w.daemon.pid) - c;
-    },
-    async () => {
-      const c = procCpuS(echo.pid);
-      base.push(...(await getRound(w, echo.sock, key, 'e')));
-      cpuBase += procCpuS(echo.pid) - c;
-    },
-  ];
   for (let r = 0; r < rounds; r++) {
-    for (const side of r % 2 ? [...sides].reverse() : sides) await side();
+    for (let i = 0; i < sides.length; i++) {
+      const side = sides[(r + i) % sides.length];
+      const c0 = procCpuS(side.pid);
+      side.samples.push(...(await getRound(w, side.socket, key, side.tag)));
+      side.cpuS += procCpuS(side.pid) - c0;
+    }
   }
   let syscalls;
   if (o.strace)
@@ -293,16 +298,25 @@ async function getFigure(w, n) {
       baseline: await straceGets(w, echo.pid, echo.sock, key),
     };
   echo.stop();
+  held.stop();
   const total = rounds * CLIENTS * gets;
-  figure(`get@${n}`, 'us', ours, base, {
+  const cpuUs = (side) => Math.round((side.cpuS / total) * 1e6);
+  figure(`get@${n}`, 'us', ours.samples, base.samples, {
     goal: 1.5,
     goalP99: 2,
     what: `get, ${CLIENTS} client processes at once, ${n} pods present`,
     baselineWhat: 'a C server answering the same bytes and fd',
     extra: {
-      cpuUsPerGet: { ours: Math.round((cpuOurs / total) * 1e6), baseline: Math.round((cpuBase / total) * 1e6) },
+      cpuUsPerGet: { ours: cpuUs(ours), baseline: cpuUs(base) },
       ...(syscalls ? { syscallsPerGet: syscalls } : {}),
     },
+  });
+  // for reading get@N, without a goal of its own: the same C server doing what the protocol makes every server do
+  // after a get, keeping the connection until its client hangs up (the same rounds of ours)
+  figure(`get@${n}-held`, 'us', ours.samples, hold.samples, {
+    what: `get, ${CLIENTS} client processes at once, ${n} pods present`,
+    baselineWhat: 'the C server keeping each answered connection until its EOF, read 1 ms later',
+    extra: { cpuUsPerGet: { ours: cpuUs(ours), baseline: cpuUs(hold) } },
   });
 }
 

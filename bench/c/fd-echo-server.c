@@ -1,25 +1,61 @@
 // The get baseline: a minimal server that answers every request with the same bytes and the same fds as
 // tapmanager's reply to a get (captured once by `get-client capture`). Single thread, blocking accept:
 // accept, read the 77-byte header, write the header, sendmsg the payload with the fds (SCM_RIGHTS), close.
-//   fd-echo-server SOCKET REPLYFILE NFDS     prints "ready" on stdout once listening; SIGTERM ends it
+//   fd-echo-server SOCKET REPLYFILE NFDS [hold]    prints "ready" on stdout once listening; SIGTERM ends it
+// hold: what the protocol makes any server do after a get (a connection carries requests until its peer's EOF): the
+// answered connection is kept, and read 1 ms later (the EOF: closed; nothing yet: kept another 1 ms); the accept
+// waits in poll, with a 1 ms timeout while connections are kept.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HDR 77
+#define KEPT 4096  // connections held at once in hold mode (a ring)
+
+static long long now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+// hold mode's ring: connections answered, oldest first
+static int kept[KEPT];
+static long long kept_at[KEPT];
+static int head, tail;
+
+// Reads every kept connection 1 ms old: the EOF (or an error, or a request this server does not expect) closes it,
+// nothing yet keeps it another 1 ms.
+static void read_kept(void) {
+  long long now = now_ns();
+  while (head != tail && now - kept_at[head] >= 1000000) {
+    int c = kept[head];
+    head = (head + 1) % KEPT;
+    char b;
+    if (recv(c, &b, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN && (tail + 1) % KEPT != head) {
+      kept[tail] = c;
+      kept_at[tail] = now;
+      tail = (tail + 1) % KEPT;
+    } else {
+      close(c);
+    }
+  }
+}
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: fd-echo-server SOCKET REPLYFILE NFDS\n");
+  if (argc != 4 && !(argc == 5 && strcmp(argv[4], "hold") == 0)) {
+    fprintf(stderr, "usage: fd-echo-server SOCKET REPLYFILE NFDS [hold]\n");
     return 2;
   }
+  int hold = argc == 5;
   static unsigned char reply[1 << 20];
   FILE *f = fopen(argv[2], "r");
   if (!f) return perror("reply file"), 1;
@@ -41,6 +77,11 @@ int main(int argc, char **argv) {
   fflush(stdout);
   unsigned char hdr[HDR];
   for (;;) {
+    if (hold) {
+      read_kept();
+      struct pollfd p = {.fd = s, .events = POLLIN};
+      if (poll(&p, 1, head != tail ? 1 : -1) <= 0) continue;
+    }
     int c = accept4(s, NULL, NULL, SOCK_CLOEXEC);
     if (c < 0) {
       if (errno == EINTR) continue;
@@ -60,6 +101,12 @@ int main(int argc, char **argv) {
         memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
       }
       sendmsg(c, &m, MSG_NOSIGNAL);
+      if (hold && (tail + 1) % KEPT != head) {
+        kept[tail] = c;
+        kept_at[tail] = now_ns();
+        tail = (tail + 1) % KEPT;
+        continue;
+      }
     }
     close(c);
   }
