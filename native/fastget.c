@@ -4,9 +4,9 @@
 // test/unit/fastget-frames.test.ts.
 #include "fastget.h"
 
-// The fd server's accept loop, in C on the event loop's thread. Connections are watched by an epoll set of ours,
-// itself watched by one uv_poll (libuv's own poll per fd costs five syscalls per connection). A connection from uid
-// 0 (or a primary gid of
+// The fd server's accept loop, in C on the event loop's thread. Each wake-up of the listening socket takes up to
+// FG_ACCEPTS_PER_WAKE connections. Connections are watched by an epoll set of ours, itself watched by one uv_poll
+// (libuv's own poll per fd costs five syscalls per connection). A connection from uid 0 (or a primary gid of
 // allowedGids) stays here while it sends complete get requests of keys JS registered (the reply bytes and dup's of
 // the fds, per key): each is answered with one send of the header and one sendmsg of the payload with the fds,
 // without entering JS. Anything else is handed to JS (adopt) with the bytes read so far: another command, a key
@@ -251,40 +251,19 @@ static bool fg_peer_allowed(fg_server *s, const struct ucred *cr) {
   return false;  // JS reads the supplementary groups: it serves or refuses
 }
 
-void fg_accept_cb(uv_poll_t *h, int status, int events) {
-  (void)events;
-  fg_server *s = h->data;
-  if (!s->active) return;
-  napi_env env = s->env;
-  if (status < 0) {
-    napi_handle_scope scope;
-    if (napi_open_handle_scope(env, &scope) != napi_ok) return;
-    napi_value err = errno_error(env, -status, "poll of the listening socket");
-    if (err) fg_call(s, s->on_error, 1, &err);
-    napi_close_handle_scope(env, scope);
-    return;
-  }
-  // one accept per wake-up, as the JS server: the poll is level-triggered, so no accept ends in EAGAIN
-  int fd;
-  do fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) return;
-    int err = errno;
-    napi_handle_scope scope;
-    if (napi_open_handle_scope(env, &scope) != napi_ok) return;
-    napi_value jerr = errno_error(env, err, "accept");
-    if (jerr) fg_call(s, s->on_error, 1, &jerr);  // EMFILE: JS's reserve fd takes the newcomer and closes it
-    napi_close_handle_scope(env, scope);
-    return;
-  }
-  struct ucred cr;
-  socklen_t len = sizeof(cr);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || !fg_peer_allowed(s, &cr) ||
-      s->nconns + s->js_conns >= s->max_conns) {
-    fg_adopt(s, fd, NULL, 0, NULL);
-    return;
-  }
+// Reports an error of the listening socket to JS.
+static void fg_listen_error(fg_server *s, int err, const char *what) {
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(s->env, &scope) != napi_ok) return;
+  napi_value jerr = errno_error(s->env, err, what);
+  if (jerr) fg_call(s, s->on_error, 1, &jerr);
+  napi_close_handle_scope(s->env, scope);
+}
+
+// Takes in a connection the peer rule lets stay here: answered at once when its request is there already (a client
+// writes it right after connect), then the settling list, or (nothing came yet) the epoll set, waits for the next
+// request or the hang-up.
+static void fg_take(fg_server *s, int fd, const struct ucred *cr) {
   fg_conn *c = calloc(1, sizeof(*c));
   if (!c) {
     fg_adopt(s, fd, NULL, 0, NULL);
@@ -292,14 +271,12 @@ void fg_accept_cb(uv_poll_t *h, int status, int events) {
   }
   c->srv = s;
   c->fd = fd;
-  c->cred = cr;
+  c->cred = *cr;
   c->last = uv_now(s->loop);
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   s->nconns++;
-  // the request is usually there already (a client writes it right after connect): answered now; then the settling
-  // list, or (nothing came yet) the epoll set, waits for the next request or the hang-up
   if (!fg_conn_read(c)) return;  // answered and closed, or handed over
   if (c->served > 0 && c->have == 0) {
     c->snext = s->settling;
@@ -310,6 +287,40 @@ void fg_accept_cb(uv_poll_t *h, int status, int events) {
     return;
   }
   fg_watch(c);
+}
+
+// Accepts one connection: false when none is waiting, or the accept failed (JS has the error).
+static bool fg_accept_one(fg_server *s) {
+  int fd;
+  do fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    // EMFILE: JS's reserve fd takes the newcomer and closes it
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED) fg_listen_error(s, errno, "accept");
+    return false;
+  }
+  struct ucred cr;
+  socklen_t len = sizeof(cr);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || !fg_peer_allowed(s, &cr) ||
+      s->nconns + s->js_conns >= s->max_conns)
+    fg_adopt(s, fd, NULL, 0, NULL);
+  else
+    fg_take(s, fd, &cr);
+  return true;
+}
+
+// The listening socket is readable: up to FG_ACCEPTS_PER_WAKE connections are taken in this turn of the loop (under
+// load several wait, and each one more saves a turn; the poll is level-triggered, so what is left wakes it again).
+void fg_accept_cb(uv_poll_t *h, int status, int events) {
+  (void)events;
+  fg_server *s = h->data;
+  if (!s->active) return;
+  if (status < 0) {
+    fg_listen_error(s, -status, "poll of the listening socket");
+    return;
+  }
+  int taken = 0;
+  while (taken < FG_ACCEPTS_PER_WAKE && s->active && fg_accept_one(s)) taken++;
 }
 
 // Closes connections that sent nothing for idle_ms (JS's idle rule for its own connections).
