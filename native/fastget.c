@@ -5,7 +5,7 @@
 #include "fastget.h"
 
 // The fd server's accept loop, in C on the event loop's thread. Each wake-up of the listening socket takes up to
-// FG_ACCEPTS_PER_WAKE connections. Connections are watched by an epoll set of ours, itself watched by one uv_poll
+// FG_ACCEPTS_PER_WAKE connections while they stay here. Connections are watched by an epoll set of ours, itself watched by one uv_poll
 // (libuv's own poll per fd costs five syscalls per connection). A connection from uid 0 (or a primary gid of
 // allowedGids) stays here while it sends complete get requests of keys JS registered (the reply bytes and dup's of
 // the fds, per key): each is answered with one send of the header and one sendmsg of the payload with the fds,
@@ -95,6 +95,7 @@ static void fg_call(fg_server *s, napi_ref fn, size_t argc, napi_value *argv) {
 // Gives fd to JS: adopt(fd, bytes already read or null, peer {pid, uid, gid} or null, connections held here).
 static void fg_adopt(fg_server *s, int fd, const uint8_t *prefix, size_t n, const struct ucred *cred) {
   napi_env env = s->env;
+  s->adoptions++;
   napi_handle_scope scope;
   if (napi_open_handle_scope(env, &scope) != napi_ok) {
     close(fd);
@@ -310,7 +311,8 @@ static bool fg_accept_one(fg_server *s) {
 }
 
 // The listening socket is readable: up to FG_ACCEPTS_PER_WAKE connections are taken in this turn of the loop (under
-// load several wait, and each one more saves a turn; the poll is level-triggered, so what is left wakes it again).
+// load several gets wait, and each one more saves a turn; the poll is level-triggered, so what is left wakes it
+// again). A connection handed to JS ends the batch: its request runs first, and the loop turns before the next.
 void fg_accept_cb(uv_poll_t *h, int status, int events) {
   (void)events;
   fg_server *s = h->data;
@@ -319,8 +321,9 @@ void fg_accept_cb(uv_poll_t *h, int status, int events) {
     fg_listen_error(s, -status, "poll of the listening socket");
     return;
   }
+  uint64_t adoptions = s->adoptions;
   int taken = 0;
-  while (taken < FG_ACCEPTS_PER_WAKE && s->active && fg_accept_one(s)) taken++;
+  while (taken < FG_ACCEPTS_PER_WAKE && s->active && s->adoptions == adoptions && fg_accept_one(s)) taken++;
 }
 
 // Closes connections that sent nothing for idle_ms (JS's idle rule for its own connections).

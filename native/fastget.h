@@ -62,6 +62,7 @@ typedef struct fg_server {
   gid_t gids[FG_MAX_GIDS];
   int ngids;
   double gets;
+  uint64_t adoptions;  // connections handed to JS since the start
 } fg_server;
 
 // fastget.c
