@@ -144,6 +144,31 @@ describe('get answered by the addon', () => {
     expect(await fdsSettled(d)).toBe(fdsBefore);
   });
 
+  it('connections waiting at once, gets mixed with requests the daemon serves itself, each get their own answer', async () => {
+    const k = addPod();
+    const unknown = `vmpf-${rand()}`;
+    const fdsBefore = await fdsSettled(d);
+    const n = native();
+    // all connected and written before any is read: the daemon finds several waiting when it wakes (it takes up to 8
+    // gets per wake-up, and a connection it hands to its JS side ends the batch)
+    const fds = Array.from({ length: 24 }, () => connect(d.socket));
+    try {
+      fds.forEach((fd, i) => n.writeAll(fd, requestBytes(GET, i % 5 === 2 ? unknown : k)));
+      fds.forEach((fd, i) => {
+        const r = readReply(fd)!;
+        if (i % 5 === 2) {
+          expect(r).toMatchObject({ command: 0xff, fds: [] });
+          expect(r.data.toString()).toContain(unknown);
+        } else {
+          expect(seen(r)).toMatchObject({ command: 0x82, key: k, taps: ['/dev/net/tun'] });
+        }
+      });
+    } finally {
+      for (const fd of fds) n.close(fd);
+    }
+    expect(await fdsSettled(d)).toBe(fdsBefore);
+  });
+
   it('a released pod gets an error naming it, never its old taps; the daemon keeps no tap of it', () => {
     const before = tapFds();
     const k = addPod();
