@@ -5,14 +5,14 @@
 #include "fastget.h"
 
 // The fd server's accept loop, in C on the event loop's thread. Each wake-up of the listening socket takes up to
-// FG_ACCEPTS_PER_WAKE connections while they stay here. Connections are watched by an epoll set of ours, itself watched by one uv_poll
-// (libuv's own poll per fd costs five syscalls per connection). A connection from uid 0 (or a primary gid of
-// allowedGids) stays here while it sends complete get requests of keys JS registered (the reply bytes and dup's of
-// the fds, per key): each is answered with one send of the header and one sendmsg of the payload with the fds,
-// without entering JS. Anything else is handed to JS (adopt) with the bytes read so far: another command, a key
-// not registered, a partial or bad header, a peer that needs JS's checks, a socket whose peer is not reading,
-// the connection limit. The only JS calls are adopt and accept errors; register/unregister run on the same thread,
-// so a key unregistered is never answered again.
+// FG_ACCEPTS_PER_WAKE connections while they stay here. Connections are watched by an epoll set of ours, itself watched
+// by one uv_poll (libuv's own poll per fd costs five syscalls per connection). A connection from uid 0 (or a primary
+// gid of allowedGids) stays here while it sends complete get requests of keys JS registered (the reply bytes and dup's
+// of the fds, per key): each is answered with one send of the header and one sendmsg of the payload with the fds,
+// without entering JS. Anything else is handed to JS (adopt) with the bytes read so far: another command, a key not
+// registered, a partial or bad header, a peer that needs JS's checks, a socket whose peer is not reading, the
+// connection limit. The only JS calls are adopt and accept errors; register/unregister run on the same thread, so a key
+// unregistered is never answered again.
 //
 // A connection answered right after its accept is not put in the epoll set at once: it waits on a "settling" list,
 // and a timer reads each such connection FG_SETTLE_MS later, when its client has almost always hung up (vmwrapper

@@ -10,8 +10,8 @@
 #define FG_BUCKETS 256
 #define FG_MAX_FDS 16
 #define FG_MAX_GIDS 64
-#define FG_SETTLE_MS 1     // how long an answered connection waits before its hang-up is looked for
-#define FG_OUTQ_MAX 65536  // bytes the peer has not read yet, beyond which JS (with its write queue) serves
+#define FG_SETTLE_MS 1         // how long an answered connection waits before its hang-up is looked for
+#define FG_OUTQ_MAX 65536      // bytes the peer has not read yet, beyond which JS (with its write queue) serves
 #define FG_ACCEPTS_PER_WAKE 8  // connections taken per wake-up of the listening socket
 
 typedef struct fg_entry {
