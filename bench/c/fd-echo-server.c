@@ -32,6 +32,15 @@ static int kept[KEPT];
 static long long kept_at[KEPT];
 static int head, tail;
 
+// Keeps c on the ring since `at`; false when the ring is full (the caller closes it).
+static int keep(int c, long long at) {
+  if ((tail + 1) % KEPT == head) return 0;
+  kept[tail] = c;
+  kept_at[tail] = at;
+  tail = (tail + 1) % KEPT;
+  return 1;
+}
+
 // Reads every kept connection 1 ms old: the EOF (or an error, or a request this server does not expect) closes it,
 // nothing yet keeps it another 1 ms.
 static void read_kept(void) {
@@ -40,13 +49,7 @@ static void read_kept(void) {
     int c = kept[head];
     head = (head + 1) % KEPT;
     char b;
-    if (recv(c, &b, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN && (tail + 1) % KEPT != head) {
-      kept[tail] = c;
-      kept_at[tail] = now;
-      tail = (tail + 1) % KEPT;
-    } else {
-      close(c);
-    }
+    if (!(recv(c, &b, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN && keep(c, now))) close(c);
   }
 }
 
@@ -101,12 +104,7 @@ int main(int argc, char **argv) {
         memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
       }
       sendmsg(c, &m, MSG_NOSIGNAL);
-      if (hold && (tail + 1) % KEPT != head) {
-        kept[tail] = c;
-        kept_at[tail] = now_ns();
-        tail = (tail + 1) % KEPT;
-        continue;
-      }
+      if (hold && keep(c, now_ns())) continue;
     }
     close(c);
   }
