@@ -1,6 +1,6 @@
 // The optional HTTP listener (--http-listen): /healthz, /readyz, /metrics. Plain node:http; it knows nothing of
 // prom-client (the daemon hands it a render function).
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { Logger } from '../log.js';
 
 export interface HttpEndpoints {
@@ -19,6 +19,9 @@ export interface HttpListener {
 
 /** Listens, or rejects with one line naming the address and what to do. */
 export function startHttp(addr: { host: string; port: number }, ep: HttpEndpoints): Promise<HttpListener> {
+  // from the CommonJS loader: an ESM import of node:http builds its ESM facade, which reads every export, and so
+  // loads undici (fetch, WebSocket) at the start of every process that imports this module (docs/performance.md)
+  const { createServer } = process.getBuiltinModule('node:http');
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') {
