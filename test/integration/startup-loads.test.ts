@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
-import { BIN, REPO, startDaemon, stopDaemonAndNet } from '../helpers/daemon.js';
+import { BIN, REPO, startDaemon, stopDaemonAndNet, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf } from '../helpers/cniconf.js';
 
 /**
@@ -36,20 +36,22 @@ function httpModulesLoaded(bundle: string, args: string[]): string[] {
 /** A daemon (with these flags) that answers one request and stops: the HTTP builtins it loaded in its life. */
 async function daemonLoads(extraArgs: string[]): Promise<string[]> {
   const net = await makeCniConf();
-  const d = await startDaemon({
-    confDir: net.confDir,
-    binDirs: net.binDirs,
-    extraArgs,
-    env: { NODE_OPTIONS: `--import=${HOOK}` },
-  });
+  let d: Daemon | undefined;
   try {
+    d = await startDaemon({
+      confDir: net.confDir,
+      binDirs: net.binDirs,
+      extraArgs,
+      env: { NODE_OPTIONS: `--import=${HOOK}` },
+    });
     const listed = await execa(process.execPath, [BIN.tapctl, '--socket', d.socket, 'list'], { timeout: 30_000 });
     expect(listed.exitCode).toBe(0);
     // the line is written at the daemon's exit, into its log, which goes with its dir
     expect(await d.stop()).toBe(0);
     return loadedIn(d.logs());
   } finally {
-    await stopDaemonAndNet(d, net, { ifAlive: true });
+    if (d) await stopDaemonAndNet(d, net, { ifAlive: true });
+    else await net.cleanup();
   }
 }
 
