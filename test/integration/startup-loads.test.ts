@@ -3,10 +3,9 @@
 // tapmanager start on the project's machine (docs/performance.md). tapmanager and tapctl use no HTTP client, and
 // tapmanager takes node:http only when --http-listen starts its listener.
 import { spawnSync } from 'node:child_process';
-import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
-import { BIN, REPO, startDaemon, stopDaemonAndNet, type Daemon } from '../helpers/daemon.js';
+import { BIN, startDaemon, stopDaemonAndNet, type Daemon } from '../helpers/daemon.js';
 import { makeCniConf } from '../helpers/cniconf.js';
 
 /**
@@ -24,9 +23,9 @@ function loadedIn(output: string): string[] {
   return JSON.parse(line.slice('LOADED '.length)) as string[];
 }
 
-/** The HTTP builtins a run of the bundle with these args loaded by its exit. */
-function httpModulesLoaded(bundle: string, args: string[]): string[] {
-  const r = spawnSync(process.execPath, ['--import', HOOK, join(REPO, 'dist/bundle', bundle), ...args], {
+/** The HTTP builtins a run of the built program with these args loaded by its exit. */
+function httpModulesLoaded(program: string, args: string[]): string[] {
+  const r = spawnSync(process.execPath, ['--import', HOOK, program, ...args], {
     encoding: 'utf8',
     timeout: 30_000,
   });
@@ -57,8 +56,8 @@ async function daemonLoads(extraArgs: string[]): Promise<string[]> {
 
 describe('builtins loaded at start', () => {
   it('tapmanager and tapctl (npm run build) load no node:http, http2 or undici', () => {
-    expect(httpModulesLoaded('tapmanager.js', ['--help'])).toEqual([]);
-    expect(httpModulesLoaded('tapctl.js', ['--help'])).toEqual([]);
+    expect(httpModulesLoaded(BIN.tapmanager, ['--help'])).toEqual([]);
+    expect(httpModulesLoaded(BIN.tapctl, ['--help'])).toEqual([]);
   });
 
   it('a daemon loads node:http only with --http-listen, and undici never', async () => {
