@@ -2,12 +2,13 @@
 //   checkKeyFree    nothing of the key is live or in the way; what an earlier failed operation left is finished first
 //   readNetwork     the CNI config list read (or the one the caller admitted) and its plugins located: a failure
 //                   here has made nothing
+//   startCniAdd     the plugins' ADD started: its first plugin exec'd now, before the stages below, and given its
+//                   config once the netns is made and the record durable (until then it has done nothing)
 //   takeNetns       a spare netns made while idle (its links prepared already) or a fresh one: chosen once, here,
 //                   with the binding its links are prepared for
 //   recordAdd       the netns, its prepared links and the CNI ADD written to the record (durably), before any runs
 //   makeNetns       the netns made, or the spare bound under the key, while the record's fsyncs run
-//   runCniAdd       the plugins' ADD, its first plugin exec'd at once and given its config once the netns is made
-//                   and the record durable; a fresh netns gets its prepared links on a pool thread while they run
+//   runCniAdd       the plugins' ADD to its end; a fresh netns gets its prepared links on a pool thread meanwhile
 //   observeAndPlan  the netns read and the container side planned (plan.ts, pure), DHCP's early start with it
 //   applyPlan       the plan recorded, then applied; the caller's DHCP servers start meanwhile when the plan says so
 //   openTaps        the taps opened for the VM
@@ -93,10 +94,12 @@ export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNe
   const held: Held = { fds: [] };
   try {
     const list = await readNetwork(env, req.list);
-    const netns = (held.netns = await takeNetns(env, list));
-    const recorded = recordAdd(env, rec, list, netns.preparedFor);
+    const gate = netnsGate();
+    const adding = startCniAdd(env, rec, list, gate.made, req.signal);
+    const { netns, recorded } = await gate.take(takeAndRecord(env, rec, list, held), adding);
     const made = makeNetns(env.deps, rec, netns, recorded, req.signal).then(() => mark('netns'));
-    const result = await runCniAdd(env, rec, list, netns, recorded, made, held, req.signal);
+    gate.open(made);
+    const result = await runCniAdd(env, rec, list, netns, recorded, made, adding, held, req.signal);
     mark('cni');
     const planned = await observeAndPlan(env, rec, list, result, netns.preparedFor, log, req.signal);
     mark('planned');
@@ -164,6 +167,67 @@ interface NetnsSource {
   prepare(deps: StepDeps, rec: PodRecord, steps: Step[], signal?: AbortSignal): Promise<void>;
   /** lets go of what it holds when the add fails before make */
   discard(): void;
+}
+
+/** The CNI ADD as it ends (it never rejects): its result and the settling of its cache write, or its error. */
+type Adding = Promise<{ added: { result: CniResult; settled: () => Promise<void> } } | { error: unknown }>;
+
+/**
+ * The CNI ADD started before the netns is taken: its first plugin is exec'd on the next microtask, ahead of the
+ * record's write, and is given its config once `made` resolves (the netns made and the record durable). A plugin does
+ * nothing before it has read its config, and its start (the exec, its runtime's own) takes longer than all of that.
+ */
+function startCniAdd(
+  env: PodEnv,
+  rec: PodRecord,
+  list: NetworkConfigList,
+  made: Promise<void>,
+  signal?: AbortSignal,
+): Adding {
+  return env.cni.addDeferred(list, runtimeConf(rec, env.ifName), signal, made).then(
+    (added) => ({ added }),
+    (error: unknown) => ({ error }),
+  );
+}
+
+/**
+ * What the started CNI ADD waits for: `made`, resolved by open() with the netns stage, or rejected by take() when the
+ * netns cannot be taken or the add recorded (the plugin is then killed without its config, and take() rethrows once
+ * it is gone).
+ */
+function netnsGate() {
+  let open!: (made: Promise<void>) => void;
+  let fail!: (e: unknown) => void;
+  const made = new Promise<void>((resolve, reject) => {
+    open = (m) => m.then(resolve, reject);
+    fail = reject;
+  });
+  // a plugin whose exec failed never waits for it: its rejection is handled here then
+  made.catch(() => {});
+  return {
+    made,
+    open,
+    async take<T>(taking: Promise<T>, adding: Adding): Promise<T> {
+      try {
+        return await taking;
+      } catch (e) {
+        fail(e);
+        await adding;
+        throw e;
+      }
+    },
+  };
+}
+
+/** The netns taken (held, so that a rollback lets go of it) and the add recorded. */
+async function takeAndRecord(
+  env: PodEnv,
+  rec: PodRecord,
+  list: NetworkConfigList,
+  held: Held,
+): Promise<{ netns: NetnsSource; recorded: Recorded }> {
+  const netns = (held.netns = await takeNetns(env, list));
+  return { netns, recorded: recordAdd(env, rec, list, netns.preparedFor) };
 }
 
 /**
@@ -237,13 +301,11 @@ async function makeNetns(
 }
 
 /**
- * The CNI ADD. Its first plugin is exec'd at once, while the netns is made and the record synced (`made`), and is
- * given its config once they are over: a plugin does nothing before it has read its config, and its start (the exec,
- * its runtime's own) takes longer than they do. The prepared links (the bridge, tap and filter that need nothing from
- * the result) are made on a pool thread once the netns is, as the plugins take most of an add, waiting. All of it is
- * over before anything goes on, or back; a failure of `made` is the add's, whatever the plugin did (it was killed
- * without its config). A first plugin that could not be executed ran nothing: its step leaves the record, and the
- * rollback runs no DEL.
+ * The CNI ADD to its end (startCniAdd started it; its plugin gets its config once `made` resolves). The prepared links
+ * (the bridge, tap and filter that need nothing from the result) are made on a pool thread once the netns is, as the
+ * plugins take most of an add, waiting. All of it is over before anything goes on, or back; a failure of `made` is
+ * the add's, whatever the plugin did (it was killed without its config). A first plugin that could not be executed ran
+ * nothing: its step leaves the record, and the rollback runs no DEL.
  */
 async function runCniAdd(
   env: PodEnv,
@@ -252,6 +314,7 @@ async function runCniAdd(
   netns: NetnsSource,
   recorded: Recorded,
   made: Promise<void>,
+  adding: Adding,
   held: Held,
   signal?: AbortSignal,
 ): Promise<CniResult> {
@@ -262,7 +325,9 @@ async function runCniAdd(
       (e: unknown) => e,
     );
   try {
-    const added = await env.cni.addDeferred(list, runtimeConf(rec, env.ifName), signal, made);
+    const ended = await adding;
+    if ('error' in ended) throw ended.error;
+    const { added } = ended;
     held.cniSettled = added.settled;
     const prepError = await prepared;
     if (prepError !== undefined) throw prepError;

@@ -129,8 +129,7 @@ export function ebtablesRestoreInput(rules: readonly (readonly string[])[]): str
  * step makes lives in the pod netns, which a reboot takes with it; an atomic write covers a crash of tapmanager.
  */
 export function recordSteps(store: StateStore, rec: PodRecord, steps: Step[]): void {
-  rec.steps.push(...steps);
-  store.write(rec, outlivesReboot(steps));
+  appendWritten(rec, steps, () => store.write(rec, outlivesReboot(steps)));
 }
 
 /**
@@ -139,10 +138,26 @@ export function recordSteps(store: StateStore, rec: PodRecord, steps: Step[]): v
  * not.
  */
 export function recordStepsThenSync(store: StateStore, rec: PodRecord, steps: Step[]): Promise<void> {
+  return appendWritten(rec, steps, () => {
+    if (outlivesReboot(steps)) return store.writeThenSync(rec);
+    store.write(rec, false);
+    return Promise.resolve();
+  });
+}
+
+/**
+ * The steps appended to rec, which write() then writes. A write that throws leaves rec without them: none of them
+ * ran (each runs once it is recorded), so a rollback has nothing of them to undo (no DEL for an ADD that never had
+ * its config, no removal of a netns never made).
+ */
+function appendWritten<T>(rec: PodRecord, steps: Step[], write: () => T): T {
   rec.steps.push(...steps);
-  if (outlivesReboot(steps)) return store.writeThenSync(rec);
-  store.write(rec, false);
-  return Promise.resolve();
+  try {
+    return write();
+  } catch (e) {
+    rec.steps.length -= steps.length;
+    throw e;
+  }
 }
 
 const outlivesReboot = (steps: Step[]): boolean => steps.some((s) => s.do.some((o) => OUTLIVES_REBOOT.has(o.op)));

@@ -244,6 +244,68 @@ describe('a failed add never blocks the retry', () => {
     await expectNothingLeft(ctx);
   });
 
+  it('a record that cannot be written once the ADD has started: its plugin is killed without its config, the add says why, nothing is left', async () => {
+    const ctx = await setup({});
+    const conf = join(ctx.net.confDir, '10-test.conflist');
+    const good = JSON.parse(readFileSync(conf, 'utf8')) as { plugins: Record<string, unknown>[] };
+    const seen = join(ctx.stateDir, '..', `${ctx.key}.seen`);
+    cleanups.push(async () => rmSync(seen, { force: true }));
+    const look = join(ctx.net.binDirs[0]!, 'vmpod-look');
+    // the bridge plugin behind a script that says when it has its config
+    writeFileSync(
+      look,
+      [
+        '#!/bin/bash',
+        'conf=$(cat)',
+        `echo got-config >> ${seen}`,
+        'printf "%s" "$conf" | exec /usr/lib/cni/bridge',
+      ].join('\n'),
+      {
+        mode: 0o755,
+      },
+    );
+    writeFileSync(
+      conf,
+      JSON.stringify({ ...good, plugins: [{ ...good.plugins[0], type: 'vmpod-look' }, ...good.plugins.slice(1)] }),
+    );
+    // the state dir read-only (root writes anywhere else): the add's first record write fails with EROFS
+    await execa('mount', ['--bind', ctx.stateDir, ctx.stateDir]);
+    let mounted = true;
+    const unmount = async () => {
+      if (mounted) await execa('umount', [ctx.stateDir]);
+      mounted = false;
+    };
+    cleanups.push(unmount);
+    await execa('mount', ['-o', 'remount,bind,ro', ctx.stateDir]);
+    const cni = new CniClient({
+      binDirs: ctx.net.binDirs,
+      cacheDir: ctx.net.cacheDir,
+      exec: spawnPluginExec({ killGraceMs: 500 }),
+    });
+    const pn = new PodNetwork({
+      stateDir: ctx.stateDir,
+      cni,
+      loadConfList: () => loadConfList(ctx.net.confDir),
+      log: silentLogger(),
+    });
+    const e = await errorOf(pn.add(ctx.key, desc(ctx.key)));
+    pn.closeAll();
+    expect(e.message).toMatch(/step "state-write" failed: .*EROFS: read-only file system/);
+    expect(existsSync(seen), 'the plugin had its config').toBe(false);
+    const running = readdirSync('/proc')
+      .filter((d) => /^\d+$/.test(d))
+      .filter((d) => {
+        try {
+          return readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(look);
+        } catch {
+          return false;
+        }
+      });
+    expect(running, 'the plugin still running').toEqual([]);
+    await unmount();
+    await expectNothingLeft(ctx);
+  });
+
   it('ADD fails and its rollback DEL fails too: the error says quarantined; the retry finishes it first and succeeds', async () => {
     const ctx = await setup();
     ctx.net.setFaults({ ADD: 'fail', DEL: 'fail' });

@@ -173,14 +173,17 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const ctx = await setup({ mtu: 1400 });
     // what the netns looks like when CNI DEL runs: the container side must be undone by then
     let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
-    // what the record on disk says when CNI ADD runs: the netns and the ADD (with its DEL), in one write
+    // what the record on disk says when CNI ADD runs, that is when its plugin gets its config (it is exec'd before,
+    // and does nothing until then): the netns and the ADD (with its DEL), in one write
     let atAdd: { phase: string; steps: string[] } | undefined;
     const pn = ctx.make((real) => {
       const spy = {
-        addDeferred: async (...a: Parameters<CniClient['addDeferred']>) => {
-          const r = new StateStore(ctx.stateDir).read(ctx.key)!;
-          atAdd = { phase: r.phase, steps: r.steps.map((s) => s.name) };
-          return real.addDeferred(...a);
+        addDeferred: async (...[list, rt, signal, startWhen]: Parameters<CniClient['addDeferred']>) => {
+          const given = startWhen?.then(() => {
+            const r = new StateStore(ctx.stateDir).read(ctx.key)!;
+            atAdd = { phase: r.phase, steps: r.steps.map((s) => s.name) };
+          });
+          return real.addDeferred(list, rt, signal, given);
         },
         locate: real.locate.bind(real),
         cachedNetworks: real.cachedNetworks.bind(real),
