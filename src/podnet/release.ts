@@ -7,7 +7,7 @@ import { ErrorCode, VmpodError, errorChain, isVmpodError } from '../errors.js';
 import { lazyChild, type Logger } from '../log.js';
 import { parseConfList, type NetworkConfigList } from '../cni/index.js';
 import { Phase, type PodRecord } from '../state/record.js';
-import { undoRecord } from './steps.js';
+import { startUndo } from './steps.js';
 import { closeFds } from './fds.js';
 import { conventionRecord } from './recover.js';
 import { quarantine, readRecord } from './quarantine.js';
@@ -54,9 +54,16 @@ async function releaseRecorded(
 ): Promise<Released> {
   const t0 = performance.now();
   const rec = recordToRelease(env, key, nsPath, st, log);
+  // the CNI DEL's plugin exec'd before the phase's write: it gets its config once the undo reaches it
+  const undo = startUndo(env.deps, rec, log);
   rec.phase = Phase.Releasing;
-  env.store.write(rec, false);
-  const errors = await undoRecord(env.deps, rec, log);
+  try {
+    env.store.write(rec, false);
+  } catch (e) {
+    await undo.cancel(e);
+    throw e;
+  }
+  const errors = await undo.run();
   if (errors.length > 0 && force) {
     const leftovers = errors.map((x) => errorChain(x));
     log.error(

@@ -319,10 +319,24 @@ async function applyOne(
  * "Already undone" (no such device, address, route, rule) is not a failure: a batch or a crash can have
  * stopped anywhere between record and apply.
  */
-export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): Promise<Error[]> {
-  const errors: Error[] = [];
+export function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): Promise<Error[]> {
+  return startUndo(deps, rec, log).run();
+}
+
+/** An undo started: its first CNI DEL's plugin exec'd (earlyDel), the rest to run, or the undo called off. */
+export interface Undo {
+  /** runs the undo (undoRecord) */
+  run(): Promise<Error[]>;
+  /** calls it off before run: its plugin is killed without its config, and this resolves once it is gone */
+  cancel(why: unknown): Promise<void>;
+}
+
+/**
+ * The undo of rec's steps, its first CNI DEL exec'd now (a release starts it before it writes the record's phase, so
+ * that the plugin's own start overlaps the write). Nothing is undone before run.
+ */
+export function startUndo(deps: StepDeps, rec: PodRecord, log: Logger): Undo {
   const netnsGoes = rec.steps.some((s) => s.undo.some((o) => o.op === 'netns-del'));
-  if (netnsGoes) dropUnmountedNetns(rec.nsPath, log);
   // ebtables rules (records of earlier versions) live in the pod netns too
   const goesWithNetns = (op: Op): boolean => op.op === 'ebtables' || ('withNetns' in op && op.withNetns === true);
   const items = [...rec.steps]
@@ -331,6 +345,23 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
     .filter(({ op }) => !(netnsGoes && goesWithNetns(op)));
   const runs = runsOf(items);
   const del = earlyDel(deps, rec, runs);
+  return {
+    run: () => {
+      if (netnsGoes) dropUnmountedNetns(rec.nsPath, log);
+      return runUndo(deps, rec, runs, del, log);
+    },
+    cancel: async (why) => del?.cancel(why),
+  };
+}
+
+async function runUndo(
+  deps: StepDeps,
+  rec: PodRecord,
+  runs: readonly Run[],
+  del: EarlyDel | undefined,
+  log: Logger,
+): Promise<Error[]> {
+  const errors: Error[] = [];
   let t = performance.now();
   for (const run of runs) {
     const nsThere = existsSync(rec.nsPath);
@@ -359,22 +390,39 @@ export async function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): P
  * it (go), once the runs before it are over (they give the interface back its addresses and routes for the DEL). A
  * plugin does nothing before it has its config, and its start overlaps those runs (docs/decisions.md).
  */
-function earlyDel(
-  deps: StepDeps,
-  rec: PodRecord,
-  runs: readonly Run[],
-): { run: Run; go: () => Promise<void> } | undefined {
+interface EarlyDel {
+  run: Run;
+  /** the undo has reached it: its plugin gets its config, and this settles as the DEL does */
+  go(): Promise<void>;
+  /** the undo is called off: its plugin is killed without its config; resolves once it is gone */
+  cancel(why: unknown): Promise<void>;
+}
+
+function earlyDel(deps: StepDeps, rec: PodRecord, runs: readonly Run[]): EarlyDel | undefined {
   const run = runs.find((r) => r.kind === 'one' && r.op.op === 'cni-del');
   if (run?.kind !== 'one' || run.op.op !== 'cni-del') return undefined;
   let reached!: () => void;
+  let calledOff!: (why: unknown) => void;
+  const when = new Promise<void>((resolve, reject) => {
+    reached = resolve;
+    calledOff = reject;
+  });
+  when.catch(() => {}); // a plugin whose exec failed never waits for it
   const { ifName, config } = run.op;
-  const done = (async () => deps.cniDel(rec, ifName, config, new Promise<void>((r) => (reached = r))))();
+  const done = (async () => deps.cniDel(rec, ifName, config, when))();
   done.catch(() => {}); // its error is the undo's when it is reached (go)
   return {
     run,
     go: () => {
       reached();
       return done;
+    },
+    cancel: (why) => {
+      calledOff(why);
+      return done.then(
+        () => {},
+        () => {},
+      );
     },
   };
 }

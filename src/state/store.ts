@@ -112,7 +112,12 @@ export class StateStore {
       if (durable) this.fsyncDir();
     } catch (e) {
       this.#scratches.delete(rec.key);
-      rmSync(scratch, { force: true });
+      // best effort: on a filesystem gone read-only the scratch stays, and the write's error is the one to tell
+      try {
+        rmSync(scratch, { force: true });
+      } catch {
+        /* sweepTemps takes it at the next start */
+      }
       throw new VmpodError(ErrorCode.State, `write state record ${path}`, {
         cause: e,
         key: rec.key,

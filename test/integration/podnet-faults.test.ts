@@ -12,6 +12,7 @@ import { PodNetwork } from '../../src/podnet/index.js';
 import { StateStore } from '../../src/state/store.js';
 import { CniClient, spawnPluginExec, loadConfList, readPgidRecords } from '../../src/cni/index.js';
 import { silentLogger } from '../../src/log.js';
+import { errorChain } from '../../src/errors.js';
 import { makeCniConf, type CniConfOptions, type CniTestNet } from '../helpers/cniconf.js';
 import { processAlive } from '../helpers/baseline.js';
 
@@ -100,6 +101,68 @@ async function expectNothingLeft(ctx: Ctx) {
       .filter((n) => n !== 'plugins' && !n.startsWith('plugins/')),
     'state dir',
   ).toEqual([]);
+}
+
+/** The bridge plugin behind a script that notes each command once it has its config; the list's first plugin. */
+function lookingPlugin(ctx: Ctx): { seen: string; look: string } {
+  const conf = join(ctx.net.confDir, '10-test.conflist');
+  const good = JSON.parse(readFileSync(conf, 'utf8')) as { plugins: Record<string, unknown>[] };
+  const seen = join(ctx.stateDir, '..', `${ctx.key}.seen`);
+  cleanups.push(async () => rmSync(seen, { force: true }));
+  const look = join(ctx.net.binDirs[0]!, 'vmpod-look');
+  const script = [
+    '#!/bin/bash',
+    'conf=$(cat)',
+    `echo "$CNI_COMMAND" >> ${seen}`,
+    'printf "%s" "$conf" | exec /usr/lib/cni/bridge',
+  ];
+  writeFileSync(look, script.join('\n'), { mode: 0o755 });
+  writeFileSync(
+    conf,
+    JSON.stringify({ ...good, plugins: [{ ...good.plugins[0], type: 'vmpod-look' }, ...good.plugins.slice(1)] }),
+  );
+  return { seen, look };
+}
+
+/** dir read-only (a bind mount over itself: root writes anywhere else); resolves with the undo. */
+async function readOnly(dir: string): Promise<() => Promise<void>> {
+  await execa('mount', ['--bind', dir, dir]);
+  let mounted = true;
+  const unmount = async () => {
+    if (mounted) await execa('umount', [dir]);
+    mounted = false;
+  };
+  cleanups.push(unmount);
+  await execa('mount', ['-o', 'remount,bind,ro', dir]);
+  return unmount;
+}
+
+/** A PodNetwork whose plugins' groups are recorded nowhere (the state dir may be read-only). */
+function plainPodNetwork(ctx: Ctx): PodNetwork {
+  const cni = new CniClient({
+    binDirs: ctx.net.binDirs,
+    cacheDir: ctx.net.cacheDir,
+    exec: spawnPluginExec({ killGraceMs: 500 }),
+  });
+  return new PodNetwork({
+    stateDir: ctx.stateDir,
+    cni,
+    loadConfList: () => loadConfList(ctx.net.confDir),
+    log: silentLogger(),
+  });
+}
+
+/** The pids of the processes running `path` (a script's interpreter names it on its command line). */
+function processesOf(path: string): string[] {
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .filter((d) => {
+      try {
+        return readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(path);
+      } catch {
+        return false;
+      }
+    });
 }
 
 async function errorOf(p: Promise<unknown>): Promise<Error & { code?: string }> {
@@ -246,63 +309,35 @@ describe('a failed add never blocks the retry', () => {
 
   it('a record that cannot be written once the ADD has started: its plugin is killed without its config, the add says why, nothing is left', async () => {
     const ctx = await setup({});
-    const conf = join(ctx.net.confDir, '10-test.conflist');
-    const good = JSON.parse(readFileSync(conf, 'utf8')) as { plugins: Record<string, unknown>[] };
-    const seen = join(ctx.stateDir, '..', `${ctx.key}.seen`);
-    cleanups.push(async () => rmSync(seen, { force: true }));
-    const look = join(ctx.net.binDirs[0]!, 'vmpod-look');
-    // the bridge plugin behind a script that says when it has its config
-    writeFileSync(
-      look,
-      [
-        '#!/bin/bash',
-        'conf=$(cat)',
-        `echo got-config >> ${seen}`,
-        'printf "%s" "$conf" | exec /usr/lib/cni/bridge',
-      ].join('\n'),
-      {
-        mode: 0o755,
-      },
-    );
-    writeFileSync(
-      conf,
-      JSON.stringify({ ...good, plugins: [{ ...good.plugins[0], type: 'vmpod-look' }, ...good.plugins.slice(1)] }),
-    );
-    // the state dir read-only (root writes anywhere else): the add's first record write fails with EROFS
-    await execa('mount', ['--bind', ctx.stateDir, ctx.stateDir]);
-    let mounted = true;
-    const unmount = async () => {
-      if (mounted) await execa('umount', [ctx.stateDir]);
-      mounted = false;
-    };
-    cleanups.push(unmount);
-    await execa('mount', ['-o', 'remount,bind,ro', ctx.stateDir]);
-    const cni = new CniClient({
-      binDirs: ctx.net.binDirs,
-      cacheDir: ctx.net.cacheDir,
-      exec: spawnPluginExec({ killGraceMs: 500 }),
-    });
-    const pn = new PodNetwork({
-      stateDir: ctx.stateDir,
-      cni,
-      loadConfList: () => loadConfList(ctx.net.confDir),
-      log: silentLogger(),
-    });
+    const { seen, look } = lookingPlugin(ctx);
+    const unmount = await readOnly(ctx.stateDir);
+    const pn = plainPodNetwork(ctx);
     const e = await errorOf(pn.add(ctx.key, desc(ctx.key)));
     pn.closeAll();
     expect(e.message).toMatch(/step "state-write" failed: .*EROFS: read-only file system/);
     expect(existsSync(seen), 'the plugin had its config').toBe(false);
-    const running = readdirSync('/proc')
-      .filter((d) => /^\d+$/.test(d))
-      .filter((d) => {
-        try {
-          return readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(look);
-        } catch {
-          return false;
-        }
-      });
-    expect(running, 'the plugin still running').toEqual([]);
+    expect(processesOf(look), 'the plugin still running').toEqual([]);
     await unmount();
+    await expectNothingLeft(ctx);
+  });
+
+  it("a release whose record cannot be written: its DEL's plugin is killed without its config, the pod stays, and the next release frees it", async () => {
+    const ctx = await setup({});
+    const { seen, look } = lookingPlugin(ctx);
+    const pn = plainPodNetwork(ctx);
+    await pn.add(ctx.key, desc(ctx.key));
+    const unmount = await readOnly(ctx.stateDir);
+    const e = await errorOf(pn.release(ctx.key));
+    // what the client's error reply says (the server replies with the error's chain)
+    expect(errorChain(e)).toMatch(/^write state record .*: EROFS: read-only file system/);
+    expect(readFileSync(seen, 'utf8'), 'what had its config').toBe('ADD\n');
+    expect(processesOf(look), 'the plugin still running').toEqual([]);
+    expect(existsSync(join(NETNS_DIR, ctx.key)), 'the netns').toBe(true);
+    expect(new StateStore(ctx.stateDir).read(ctx.key)?.phase).toBe('ready');
+    await unmount();
+    await pn.release(ctx.key);
+    pn.closeAll();
+    expect(readFileSync(seen, 'utf8')).toBe('ADD\nDEL\n');
     await expectNothingLeft(ctx);
   });
 
