@@ -385,11 +385,6 @@ async function runUndo(
   return errors;
 }
 
-/**
- * The undo's first CNI DEL, started now: its first plugin is exec'd at once and gets its config when the undo reaches
- * it (go), once the runs before it are over (they give the interface back its addresses and routes for the DEL). A
- * plugin does nothing before it has its config, and its start overlaps those runs (docs/decisions.md).
- */
 interface EarlyDel {
   run: Run;
   /** the undo has reached it: its plugin gets its config, and this settles as the DEL does */
@@ -398,6 +393,11 @@ interface EarlyDel {
   cancel(why: unknown): Promise<void>;
 }
 
+/**
+ * The undo's first CNI DEL, started now: its first plugin is exec'd at once and gets its config when the undo reaches
+ * it (go), once the runs before it are over (they give the interface back its addresses and routes for the DEL). A
+ * plugin does nothing before it has its config, and its start overlaps those runs (docs/decisions.md).
+ */
 function earlyDel(deps: StepDeps, rec: PodRecord, runs: readonly Run[]): EarlyDel | undefined {
   const run = runs.find((r) => r.kind === 'one' && r.op.op === 'cni-del');
   if (run?.kind !== 'one' || run.op.op !== 'cni-del') return undefined;
