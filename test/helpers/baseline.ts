@@ -2,6 +2,7 @@
 // dnsmasq serving one static lease, and qemu started inside the netns on that tap. Shared by
 // test/e2e/guest-baseline.test.ts and bench/vm-start-baseline.mjs (which bundles this file with esbuild).
 import { mkdtemp, rm } from 'node:fs/promises';
+import { readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -332,6 +333,19 @@ export async function fetchFromNetns(ns: string, url: string): Promise<string> {
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
+}
+
+/** The pids of the processes whose command line holds `text` (a script's interpreter names the script there). */
+export function processesNaming(text: string): string[] {
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .filter((d) => {
+      try {
+        return readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(text);
+      } catch {
+        return false;
+      }
+    });
 }
 
 export function processAlive(pid: number): boolean {

@@ -14,7 +14,7 @@ import { CniClient, spawnPluginExec, loadConfList, readPgidRecords } from '../..
 import { silentLogger } from '../../src/log.js';
 import { errorChain } from '../../src/errors.js';
 import { makeCniConf, type CniConfOptions, type CniTestNet } from '../helpers/cniconf.js';
-import { processAlive } from '../helpers/baseline.js';
+import { processAlive, processesNaming } from '../helpers/baseline.js';
 
 const NETNS_DIR = '/var/run/netns';
 
@@ -150,19 +150,6 @@ function plainPodNetwork(ctx: Ctx): PodNetwork {
     loadConfList: () => loadConfList(ctx.net.confDir),
     log: silentLogger(),
   });
-}
-
-/** The pids of the processes running `path` (a script's interpreter names it on its command line). */
-function processesOf(path: string): string[] {
-  return readdirSync('/proc')
-    .filter((d) => /^\d+$/.test(d))
-    .filter((d) => {
-      try {
-        return readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(path);
-      } catch {
-        return false;
-      }
-    });
 }
 
 async function errorOf(p: Promise<unknown>): Promise<Error & { code?: string }> {
@@ -316,7 +303,7 @@ describe('a failed add never blocks the retry', () => {
     pn.closeAll();
     expect(e.message).toMatch(/step "state-write" failed: .*EROFS: read-only file system/);
     expect(existsSync(seen), 'the plugin had its config').toBe(false);
-    expect(processesOf(look), 'the plugin still running').toEqual([]);
+    expect(processesNaming(look), 'the plugin still running').toEqual([]);
     await unmount();
     await expectNothingLeft(ctx);
   });
@@ -331,7 +318,7 @@ describe('a failed add never blocks the retry', () => {
     // what the client's error reply says (the server replies with the error's chain)
     expect(errorChain(e)).toMatch(/^write state record .*: EROFS: read-only file system/);
     expect(readFileSync(seen, 'utf8'), 'what had its config').toBe('ADD\n');
-    expect(processesOf(look), 'the plugin still running').toEqual([]);
+    expect(processesNaming(look), 'the plugin still running').toEqual([]);
     expect(existsSync(join(NETNS_DIR, ctx.key)), 'the netns').toBe(true);
     expect(new StateStore(ctx.stateDir).read(ctx.key)?.phase).toBe('ready');
     await unmount();

@@ -27,6 +27,7 @@ import {
 } from '../helpers/daemon.js';
 import { makeCniConf, type CniTestNet, SYSTEM_CNI_BIN } from '../helpers/cniconf.js';
 import { runVmwrapper, stubTaps, ambientFds, STUB_EMULATOR } from '../helpers/vmwrapper.js';
+import { processesNaming } from '../helpers/baseline.js';
 import { FdClient } from '../../src/client/fdclient.js';
 import { native } from '../../src/native.js';
 import { encodeHeader } from '../../src/protocol/header.js';
@@ -414,15 +415,7 @@ describe('tapmanager with failing CNI plugins', () => {
       expect(() => client.add(key, desc(key))).toThrow(/server returned error: .*timed out after 1500 ms/);
       expect(await netnsExists(key)).toBe(false);
       expect(await net.leftovers()).toEqual({ veths: [], allocations: [], cacheFiles: [] });
-      const sleepers = readdirSync('/proc')
-        .filter((p) => /^\d+$/.test(p))
-        .filter((p) => {
-          try {
-            return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(marker);
-          } catch {
-            return false;
-          }
-        });
+      const sleepers = processesNaming(marker);
       expect(sleepers).toEqual([]);
       expect(Array.isArray(client.list())).toBe(true);
     } finally {
