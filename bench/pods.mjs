@@ -3,7 +3,8 @@
 //   node bench/pods.mjs [--runs 30] [--warmup 5] [--counts 10,100,250,500] [--burst 250] [--gets 200] [--rounds 5]
 //                       [--figures add,burst,scale] [--strace] [--stack v4|dual|only] [--pause 150]
 // add       one add / one release through tapmanager (the C client, bench/c/vmpod-client.c) vs bare-cni
-//           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL + `ip netns del`);
+//           (bench/c/bare-cni.c: `ip netns add` + the bridge plugin's ADD exec'd as libcni does; DEL, its cache file
+//           removed, + `ip netns del`);
 //           the sides take turns going first, and rounds are --pause ms apart (default 150: the kernel's netns
 //           removal settled; a node's pod starts come seconds apart, and both sides slow down the longer the machine
 //           idles before them: bench/idle-penalty.mjs; the add@N rounds of scale too);

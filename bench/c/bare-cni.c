@@ -4,7 +4,8 @@
 //   add: `ip netns add NAME`, then PLUGIN (from CNI_PATH's first dir) with CNI_COMMAND=ADD, CNI_CONTAINERID=NAME,
 //        CNI_NETNS=/var/run/netns/NAME, the network config (file CONF) on stdin, its result (stdout) to file RESULT
 //        (libcni writes such a cache file too)
-//   del: PLUGIN with CNI_COMMAND=DEL (CONF carries prevResult, as libcni sends it), then `ip netns del NAME`
+//   del: PLUGIN with CNI_COMMAND=DEL (CONF carries prevResult, as libcni sends it), file RESULT removed (libcni's
+//        DelNetworkList removes its cache file after the plugins' DEL, and ignores an error), then `ip netns del NAME`
 // "%s" in CONF and RESULT stands for NAME. PAR worker processes share the NAMEs. Prints "op <us>" per NAME (after a
 // "part netns <us> plugin <us>" line, or "part plugin <us> netns <us>" for del) and "total <us>" for the whole set.
 // Exit 0 when every step succeeded; otherwise the failing step on stderr, exit 1.
@@ -77,6 +78,7 @@ static int one(int add, const char *name, const char *conf_t, const char *result
     printf("part netns %.1f plugin %.1f\n", m - t, now_us() - m);
   } else {
     r = run(plug, penv, conf, NULL);
+    if (r == 0) unlink(result);
     m = now_us();
     r = r || run(ip, environ, NULL, NULL);
     printf("part plugin %.1f netns %.1f\n", m - t, now_us() - m);
