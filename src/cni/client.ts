@@ -43,6 +43,17 @@ export interface CniClientOptions {
   log?: Logger;
 }
 
+/**
+ * A plugin run started before its turn (addDeferred, del): its plugin is exec'd at once and given its config once
+ * `until` resolves (a plugin reads its config to EOF before it does anything); should `until` reject, the plugin is
+ * killed without its config, and the verb rejects with that reason. `onExec` is called once the plugin is exec'd, or
+ * its exec has failed: the caller may then go on with what the plugin's start should overlap.
+ */
+export interface ConfigHold {
+  until: Promise<unknown>;
+  onExec?: () => void;
+}
+
 /** CHECK and a prevResult on DEL came with CNI 0.4.0 (libcni gates both on it). */
 const PREV_RESULT_ON_DEL_AND_CHECK = '0.4.0';
 
@@ -88,14 +99,14 @@ export class CniClient {
    * add, returning as soon as the last plugin has exited: the result's cache file and the runs' bookkeeping are
    * still being written, and `settled` waits for them (it rejects when the cache could not be written, which fails
    * the ADD as add would). The caller awaits it before it relies on the cache (and before a DEL it runs, in any case).
-   * With startWhen, the first plugin is exec'd at once and given its config once startWhen resolves (PluginRunOptions
-   * stdinWhen): what must come before the ADD (the netns, a durable record) is finished while the plugin starts.
+   * With hold, the first plugin is exec'd at once and given its config once hold.until resolves: what must come
+   * before the ADD (the netns, a durable record) is finished while the plugin starts.
    */
   async addDeferred(
     list: NetworkConfigList,
     rt: RuntimeConf,
     signal?: AbortSignal,
-    startWhen?: Promise<unknown>,
+    hold?: ConfigHold,
   ): Promise<{ result: CniResult; settled: () => Promise<void> }> {
     validateRuntime(list, rt, CniVerb.Add);
     const paths = await this.#findAll(list.plugins);
@@ -116,7 +127,7 @@ export class CniClient {
           conf,
           signal,
           true,
-          i === 0 ? startWhen : undefined,
+          i === 0 ? hold : undefined,
         );
         if (cleanup) cleanups.push(cleanup);
         prev = parsePluginResult(plugin.type, CniVerb.Add, stdout, list.cniVersion);
@@ -290,15 +301,10 @@ export class CniClient {
    * cache just means no prevResult. It goes on past a failing plugin so the others still release what they
    * hold (the IPAM allocation above all), reports every failure, and keeps the cache for the retry; when all
    * succeed the cache record is removed. A second DEL succeeds (plugins must tolerate missing resources).
-   * With startWhen, the first plugin to run is exec'd at once and given its config once startWhen resolves, as in
-   * addDeferred.
+   * With hold, the first plugin to run is exec'd at once and given its config once hold.until resolves, as in
+   * addDeferred; no plugin of the list gets its config before then (should it reject, none does).
    */
-  async del(
-    list: NetworkConfigList,
-    rt: RuntimeConf,
-    signal?: AbortSignal,
-    startWhen?: Promise<unknown>,
-  ): Promise<void> {
+  async del(list: NetworkConfigList, rt: RuntimeConf, signal?: AbortSignal, hold?: ConfigHold): Promise<void> {
     validateRuntime(list, rt, CniVerb.Del);
     let prevJson: unknown;
     if (compareVersions(list.cniVersion, PREV_RESULT_ON_DEL_AND_CHECK) >= 0) {
@@ -330,7 +336,8 @@ export class CniClient {
           buildOneConfig(list, plugin, prevJson, rt.capabilityArgs),
           signal,
           true,
-          i === 0 ? startWhen : undefined,
+          // every plugin waits for it: the first to run (called before its turn) may fail without having waited
+          i === 0 || hold === undefined ? hold : { until: hold.until },
         );
         if (cleanup) cleanups.push(cleanup);
       } catch (e) {
@@ -490,19 +497,23 @@ export class CniClient {
     conf: Record<string, unknown>,
     signal: AbortSignal | undefined,
     deferCleanup = false,
-    stdinWhen?: Promise<unknown>,
+    hold?: ConfigHold,
   ): Promise<{ stdout: Buffer; stderr: Buffer; cleanup?: Promise<void> }> {
     const t0 = performance.now();
     let ok = false;
+    const given = Buffer.from(JSON.stringify(conf));
+    const stdin = hold ? hold.until.then(() => given) : given;
+    // a run that ends before it waits for its config (its exec failed, an abort) leaves the rejection to hold's owner
+    if (!Buffer.isBuffer(stdin)) stdin.catch(() => {});
     try {
       const out = await this.#exec.run({
         pluginPath,
         env: buildEnv(verb, rt, this.#binDirs),
-        stdin: Buffer.from(JSON.stringify(conf)),
+        stdin,
         timeoutMs: this.#timeoutMs,
         ...(signal === undefined ? {} : { signal }),
         ...(deferCleanup ? { deferCleanup } : {}),
-        ...(stdinWhen ? { stdinWhen } : {}),
+        ...(hold?.onExec ? { onExec: hold.onExec } : {}),
       });
       ok = true;
       return out;

@@ -13,13 +13,15 @@ export interface PluginRunOptions {
   pluginPath: string;
   /** the complete environment (nothing is inherited) */
   env: Record<string, string>;
-  stdin: Buffer;
   /**
-   * The plugin is exec'd at once and given its stdin once this resolves: a plugin reads its config to EOF before it
-   * does anything, so its start overlaps what the caller must finish first. Should it reject, the plugin is killed
-   * without having had its config, and the run rejects with that reason. The timeout counts from the config's write.
+   * The plugin's config. A promise: the plugin is exec'd at once and given its config once the promise resolves (a
+   * plugin reads its config to EOF before it does anything, so its start overlaps what the caller must finish first).
+   * Should it reject, the plugin is killed without having had its config, and the run rejects with that reason. The
+   * timeout counts from the config's write.
    */
-  stdinWhen?: Promise<unknown>;
+  stdin: Buffer | Promise<Buffer>;
+  /** called once the plugin is exec'd, or its exec has failed */
+  onExec?: () => void;
   timeoutMs: number;
   signal?: AbortSignal;
   /**
@@ -109,7 +111,7 @@ interface RunOutcome {
   /** spawn(2) itself failed (ENOENT, EACCES, ENOEXEC, ETXTBSY...) */
   spawnError?: NodeJS.ErrnoException;
   stopped?: 'timeout' | 'abort' | 'overflow' | 'withheld';
-  /** why the plugin was killed before it had its stdin (stopped 'withheld': stdinWhen rejected) */
+  /** why the plugin was killed before it had its stdin (stopped 'withheld': its stdin's promise rejected) */
   withheld?: unknown;
 }
 
@@ -196,7 +198,7 @@ function outcomeOf(r: ChildResult, stopped: RunOutcome['stopped'], withheld: unk
 
 /**
  * One spawn of the plugin, its group recorded while it runs, stopped on a timeout, an abort or an output flood; with
- * stdinWhen, given its stdin then (and killed without it when stdinWhen rejects).
+ * a promise of its stdin, given its stdin once it resolves (and killed without it should it reject).
  */
 function runOnce(sp: Spawner, o: PluginRunOptions): Promise<RunOutcome> {
   return new Promise((resolve) => {
@@ -235,16 +237,19 @@ function runOnce(sp: Spawner, o: PluginRunOptions): Promise<RunOutcome> {
       resolve(o.deferCleanup === true ? { ...outcome, cleanup: Promise.resolve() } : outcome);
     };
     const startTicks = ticksSinceBoot();
+    const { stdin } = o;
     try {
-      pid = native().spawnChild(o.pluginPath, env, o.stdinWhen ? null : o.stdin, sp.maxBuffer, (event, r) => {
+      pid = native().spawnChild(o.pluginPath, env, Buffer.isBuffer(stdin) ? stdin : null, sp.maxBuffer, (event, r) => {
         if (event === ChildEvent.Overflow) stop('overflow');
         else if (r !== undefined) finish(r);
       });
     } catch (e) {
       // nothing runs: the exec failed (ENOENT, EACCES, ENOEXEC, ETXTBSY), or pipes or memory ran out
+      o.onExec?.();
       resolve({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), spawnError: e as NodeJS.ErrnoException });
       return;
     }
+    o.onExec?.();
     // its group (its pid: it leads its own session)
     slot = sp.slots?.put({
       pgid: pid,
@@ -258,12 +263,12 @@ function runOnce(sp: Spawner, o: PluginRunOptions): Promise<RunOutcome> {
       timer = setTimeout(() => stop('timeout'), o.timeoutMs);
     };
     o.signal?.addEventListener('abort', onAbort, { once: true });
-    if (o.stdinWhen === undefined) started();
+    if (Buffer.isBuffer(stdin)) started();
     else
-      o.stdinWhen.then(() => {
+      stdin.then((given) => {
         if (ended || stopped !== undefined) return;
         try {
-          native().childStdin(pid, o.stdin);
+          native().childStdin(pid, given);
         } catch (e) {
           withhold(e);
           return;

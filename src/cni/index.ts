@@ -14,6 +14,7 @@ export {
 export { killOrphanPlugins, readPgidRecords } from './pgid.js';
 export {
   CniClient,
+  type ConfigHold,
   supportsCheck,
   type GcAttachment,
   type GcOptions,

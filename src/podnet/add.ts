@@ -95,7 +95,8 @@ export async function addPodNetwork(env: PodEnv, req: AddRequest): Promise<PodNe
   try {
     const list = await readNetwork(env, req.list);
     const gate = netnsGate();
-    const adding = startCniAdd(env, rec, list, gate.made, req.signal);
+    const { adding, started } = startCniAdd(env, rec, list, gate.made, req.signal);
+    await started;
     const { netns, recorded } = await gate.take(takeAndRecord(env, rec, list, held), adding);
     const made = makeNetns(env.deps, rec, netns, recorded, req.signal).then(() => mark('netns'));
     gate.open(made);
@@ -173,9 +174,10 @@ interface NetnsSource {
 type Adding = Promise<{ added: { result: CniResult; settled: () => Promise<void> } } | { error: unknown }>;
 
 /**
- * The CNI ADD started before the netns is taken: its first plugin is exec'd on the next microtask, ahead of the
- * record's write, and is given its config once `made` resolves (the netns made and the record durable). A plugin does
- * nothing before it has read its config, and its start (the exec, its runtime's own) takes longer than all of that.
+ * The CNI ADD started before the netns is taken: its first plugin is exec'd now (`started` resolves then, or once the
+ * ADD has failed before it), ahead of the record's write, and is given its config once `made` resolves (the netns
+ * made and the record durable). A plugin does nothing before it has read its config, and its start (the exec, its
+ * runtime's own) takes longer than all of that.
  */
 function startCniAdd(
   env: PodEnv,
@@ -183,11 +185,17 @@ function startCniAdd(
   list: NetworkConfigList,
   made: Promise<void>,
   signal?: AbortSignal,
-): Adding {
-  return env.cni.addDeferred(list, runtimeConf(rec, env.ifName), signal, made).then(
-    (added) => ({ added }),
-    (error: unknown) => ({ error }),
-  );
+): { adding: Adding; started: Promise<void> } {
+  let execd!: () => void;
+  const started = new Promise<void>((resolve) => (execd = resolve));
+  const adding: Adding = env.cni
+    .addDeferred(list, runtimeConf(rec, env.ifName), signal, { until: made, onExec: execd })
+    .then(
+      (added) => ({ added }),
+      (error: unknown) => ({ error }),
+    );
+  void adding.then(execd);
+  return { adding, started };
 }
 
 /**

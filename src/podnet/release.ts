@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError } from '../errors.js';
 import { lazyChild, type Logger } from '../log.js';
-import { parseConfList, type NetworkConfigList } from '../cni/index.js';
+import { parseConfList, type ConfigHold, type NetworkConfigList } from '../cni/index.js';
 import { Phase, type PodRecord } from '../state/record.js';
 import { startUndo } from './steps.js';
 import { closeFds } from './fds.js';
@@ -54,8 +54,9 @@ async function releaseRecorded(
 ): Promise<Released> {
   const t0 = performance.now();
   const rec = recordToRelease(env, key, nsPath, st, log);
-  // the CNI DEL's plugin exec'd before the phase's write: it gets its config once the undo reaches it
+  // the CNI DEL's plugin exec'd before the phase's write and the undo: it gets its config once the undo reaches it
   const undo = startUndo(env.deps, rec, log);
+  await undo.started;
   rec.phase = Phase.Releasing;
   try {
     env.store.write(rec, false);
@@ -123,15 +124,15 @@ function recordToRelease(
 
 /**
  * The CNI DEL of an undo: with the cached ADD result as prevResult (the CNI client reads its cache), against the
- * network(s) the ADD used (networksForDel). With startWhen, the first plugin is exec'd at once and given its config
- * once startWhen resolves (CniClient.del).
+ * network(s) the ADD used (networksForDel). With hold, the first plugin is exec'd at once and given its config once
+ * hold.until resolves (CniClient.del).
  */
 export function cniDel(
   env: Pick<PodEnv, 'cni' | 'loadConfList' | 'log'>,
-): (rec: PodRecord, ifName: string, config?: string, startWhen?: Promise<void>) => Promise<void> {
-  return async (rec, ifName, config, startWhen) => {
+): (rec: PodRecord, ifName: string, config?: string, hold?: ConfigHold) => Promise<void> {
+  return async (rec, ifName, config, hold) => {
     for (const [i, list] of (await networksForDel(env, rec, ifName, config)).entries())
-      await env.cni.del(list, runtimeConf(rec, ifName), undefined, i === 0 ? startWhen : undefined);
+      await env.cni.del(list, runtimeConf(rec, ifName), undefined, i === 0 ? hold : undefined);
   };
 }
 

@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
 import type { Logger } from '../log.js';
+import type { ConfigHold } from '../cni/index.js';
 import type { Sysfs } from '../devices/sysfs.js';
 import { bindToVfio } from '../devices/bind.js';
 import { vfLinkArgv } from '../devices/vf.js';
@@ -36,10 +37,10 @@ export interface StepDeps {
   /** how long the undo of a VF's bind waits for its netdev */
   vfNetdevTimeoutMs: number;
   /**
-   * CNI DEL of the record's attachment ifName, with the config the ADD ran with when the op carries it; with
-   * startWhen, its first plugin is exec'd at once and given its config once startWhen resolves
+   * CNI DEL of the record's attachment ifName, with the config the ADD ran with when the op carries it; with hold,
+   * its first plugin is exec'd at once and given its config once hold.until resolves (ConfigHold)
    */
-  cniDel: (rec: PodRecord, ifName: string, config?: string, startWhen?: Promise<void>) => Promise<void>;
+  cniDel: (rec: PodRecord, ifName: string, config?: string, hold?: ConfigHold) => Promise<void>;
 }
 
 /** A failure of one recorded step (or of a stage that is not a step, such as open-tap): its message names the step. */
@@ -325,6 +326,8 @@ export function undoRecord(deps: StepDeps, rec: PodRecord, log: Logger): Promise
 
 /** An undo started: its first CNI DEL's plugin exec'd (earlyDel), the rest to run, or the undo called off. */
 export interface Undo {
+  /** resolves once that plugin is exec'd (or will not be: no DEL, or its exec failed) */
+  started: Promise<void>;
   /** runs the undo (undoRecord) */
   run(): Promise<Error[]>;
   /** calls it off before run: its plugin is killed without its config, and this resolves once it is gone */
@@ -346,6 +349,7 @@ export function startUndo(deps: StepDeps, rec: PodRecord, log: Logger): Undo {
   const runs = runsOf(items);
   const del = earlyDel(deps, rec, runs);
   return {
+    started: del?.started ?? Promise.resolve(),
     run: () => {
       if (netnsGoes) dropUnmountedNetns(rec.nsPath, log);
       return runUndo(deps, rec, runs, del, log);
@@ -387,6 +391,8 @@ async function runUndo(
 
 interface EarlyDel {
   run: Run;
+  /** its plugin exec'd, or not to be (its exec failed, or the DEL failed before it) */
+  started: Promise<void>;
   /** the undo has reached it: its plugin gets its config, and this settles as the DEL does */
   go(): Promise<void>;
   /** the undo is called off: its plugin is killed without its config; resolves once it is gone */
@@ -408,11 +414,15 @@ function earlyDel(deps: StepDeps, rec: PodRecord, runs: readonly Run[]): EarlyDe
     calledOff = reject;
   });
   when.catch(() => {}); // a plugin whose exec failed never waits for it
+  let execd!: () => void;
+  const started = new Promise<void>((resolve) => (execd = resolve));
   const { ifName, config } = run.op;
-  const done = (async () => deps.cniDel(rec, ifName, config, when))();
+  const done = (async () => deps.cniDel(rec, ifName, config, { until: when, onExec: execd }))();
+  done.then(execd, execd);
   done.catch(() => {}); // its error is the undo's when it is reached (go)
   return {
     run,
+    started,
     go: () => {
       reached();
       return done;

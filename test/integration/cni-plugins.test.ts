@@ -384,19 +384,24 @@ describe('misbehaving plugins', () => {
     expect(await processGone(Number(await readFile(`${pids}.leader`, 'utf8')))).toBe(true);
   });
 
-  it('with startWhen, the first plugin runs before its config comes and reads it once startWhen resolves', async () => {
+  it('with a hold, the first plugin runs before its config comes and reads it once the hold lets go', async () => {
     const out = join(tmp, 'held');
     await writeScript(
       'vmpcheld',
       `echo $$ > ${out}.pid\ncat > ${out}.stdin\necho '{"cniVersion":"1.0.0","ips":[{"address":"10.9.9.5/32"}]}'`,
     );
     let go!: () => void;
-    const startWhen = new Promise<void>((r) => (go = r));
-    const adding = client.addDeferred(fakeList('vmpcheld'), rtFor('f9'), undefined, startWhen);
+    const until = new Promise<void>((r) => (go = r));
+    let execd = false;
+    const adding = client.addDeferred(fakeList('vmpcheld'), rtFor('f9'), undefined, {
+      until,
+      onExec: () => (execd = true),
+    });
     // the plugin is up and waiting on its stdin: nothing of the config has come yet
     for (let i = 0; i < 200 && (await stat(`${out}.pid`).catch(() => undefined)) === undefined; i++) await delay(10);
     await delay(100);
     expect(await readFile(`${out}.stdin`, 'utf8')).toBe('');
+    expect(execd, 'onExec called').toBe(true);
     go();
     const { result, settled } = await adding;
     await settled();
@@ -405,12 +410,12 @@ describe('misbehaving plugins', () => {
     await client.del(fakeList('vmpcheld'), rtFor('f9'));
   });
 
-  it('a plugin whose startWhen rejects is killed before it has its config, and the ADD fails with that reason', async () => {
+  it('a plugin whose hold rejects is killed before it has its config, and the ADD fails with that reason', async () => {
     const out = join(tmp, 'withheld');
     await writeScript('vmpcwithheld', `echo $$ > ${out}.pid\ncat > ${out}.stdin\ntouch ${out}.ran\necho '{}'`);
     let fail!: (e: Error) => void;
-    const startWhen = new Promise<void>((_, rej) => (fail = rej));
-    const adding = client.addDeferred(fakeList('vmpcwithheld'), rtFor('f10'), undefined, startWhen);
+    const until = new Promise<void>((_, rej) => (fail = rej));
+    const adding = client.addDeferred(fakeList('vmpcwithheld'), rtFor('f10'), undefined, { until });
     for (let i = 0; i < 200 && (await stat(`${out}.pid`).catch(() => undefined)) === undefined; i++) await delay(10);
     const why = new Error('the record could not be written');
     fail(why);
@@ -422,6 +427,37 @@ describe('misbehaving plugins', () => {
     expect(await stat(cacheFilePath(join(tmp, 'cache'), `fake-${rand}`, 'f10', 'eth0')).catch(() => undefined)).toBe(
       undefined,
     );
+  });
+
+  it('a DEL whose hold rejects: no plugin of the chain gets its config, the first one killed without it', async () => {
+    const out = join(tmp, 'deheld');
+    for (const n of ['vmpcdel1', 'vmpcdel2'])
+      await writeScript(n, `echo $$ > ${out}.${n}.pid\ncat > ${out}.${n}.stdin\ntouch ${out}.${n}.ran`);
+    const list = parseConfList(
+      Buffer.from(
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name: `fake-${rand}`,
+          plugins: [{ type: 'vmpcdel1' }, { type: 'vmpcdel2' }],
+        }),
+      ),
+      `${tmp}/fake.conflist`,
+    );
+    let fail!: (e: Error) => void;
+    const until = new Promise<void>((_, rej) => (fail = rej));
+    let execd = false;
+    const deleting = client.del(list, rtFor('f11'), undefined, { until, onExec: () => (execd = true) });
+    // DEL runs the list in reverse: vmpcdel2 first
+    for (let i = 0; i < 200 && (await stat(`${out}.vmpcdel2.pid`).catch(() => undefined)) === undefined; i++)
+      await delay(10);
+    expect(execd).toBe(true);
+    fail(new Error('the record could not be written'));
+    await expect(deleting).rejects.toThrow('2 plugins failed');
+    expect(await processGone(Number(await readFile(`${out}.vmpcdel2.pid`, 'utf8')))).toBe(true);
+    for (const n of ['vmpcdel1', 'vmpcdel2']) {
+      expect(await stat(`${out}.${n}.ran`).catch(() => undefined), `${n} ran`).toBeUndefined();
+      expect(await readFile(`${out}.${n}.stdin`, 'utf8').catch(() => ''), `${n}'s config`).toBe('');
+    }
   });
 
   it('a missing plugin names the dirs searched', async () => {

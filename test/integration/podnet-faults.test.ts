@@ -269,9 +269,9 @@ describe('a failed add never blocks the retry', () => {
           return typeof v === 'function' ? (v as (...x: unknown[]) => unknown).bind(target) : v;
         }
         return (...a: Parameters<CniClient['addDeferred']>) => {
-          const startWhen = a[3];
-          seen.push(`called; a go to wait for: ${startWhen !== undefined}`);
-          void startWhen?.then(() => {
+          const hold = a[3];
+          seen.push(`called; a go to wait for: ${hold !== undefined}`);
+          void hold?.until.then(() => {
             const rec = new StateStore(ctx.stateDir).read(ctx.key);
             seen.push(
               `go; netns there: ${existsSync(nsPath)}; cni-add recorded: ${rec?.steps.some((st) => st.name === 'cni-add')}`,

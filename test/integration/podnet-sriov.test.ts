@@ -163,9 +163,9 @@ async function setup(opts: { pluginType?: string; vlan?: number } = {}): Promise
         addDeferred: real.addDeferred.bind(real),
         locate: real.locate.bind(real),
         cachedNetworks: real.cachedNetworks.bind(real),
-        // the DEL's plugins act once they have their config: when startWhen resolves (it is started early)
+        // the DEL's plugins act once they have their config: when its hold lets go (it is started early)
         del: async (...a: Parameters<CniClient['del']>) => {
-          void (a[3] ?? Promise.resolve()).then(() => events.push('cni-del'));
+          void (a[3]?.until ?? Promise.resolve()).then(() => events.push('cni-del'));
           return real.del(...a);
         },
       } as unknown as CniClient;

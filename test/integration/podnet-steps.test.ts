@@ -158,9 +158,9 @@ describe('step engine: the undo starts its CNI DEL early', () => {
     ]);
     expect(existsSync(otherPath)).toBe(true);
     const events: string[] = [];
-    deps.cniDel = async (_rec, ifName, _config, startWhen) => {
+    deps.cniDel = async (_rec, ifName, _config, hold) => {
       events.push(`del called (${ifName}); the other netns there: ${existsSync(otherPath)}`);
-      await startWhen;
+      await hold?.until;
       events.push(`del go; the other netns there: ${existsSync(otherPath)}`);
     };
     expect(await undoRecord(deps, rec, silentLogger())).toEqual([]);

@@ -171,25 +171,42 @@ async function holdAllQueues(nsPath: string, name: string): Promise<number[]> {
 describe('PodNetwork (real kernel, bridge + host-local)', () => {
   it('add builds netns, veth -> bridge + tap, hands a tap fd; release leaves nothing', async () => {
     const ctx = await setup({ mtu: 1400 });
-    // what the netns looks like when CNI DEL runs: the container side must be undone by then
-    let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
-    // what the record on disk says when CNI ADD runs, that is when its plugin gets its config (it is exec'd before,
-    // and does nothing until then): the netns and the ADD (with its DEL), in one write
+    // a plugin is exec'd before its turn and does nothing until it has its config (docs/decisions.md): ADD's before
+    // the netns and the record exist, DEL's before the record says releasing
+    let atAddExec: { record: boolean; netns: boolean } | undefined;
+    let atDelExec: string | undefined;
+    // what the record on disk says when CNI ADD runs, that is when its plugin gets its config: the netns and the ADD
+    // (with its DEL), in one write
     let atAdd: { phase: string; steps: string[] } | undefined;
+    // what the netns looks like when CNI DEL runs (gets its config): the container side must be undone by then
+    let atDel: Awaited<ReturnType<typeof netnsState>> | undefined;
     const pn = ctx.make((real) => {
       const spy = {
-        addDeferred: async (...[list, rt, signal, startWhen]: Parameters<CniClient['addDeferred']>) => {
-          const given = startWhen?.then(() => {
+        addDeferred: async (...[list, rt, signal, hold]: Parameters<CniClient['addDeferred']>) => {
+          const until = hold?.until.then(() => {
             const r = new StateStore(ctx.stateDir).read(ctx.key)!;
             atAdd = { phase: r.phase, steps: r.steps.map((s) => s.name) };
           });
-          return real.addDeferred(list, rt, signal, given);
+          const onExec = () => {
+            atAddExec = {
+              record: new StateStore(ctx.stateDir).read(ctx.key) !== undefined,
+              netns: existsSync(join(NETNS_DIR, ctx.key)),
+            };
+            hold?.onExec?.();
+          };
+          return real.addDeferred(list, rt, signal, until && { until, onExec });
         },
         locate: real.locate.bind(real),
         cachedNetworks: real.cachedNetworks.bind(real),
-        del: async (...a: Parameters<CniClient['del']>) => {
-          atDel = await netnsState(ctx.key);
-          return real.del(...a);
+        del: async (...[list, rt, signal, hold]: Parameters<CniClient['del']>) => {
+          const until = (hold?.until ?? Promise.resolve()).then(async () => {
+            atDel = await netnsState(ctx.key);
+          });
+          const onExec = () => {
+            atDelExec = new StateStore(ctx.stateDir).read(ctx.key)?.phase;
+            hold?.onExec?.();
+          };
+          return real.del(list, rt, signal, { until, onExec });
         },
       };
       return spy as unknown as CniClient;
@@ -267,6 +284,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     const store = new StateStore(ctx.stateDir);
     const rec = store.read(ctx.key)!;
     // durable before anything is made: the netns, what is made in it while the plugin runs, the CNI ADD
+    expect(atAddExec, "the record and the netns when ADD's plugin was exec'd").toEqual({ record: false, netns: false });
     expect(atAdd).toEqual({
       phase: 'adding',
       steps: ['netns', 'rp-filter', 'lo-up', 'bridge', 'tap', 'dhcp-filter', 'cni-add'],
@@ -297,6 +315,7 @@ describe('PodNetwork (real kernel, bridge + host-local)', () => {
     expect(shape(await netnsState(ctx.key))).toEqual(shape(o));
 
     await pn.release(ctx.key);
+    expect(atDelExec, "the record's phase when DEL's plugin was exec'd").toBe('ready');
     // before CNI DEL the veth was as the plugin left it: original MAC, its address and route; still a port of br0,
     // which it leaves when the netns removal takes both (a port's removal alone waits for an RCU grace period)
     const veth = atDel!.links.find((l) => l.name === 'virtlet-eth0')!;
