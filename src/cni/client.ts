@@ -323,7 +323,7 @@ export class CniClient {
     const failures: unknown[] = [];
     // each run's bookkeeping (its PID record's removal) goes on while the next plugin runs and the cache goes
     const cleanups: Promise<void>[] = [];
-    for (const [i, plugin] of [...list.plugins].reverse().entries()) {
+    for (const plugin of [...list.plugins].reverse()) {
       this.#checkAborted(signal, CniVerb.Del, list, plugin);
       try {
         const path = await this.#find(plugin.type);
@@ -336,8 +336,8 @@ export class CniClient {
           buildOneConfig(list, plugin, prevJson, rt.capabilityArgs),
           signal,
           true,
-          // every plugin waits for it: the first to run (called before its turn) may fail without having waited
-          i === 0 || hold === undefined ? hold : { until: hold.until },
+          // every plugin waits for it, and the first one exec'd calls onExec: the first in turn may fail before that
+          hold,
         );
         if (cleanup) cleanups.push(cleanup);
       } catch (e) {

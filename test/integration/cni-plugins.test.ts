@@ -460,6 +460,32 @@ describe('misbehaving plugins', () => {
     }
   });
 
+  it("a held DEL whose first plugin is missing: the next one is exec'd (onExec), waits for the hold, then runs", async () => {
+    const out = join(tmp, 'delnext');
+    await writeScript('vmpcdel3', `echo $$ > ${out}.pid\ncat > ${out}.stdin`);
+    const list = parseConfList(
+      Buffer.from(
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name: `fake-${rand}`,
+          plugins: [{ type: 'vmpcdel3' }, { type: 'vmpc-gone' }],
+        }),
+      ),
+      `${tmp}/fake.conflist`,
+    );
+    let go!: () => void;
+    const until = new Promise<void>((r) => (go = r));
+    let execd!: () => void;
+    const exec = new Promise<void>((r) => (execd = r));
+    const deleting = client.del(list, rtFor('f12'), undefined, { until, onExec: execd });
+    await exec;
+    await delay(50);
+    expect(await readFile(`${out}.stdin`, 'utf8'), 'its config before the hold lets go').toBe('');
+    go();
+    await expect(deleting).rejects.toThrow('CNI plugin "vmpc-gone" not found');
+    expect(JSON.parse(await readFile(`${out}.stdin`, 'utf8'))).toMatchObject({ type: 'vmpcdel3' });
+  });
+
   it('a missing plugin names the dirs searched', async () => {
     await expect(client.add(fakeList('vmpc-nope'), rtFor('f6'))).rejects.toThrow(
       `CNI plugin "vmpc-nope" not found in ${fakeBin}, ${SYSTEM_BIN}`,

@@ -13,7 +13,7 @@ import { StateStore } from '../../src/state/store.js';
 import { CniClient, spawnPluginExec, loadConfList, readPgidRecords } from '../../src/cni/index.js';
 import { silentLogger } from '../../src/log.js';
 import { errorChain } from '../../src/errors.js';
-import { makeCniConf, type CniConfOptions, type CniTestNet } from '../helpers/cniconf.js';
+import { FAULTY_PLUGIN, makeCniConf, type CniConfOptions, type CniTestNet } from '../helpers/cniconf.js';
 import { processAlive, processesNaming } from '../helpers/baseline.js';
 
 const NETNS_DIR = '/var/run/netns';
@@ -215,6 +215,24 @@ describe('a failed add never blocks the retry', () => {
     const st = await pn.add(ctx.key, desc(ctx.key));
     expect(st.csn.Result!.ips!.length).toBe(1);
     await pn.release(ctx.key);
+    await expectNothingLeft(ctx);
+  });
+
+  it('a release whose last plugin was uninstalled: the DEL goes on with the others, the release fails naming it, the retry finishes', async () => {
+    const ctx = await setup();
+    const pn = ctx.make();
+    await pn.add(ctx.key, desc(ctx.key));
+    const faulty = join(ctx.net.binDirs[0]!, FAULTY_PLUGIN);
+    const kept = `${faulty}.kept`;
+    renameSync(faulty, kept);
+    cleanups.push(async () => (existsSync(kept) ? renameSync(kept, faulty) : undefined));
+    // DEL runs the list in reverse: the missing plugin's turn comes first, and the bridge plugin's DEL after it
+    const e = await errorOf(pn.release(ctx.key));
+    expect(e.message).toMatch(/CNI plugin "faulty" not found/);
+    expect((await ctx.net.leftovers()).allocations, "the bridge plugin's DEL freed the address").toEqual([]);
+    renameSync(kept, faulty);
+    await pn.release(ctx.key);
+    pn.closeAll();
     await expectNothingLeft(ctx);
   });
 
