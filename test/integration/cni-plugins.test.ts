@@ -80,9 +80,12 @@ function rtFor(containerId: string): RuntimeConf {
   };
 }
 
-function fakeList(type: string): NetworkConfigList {
+/** A list of the fake network with these plugins, in this order. */
+function fakeList(...types: string[]): NetworkConfigList {
   return parseConfList(
-    Buffer.from(JSON.stringify({ cniVersion: '1.0.0', name: `fake-${rand}`, plugins: [{ type }] })),
+    Buffer.from(
+      JSON.stringify({ cniVersion: '1.0.0', name: `fake-${rand}`, plugins: types.map((type) => ({ type })) }),
+    ),
     `${tmp}/fake.conflist`,
   );
 }
@@ -433,16 +436,7 @@ describe('misbehaving plugins', () => {
     const out = join(tmp, 'deheld');
     for (const n of ['vmpcdel1', 'vmpcdel2'])
       await writeScript(n, `echo $$ > ${out}.${n}.pid\ncat > ${out}.${n}.stdin\ntouch ${out}.${n}.ran`);
-    const list = parseConfList(
-      Buffer.from(
-        JSON.stringify({
-          cniVersion: '1.0.0',
-          name: `fake-${rand}`,
-          plugins: [{ type: 'vmpcdel1' }, { type: 'vmpcdel2' }],
-        }),
-      ),
-      `${tmp}/fake.conflist`,
-    );
+    const list = fakeList('vmpcdel1', 'vmpcdel2');
     let fail!: (e: Error) => void;
     const until = new Promise<void>((_, rej) => (fail = rej));
     let execd = false;
@@ -463,16 +457,7 @@ describe('misbehaving plugins', () => {
   it("a held DEL whose first plugin is missing: the next one is exec'd (onExec), waits for the hold, then runs", async () => {
     const out = join(tmp, 'delnext');
     await writeScript('vmpcdel3', `echo $$ > ${out}.pid\ncat > ${out}.stdin`);
-    const list = parseConfList(
-      Buffer.from(
-        JSON.stringify({
-          cniVersion: '1.0.0',
-          name: `fake-${rand}`,
-          plugins: [{ type: 'vmpcdel3' }, { type: 'vmpc-gone' }],
-        }),
-      ),
-      `${tmp}/fake.conflist`,
-    );
+    const list = fakeList('vmpcdel3', 'vmpc-gone');
     let go!: () => void;
     const until = new Promise<void>((r) => (go = r));
     let execd!: () => void;
