@@ -46,8 +46,9 @@ export interface CniClientOptions {
 /**
  * A plugin run started before its turn (addDeferred, del): its plugin is exec'd at once and given its config once
  * `until` resolves (a plugin reads its config to EOF before it does anything); should `until` reject, the plugin is
- * killed without its config, and the verb rejects with that reason. `onExec` is called once the plugin is exec'd, or
- * its exec has failed: the caller may then go on with what the plugin's start should overlap.
+ * killed without its config, and the verb rejects with that reason. `onExec` is called when a plugin it holds is
+ * exec'd, or its exec has failed (del holds every plugin of the list, so it may be called again): at the first call
+ * the caller may go on with what the plugin's start should overlap.
  */
 export interface ConfigHold {
   until: Promise<unknown>;
