@@ -55,6 +55,21 @@ export interface ConfigHold {
   onExec?: () => void;
 }
 
+/**
+ * Starts a held run (`start`: addDeferred or del with the hold it is given): `execd` resolves at its first plugin's
+ * exec, or once the run has settled without one (it failed before, or ran no plugin).
+ */
+export function startHeld<T>(
+  until: Promise<unknown>,
+  start: (hold: ConfigHold) => Promise<T>,
+): { running: Promise<T>; execd: Promise<void> } {
+  let onExec!: () => void;
+  const execd = new Promise<void>((resolve) => (onExec = resolve));
+  const running = (async () => start({ until, onExec }))();
+  running.then(onExec, onExec);
+  return { running, execd };
+}
+
 /** CHECK and a prevResult on DEL came with CNI 0.4.0 (libcni gates both on it). */
 const PREV_RESULT_ON_DEL_AND_CHECK = '0.4.0';
 

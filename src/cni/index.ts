@@ -15,6 +15,7 @@ export { killOrphanPlugins, readPgidRecords } from './pgid.js';
 export {
   CniClient,
   type ConfigHold,
+  startHeld,
   supportsCheck,
   type GcAttachment,
   type GcOptions,

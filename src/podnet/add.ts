@@ -21,7 +21,7 @@ import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as Erro
 import { lazyChild, type Logger } from '../log.js';
 import type { PodNetworkDesc, ContainerSideNetwork, CniResultV031 } from '../protocol/payloads.js';
 import { toV031 } from '../protocol/result.js';
-import { CniPluginError, type NetworkConfigList } from '../cni/index.js';
+import { CniPluginError, startHeld, type NetworkConfigList } from '../cni/index.js';
 import type { CniResult } from '../cni/types.js';
 import { native } from '../native.js';
 import { Phase, StepName, newRecord, type PodRecord, type Step } from '../state/record.js';
@@ -186,16 +186,14 @@ function startCniAdd(
   made: Promise<void>,
   signal?: AbortSignal,
 ): { adding: Adding; started: Promise<void> } {
-  let execd!: () => void;
-  const started = new Promise<void>((resolve) => (execd = resolve));
-  const adding: Adding = env.cni
-    .addDeferred(list, runtimeConf(rec, env.ifName), signal, { until: made, onExec: execd })
-    .then(
-      (added) => ({ added }),
-      (error: unknown) => ({ error }),
-    );
-  void adding.then(execd);
-  return { adding, started };
+  const { running, execd } = startHeld(made, (hold) =>
+    env.cni.addDeferred(list, runtimeConf(rec, env.ifName), signal, hold),
+  );
+  const adding: Adding = running.then(
+    (added) => ({ added }),
+    (error: unknown) => ({ error }),
+  );
+  return { adding, started: execd };
 }
 
 /**

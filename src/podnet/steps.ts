@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ErrorCode, VmpodError, errorChain, isVmpodError, type ErrorCode as ErrorCodeT } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { ConfigHold } from '../cni/index.js';
+import { startHeld, type ConfigHold } from '../cni/index.js';
 import type { Sysfs } from '../devices/sysfs.js';
 import { bindToVfio } from '../devices/bind.js';
 import { vfLinkArgv } from '../devices/vf.js';
@@ -414,15 +414,12 @@ function earlyDel(deps: StepDeps, rec: PodRecord, runs: readonly Run[]): EarlyDe
     calledOff = reject;
   });
   when.catch(() => {}); // a plugin whose exec failed never waits for it
-  let execd!: () => void;
-  const started = new Promise<void>((resolve) => (execd = resolve));
   const { ifName, config } = run.op;
-  const done = (async () => deps.cniDel(rec, ifName, config, { until: when, onExec: execd }))();
-  done.then(execd, execd);
+  const { running: done, execd } = startHeld(when, (hold) => deps.cniDel(rec, ifName, config, hold));
   done.catch(() => {}); // its error is the undo's when it is reached (go)
   return {
     run,
-    started,
+    started: execd,
     go: () => {
       reached();
       return done;
